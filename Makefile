@@ -1,0 +1,51 @@
+# Sharelake: everything a fresh machine needs is installed by these targets, under .cache/.
+#   make demo   set up, then run the demo (embedded broker, sample data, ingest, table summary)
+#   make test   set up, then lint and run the test suite (what .ci/run calls)
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+CACHE  := .cache
+VENV   := $(CACHE)/venv
+MVN    := mvn -q -B -Dmaven.repo.local=$(abspath $(CACHE))/m2
+PYTEST_ARGS ?=
+
+.PHONY: setup jars demo test lint pytest clean
+setup: $(VENV)/.installed jars
+
+jars: $(CACHE)/jars/kafka/.resolved $(CACHE)/jars/spark/.resolved
+
+$(VENV)/.installed: requirements.txt
+	@$(PYTHON) -c 'import sys; v=sys.version_info[:2]; sys.exit(0 if v==(3,11) else "sharelake needs Python 3.11, found %d.%d: set PYTHON=/path/to/python3.11" % v)'
+	@command -v java >/dev/null || { echo "sharelake needs Java 17: apt-get install openjdk-17-jdk-headless"; exit 1; }
+	@command -v mvn >/dev/null || { echo "sharelake needs Maven: apt-get install maven"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -r requirements.txt
+	@touch $@
+
+# Kafka broker + tools, for the embedded broker (its own JVM classpath)
+$(CACHE)/jars/kafka/.resolved: conf/maven/kafka-broker.pom.xml
+	rm -rf $(CACHE)/jars/kafka
+	$(MVN) -f $< dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(abspath $(CACHE))/jars/kafka
+	@touch $@
+
+# Delta Lake for Spark 4.2: only io.delta artifacts; Spark's own jars already hold the rest
+$(CACHE)/jars/spark/.resolved: conf/maven/spark-jars.pom.xml
+	rm -rf $(CACHE)/jars/spark
+	$(MVN) -f $< dependency:copy-dependencies -DincludeScope=runtime -DincludeGroupIds=io.delta -DoutputDirectory=$(abspath $(CACHE))/jars/spark
+	@touch $@
+
+demo: setup
+	$(VENV)/bin/python jobs/demo.py
+
+lint: setup
+	$(VENV)/bin/ruff check app jobs tests
+	$(VENV)/bin/ruff format --check app jobs tests
+	$(VENV)/bin/mypy app jobs
+
+pytest: setup
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+test: lint pytest
+
+clean:
+	rm -rf $(CACHE)

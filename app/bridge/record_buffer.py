@@ -1,0 +1,71 @@
+"""The bounded RecordBuffer between the share members (producers) and foreachBatch (consumer).
+
+Share members `put()` whole poll batches; the Delta sink `drain()`s whole poll batches inside
+foreachBatch. Whole polls move together because a poll is the unit a member must finish deciding
+before it may poll again. The bound is on records, so the driver's memory follows the config, not
+the backlog: a member whose put would overflow the buffer waits (backpressure), except that an
+empty buffer always takes one poll so a poll larger than the bound cannot deadlock.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+
+from app.acknowledge.lifecycle import PollBatch
+
+
+class RecordBuffer:
+    def __init__(self, max_records: int):
+        self.max_records = max_records
+        self._polls: deque[PollBatch] = deque()
+        self._records = 0
+        self._cond = threading.Condition()
+
+    @property
+    def records(self) -> int:
+        with self._cond:
+            return self._records
+
+    def put(self, batch: PollBatch, timeout_s: float) -> bool:
+        """Add one poll; wait up to `timeout_s` for room. False if there was no room in time."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self._polls and self._records + len(batch) > self.max_records:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            self._polls.append(batch)
+            self._records += len(batch)
+            self._cond.notify_all()
+            return True
+
+    def drain(self, max_records: int, max_wait_s: float) -> list[PollBatch]:
+        """Take whole polls up to `max_records` (at least one poll if any arrives within `max_wait_s`)."""
+        deadline = time.monotonic() + max_wait_s
+        with self._cond:
+            while not self._polls:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return []
+                self._cond.wait(left)
+            taken: list[PollBatch] = []
+            count = 0
+            while self._polls and (not taken or count + len(self._polls[0]) <= max_records):
+                b = self._polls.popleft()
+                taken.append(b)
+                count += len(b)
+            self._records -= count
+            self._cond.notify_all()
+            return taken
+
+    def take_all(self) -> list[PollBatch]:
+        """Empty the buffer (shutdown: the members release what was never written)."""
+        with self._cond:
+            taken = list(self._polls)
+            self._polls.clear()
+            self._records = 0
+            self._cond.notify_all()
+            return taken

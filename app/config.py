@@ -1,0 +1,143 @@
+"""Job configuration: a TOML file from conf/ plus `--set section.key=value` overrides, validated.
+
+Called by the jobs (`jobs/ingest.py`, `jobs/demo.py`) and the tests. Validation is pydantic's:
+unknown keys, wrong types and missing required keys all fail. `load_config` turns the first
+problem into a `ConfigError` whose one-line message names the key and the fix; the jobs print it
+and exit with code 2. Every key is documented in `conf/local.toml`.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+
+class ConfigError(ValueError):
+    """A configuration problem, as one line naming the key and the fix."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KafkaConfig(_Section):
+    bootstrap_servers: str
+    topic: str
+    group_id: str
+    # Set on the share group at start (IncrementalAlterConfigs on the GROUP resource).
+    # The broker default is `latest`, which silently skips records produced before the group existed.
+    auto_offset_reset: Literal["earliest", "latest", "unchanged"] = "earliest"
+    # Set the group's share.record.lock.duration.ms at start; None leaves the group's value.
+    record_lock_duration_ms: int | None = Field(default=None, ge=1000)
+    # Extra librdkafka settings for the share consumers (security.protocol, sasl.*, ...).
+    client: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+    @field_validator("client")
+    @classmethod
+    def _no_reserved_client_keys(cls, v: dict[str, Any]) -> dict[str, Any]:
+        reserved = {"bootstrap.servers", "group.id", "share.acknowledgement.mode"}
+        clash = reserved & set(v)
+        if clash:
+            raise ValueError(f"set {sorted(clash)} with the kafka.* keys, not in kafka.client")
+        return v
+
+
+class PumpConfig(_Section):
+    members: int = Field(default=2, ge=1, le=64)
+    max_poll_records: int = Field(default=2000, ge=1)
+    poll_timeout_ms: int = Field(default=200, ge=10)
+    buffer_max_records: int = Field(default=50_000, ge=1)
+
+
+class BatchConfig(_Section):
+    max_records: int = Field(default=20_000, ge=1)
+    max_wait_ms: int = Field(default=200, ge=0)
+
+
+class DeltaConfig(_Section):
+    table_path: str
+    checkpoint_path: str | None = None
+
+    @property
+    def checkpoint(self) -> str:
+        return self.checkpoint_path or self.table_path.rstrip("/") + "/_checkpoints/sharelake-clock"
+
+
+class RunConfig(_Section):
+    mode: Literal["continuous", "until-drained"] = "continuous"
+    # until-drained: stop once records have arrived and none came for idle_timeout_ms ...
+    idle_timeout_ms: int = Field(default=5000, ge=100)
+    # ... or, when no record at all arrived, after empty_timeout_ms (the group join takes seconds)
+    empty_timeout_ms: int = Field(default=30_000, ge=100)
+    stop_timeout_s: float = Field(default=60.0, gt=0)
+    app_name: str = "sharelake-ingest"
+
+
+class SharelakeConfig(_Section):
+    kafka: KafkaConfig
+    delta: DeltaConfig
+    pump: PumpConfig = PumpConfig()
+    batch: BatchConfig = BatchConfig()
+    run: RunConfig = RunConfig()
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """`section.key=value` -> (["section", "key"], value); the value is read as TOML when it parses."""
+    if "=" not in item:
+        raise ConfigError(f"override {item!r}: write it as section.key=value, e.g. kafka.topic=events")
+    dotted, raw = item.split("=", 1)
+    path = [p for p in dotted.strip().split(".") if p]
+    if not path:
+        raise ConfigError(f"override {item!r}: the key is empty; write section.key=value")
+    try:
+        value: Any = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return path, value
+
+
+def merge_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    for item in overrides:
+        path, value = parse_override(item)
+        node = data
+        for part in path[:-1]:
+            nxt = node.setdefault(part, {})
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"override {item!r}: {part} is a value, not a section")
+            node = nxt
+        node[path[-1]] = value
+    return data
+
+
+def _one_line(err: ValidationError) -> str:
+    first = err.errors()[0]
+    key = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    kind = first["type"]
+    if kind == "missing":
+        return f"config key {key} is required: add it to the config file or pass --set {key}=..."
+    if kind == "extra_forbidden":
+        return f"config key {key} is not a known key: remove it or fix its spelling (see conf/local.toml)"
+    got = first.get("input")
+    shown = "<hidden>" if any(s in key for s in ("password", "secret", "sasl")) else repr(got)
+    return f"config key {key} = {shown}: {first['msg']}; fix the value (see conf/local.toml)"
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None) -> SharelakeConfig:
+    """Read, merge and validate; raise `ConfigError` with one line on the first problem."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {p} does not exist: pass --config with a file from conf/")
+        try:
+            data = tomllib.loads(p.read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"config file {p} is not valid TOML: {e}") from None
+    data = merge_overrides(data, overrides or [])
+    try:
+        return SharelakeConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_one_line(e)) from None

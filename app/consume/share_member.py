@@ -1,0 +1,199 @@
+"""One share-group member: a thread that exclusively owns one `confluent_kafka.ShareConsumer`.
+
+Started and stopped by `app.consume.member_pool.MemberPool`. Its loop is the explicit-mode cycle:
+poll -> wrap the records in a `PollBatch` and put it in the RecordBuffer -> apply the AckCommands
+that deciders (the Delta sink, or shutdown) send for that batch -> once every record is
+acknowledged, `commit_sync` -> poll again. The consumer is never touched from another thread
+(it is not thread-safe); other threads only talk to the member through its command queue and flags.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import AcknowledgeType, KafkaError, KafkaException, Message, ShareConsumer
+
+from app.acknowledge.lifecycle import AckCommand, Decision, PollBatch
+from app.bridge.record_buffer import RecordBuffer
+
+log = logging.getLogger(__name__)
+
+ACK_TYPES: Mapping[Decision, AcknowledgeType] = {
+    Decision.ACCEPT: AcknowledgeType.ACCEPT,
+    Decision.RELEASE: AcknowledgeType.RELEASE,
+    Decision.REJECT: AcknowledgeType.REJECT,
+}
+
+ConsumerFactory = Callable[[dict[str, Any]], ShareConsumer]
+
+
+@dataclass
+class MemberStats:
+    """Counters one member keeps (written by its thread only, read by anyone)."""
+
+    polls: int = 0
+    records: int = 0
+    accepted: int = 0
+    released: int = 0
+    rejected: int = 0
+    ack_errors: int = 0  # acknowledgements the broker refused (e.g. the record lock had expired)
+    poll_errors: int = 0
+    last_record_at: float = 0.0  # time.monotonic() of the last poll that returned records
+
+
+class ShareMember(threading.Thread):
+    def __init__(
+        self,
+        member_id: int,
+        consumer_config: dict[str, Any],
+        topic: str,
+        buffer: RecordBuffer,
+        poll_timeout_s: float,
+        consumer_factory: ConsumerFactory = ShareConsumer,
+    ):
+        super().__init__(name=f"share-member-{member_id}", daemon=True)
+        self.member_id = member_id
+        self._config = consumer_config
+        self._topic = topic
+        self._buffer = buffer
+        self._poll_timeout_s = poll_timeout_s
+        self._factory = consumer_factory
+        self._commands: queue.Queue[AckCommand] = queue.Queue()
+        self._current: PollBatch | None = None
+        self._acked_in_current = 0
+        self._stop_polling = threading.Event()
+        self._abandon = threading.Event()
+        self.stats = MemberStats()
+        self.failure: BaseException | None = None
+
+    # -- control, from other threads ---------------------------------------------------------------
+
+    def stop_polling(self) -> None:
+        """Finish the current poll's decisions, commit, close; poll no more."""
+        self._stop_polling.set()
+
+    def abandon(self) -> None:
+        """Shutdown past its bound: RELEASE whatever of the current poll is still undecided."""
+        self._stop_polling.set()
+        self._abandon.set()
+
+    @property
+    def holds_records(self) -> bool:
+        return self._current is not None
+
+    # -- the member thread -------------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            consumer = self._factory(self._config)
+        except BaseException as e:  # noqa: BLE001 - reported to the pool
+            self.failure = e
+            return
+        try:
+            consumer.subscribe([self._topic])
+            while True:
+                if self._current is None:
+                    if self._stop_polling.is_set():
+                        break
+                    self._poll_once(consumer)
+                else:
+                    self._serve_current(consumer)
+        except BaseException as e:
+            self.failure = e
+            log.exception("member %d failed", self.member_id)
+        finally:
+            if self._current is not None:  # dying with records: never leave them hanging silently
+                self._current.release_undecided()
+                self._drain_commands(consumer)
+            try:
+                consumer.close()  # commits pending acknowledgements and leaves the group
+            except KafkaException as e:
+                log.warning("member %d close: %s", self.member_id, e)
+
+    def _poll_once(self, consumer: ShareConsumer) -> None:
+        try:
+            messages = consumer.poll(self._poll_timeout_s)
+        except KafkaException as e:
+            self.stats.poll_errors += 1
+            log.warning("member %d poll failed, retrying: %s", self.member_id, e)
+            time.sleep(min(5.0, 0.2 * self.stats.poll_errors))
+            return
+        self.stats.polls += 1
+        records: list[Message] = []
+        for m in messages:
+            err = m.error()
+            if err is None:
+                records.append(m)
+            elif err.code() != KafkaError._PARTITION_EOF:
+                self.stats.poll_errors += 1
+                log.warning("member %d poll error: %s", self.member_id, err)
+        if not records:
+            return
+        self.stats.records += len(records)
+        self.stats.last_record_at = time.monotonic()
+        batch = PollBatch(self.member_id, records, self._commands)
+        self._current, self._acked_in_current = batch, 0
+        while not self._buffer.put(batch, timeout_s=0.2):
+            if self._abandon.is_set():
+                batch.release_undecided()
+                return
+
+    def _serve_current(self, consumer: ShareConsumer) -> None:
+        assert self._current is not None
+        if self._abandon.is_set():
+            self._current.release_undecided()
+        try:
+            cmd = self._commands.get(timeout=0.1)
+        except queue.Empty:
+            return
+        self._apply(consumer, cmd)
+        self._drain_commands(consumer)
+        if self._acked_in_current == len(self._current):
+            self._commit(consumer)
+            self._current = None
+
+    def _drain_commands(self, consumer: ShareConsumer) -> None:
+        while True:
+            try:
+                self._apply(consumer, self._commands.get_nowait())
+            except queue.Empty:
+                return
+
+    def _apply(self, consumer: ShareConsumer, cmd: AckCommand) -> None:
+        if cmd.batch is not self._current:
+            raise RuntimeError(f"member {self.member_id}: command for a poll it no longer holds")
+        ack_type = ACK_TYPES[cmd.decision]
+        for i in cmd.indices:
+            try:
+                consumer.acknowledge(cmd.batch.records[i], ack_type)
+            except KafkaException as e:
+                self.stats.ack_errors += 1
+                log.warning("member %d acknowledge failed: %s", self.member_id, e)
+        self._acked_in_current += len(cmd.indices)
+        n = len(cmd.indices)
+        if cmd.decision is Decision.ACCEPT:
+            self.stats.accepted += n
+        elif cmd.decision is Decision.RELEASE:
+            self.stats.released += n
+        else:
+            self.stats.rejected += n
+
+    def _commit(self, consumer: ShareConsumer) -> None:
+        try:
+            results = consumer.commit_sync()
+        except KafkaException as e:
+            self.stats.ack_errors += 1
+            log.warning("member %d commit failed: %s", self.member_id, e)
+            return
+        for tp, err in results.items():
+            if err is not None:
+                self.stats.ack_errors += 1
+                log.warning(
+                    "member %d: acknowledgements on %s/%s failed: %s", self.member_id, tp.topic, tp.partition, err
+                )

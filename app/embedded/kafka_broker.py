@@ -1,0 +1,238 @@
+"""An embedded single-node Apache Kafka broker (KRaft, share groups on) for the demo, tests and bench.
+
+Called by `jobs/demo.py`, the pytest session fixture and `bench/`. It runs the Kafka jars that
+`make jars` resolved from Maven Central (no Docker, no download at run time): it formats KRaft
+storage once (combined broker+controller, `--standalone`), starts `kafka.Kafka` on free loopback
+ports, waits until the broker answers, and stops only the process it started. The ports are kept
+in the data dir so a restart on the same data finds its own controller quorum again.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from app.paths import KAFKA_JARS, jars_in
+
+# Settings that make a one-node cluster safe and quick; shortest lock allowed so tests can use
+# short record locks on their groups.
+SINGLE_NODE_SETTINGS: dict[str, str] = {
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "3",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "share.coordinator.state.topic.num.partitions": "3",
+    "group.initial.rebalance.delay.ms": "0",
+    "group.share.min.record.lock.duration.ms": "1000",
+    # members learn their assignment on the heartbeat: 1 s instead of 5 s makes joins quick
+    "group.share.heartbeat.interval.ms": "1000",
+    "group.share.min.heartbeat.interval.ms": "1000",
+    "auto.create.topics.enable": "false",
+    "num.partitions": "1",
+    "log.flush.interval.messages": "9223372036854775807",
+}
+
+LOG4J2 = """\
+status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log_file}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.state.name = state.change.logger
+logger.state.level = WARN
+"""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+@dataclass
+class EmbeddedKafka:
+    """One broker+controller JVM on loopback, owning `data_dir`.
+
+    Use as a context manager, or call `start()` / `stop()`. `bootstrap` is the address clients use.
+    """
+
+    data_dir: Path
+    extra_settings: dict[str, str] = field(default_factory=dict)
+    heap: str = "768m"
+    start_timeout_s: float = 90.0
+    _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+    port: int = field(default=0, init=False)
+    controller_port: int = field(default=0, init=False)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir / "logs" / "server.log"
+
+    @property
+    def stdout_file(self) -> Path:
+        return self.data_dir / "logs" / "broker.out"
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def start(self) -> EmbeddedKafka:
+        if self._proc is not None and self._proc.poll() is None:
+            return self
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        (self.data_dir / "logs").mkdir(exist_ok=True)
+        self._choose_ports()
+        props = self._write_properties()
+        if not (self.data_dir / "kraft" / "meta.properties").exists():
+            self._format(props)
+        self._launch(props)
+        self._wait_ready()
+        return self
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop the broker this object started (SIGTERM, then SIGKILL after `timeout_s`)."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+    def kill(self) -> None:
+        """SIGKILL the broker: a crash, for tests."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
+    def is_running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def __enter__(self) -> EmbeddedKafka:
+        return self.start()
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+    # -- client helpers ----------------------------------------------------------------------------
+
+    def admin(self) -> AdminClient:
+        return AdminClient({"bootstrap.servers": self.bootstrap})
+
+    def create_topic(self, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
+        admin = self.admin()  # keep a reference: the futures fail if the client is collected
+        futures = admin.create_topics(
+            [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})],
+            operation_timeout=30,
+        )
+        futures[name].result(timeout=60)
+
+    def tail_logs(self, lines: int = 60) -> str:
+        """The last lines of the broker's logs, for a failing test or a failed start to show."""
+        out = []
+        for f in (self.stdout_file, self.log_file):
+            if f.exists():
+                text = f.read_text(errors="replace").splitlines()[-lines:]
+                out.append(f"--- {f}\n" + "\n".join(text))
+        return "\n".join(out)
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _choose_ports(self) -> None:
+        saved = self.data_dir / "ports.json"
+        if saved.exists():
+            ports = json.loads(saved.read_text())
+            self.port, self.controller_port = ports["broker"], ports["controller"]
+            return
+        self.port, self.controller_port = free_port(), free_port()
+        saved.write_text(json.dumps({"broker": self.port, "controller": self.controller_port}))
+
+    def _write_properties(self) -> Path:
+        settings = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.bootstrap.servers": f"127.0.0.1:{self.controller_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self.data_dir / "kraft"),
+            **SINGLE_NODE_SETTINGS,
+            **self.extra_settings,
+        }
+        path = self.data_dir / "server.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        (self.data_dir / "log4j2.properties").write_text(LOG4J2.format(log_file=self.log_file))
+        return path
+
+    def _java(self, main: str, *args: str, heap: str = "256m") -> list[str]:
+        classpath = os.pathsep.join(str(j) for j in jars_in(KAFKA_JARS))
+        return [
+            "java", f"-Xmx{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
+            "-cp", classpath, main, *args,
+        ]  # fmt: skip
+
+    def _format(self, props: Path) -> None:
+        cmd = self._java("kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(props), "--standalone")
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        (self.data_dir / "logs" / "format.out").write_text(done.stdout + done.stderr)
+        if done.returncode != 0:
+            raise RuntimeError(f"kafka storage format failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+
+    def _launch(self, props: Path) -> None:
+        out = self.stdout_file.open("ab")
+        self._proc = subprocess.Popen(
+            self._java("kafka.Kafka", str(props), heap=self.heap),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # a Ctrl-C in the terminal must not kill the broker first
+        )
+        out.close()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.start_timeout_s
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            if self._proc is None or self._proc.poll() is not None:
+                raise RuntimeError(f"kafka broker exited during start\n{self.tail_logs()}")
+            try:  # a plain TCP probe first, so the client does not log refused connections
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                if self.admin().list_topics(timeout=5).brokers:
+                    return
+            except (OSError, KafkaException) as e:
+                last = e
+            time.sleep(0.2)
+        self.stop()
+        raise TimeoutError(f"kafka broker not ready after {self.start_timeout_s}s ({last})\n{self.tail_logs()}")

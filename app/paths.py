@@ -1,0 +1,23 @@
+"""Where the project keeps what it installs: the git-ignored cache and the jar folders.
+
+Called by the Spark session builder, the embedded broker and the jobs; `make jars` fills the
+folders named here from the Maven poms under conf/maven/.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+CACHE_DIR = Path(os.environ.get("SHARELAKE_CACHE", PROJECT_ROOT / ".cache"))
+KAFKA_JARS = CACHE_DIR / "jars" / "kafka"
+SPARK_JARS = CACHE_DIR / "jars" / "spark"
+
+
+def jars_in(folder: Path) -> list[Path]:
+    """The jars of one cache folder, sorted; raise with the fix if `make jars` has not run."""
+    jars = sorted(folder.glob("*.jar"))
+    if not jars:
+        raise FileNotFoundError(f"no jars in {folder}: run `make jars` (Maven resolves them once)")
+    return jars

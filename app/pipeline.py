@@ -1,0 +1,110 @@
+"""Wires one ingest run: group settings -> member pool -> RecordBuffer -> clock query -> DeltaSink.
+
+Called by `jobs/ingest.py` (spark-submit) and by the tests in-process. `run_ingest` blocks until
+the run ends: in `until-drained` mode when the backlog is drained, in `continuous` mode when
+`stop_event` is set (SIGTERM/SIGINT in the job). It then stops gracefully: members stop polling,
+the running micro-batch finishes and ACCEPTs, polls never written are RELEASEd, every member
+commits and closes, and the streaming query stops.
+
+"Drained" means: no member has received a record for `run.idle_timeout_ms`, and no polled record
+is still undecided (nothing in the buffer, nothing in a running batch).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import asdict, dataclass
+
+from confluent_kafka import ShareConsumer
+from confluent_kafka.admin import AdminClient
+from pyspark.sql import SparkSession
+
+from app.bridge.clock_stream import clock_stream
+from app.bridge.record_buffer import RecordBuffer
+from app.config import SharelakeConfig
+from app.consume.group_settings import apply_group_settings, desired_group_settings
+from app.consume.member_pool import MemberPool
+from app.consume.share_member import ConsumerFactory
+from app.sink.delta_sink import DeltaSink
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunSummary:
+    polled: int
+    accepted: int
+    released: int
+    rejected: int
+    ack_errors: int
+    delta_commits: int
+    rows_written: int
+    last_version: int
+    seconds: float
+
+    def line(self) -> str:
+        return " ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in asdict(self).items())
+
+
+class IngestError(RuntimeError):
+    """The run could not go on (a member or the streaming query failed)."""
+
+
+def run_ingest(
+    spark: SparkSession,
+    cfg: SharelakeConfig,
+    stop_event: threading.Event | None = None,
+    consumer_factory: ConsumerFactory = ShareConsumer,
+) -> RunSummary:
+    stop_event = stop_event or threading.Event()
+    started = time.monotonic()
+    admin = AdminClient({**cfg.kafka.client, "bootstrap.servers": cfg.kafka.bootstrap_servers})
+    apply_group_settings(admin, cfg.kafka.group_id, desired_group_settings(cfg.kafka))
+
+    buffer = RecordBuffer(cfg.pump.buffer_max_records)
+    pool = MemberPool(cfg.kafka, cfg.pump, buffer, consumer_factory)
+    sink = DeltaSink(buffer, cfg.delta.table_path, cfg.batch)
+    pool.start()
+    query = (
+        clock_stream(spark)
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", cfg.delta.checkpoint)
+        .queryName(f"sharelake-{cfg.kafka.group_id}")
+        .start()
+    )
+    error: BaseException | None = None
+    try:
+        while not stop_event.is_set():
+            if query.exception() is not None:
+                error = IngestError(f"streaming query failed: {query.exception()}")
+                break
+            if pool.failures():
+                error = IngestError(f"share member failed: {pool.failures()[0]!r}")
+                break
+            if cfg.run.mode == "until-drained" and pool.drained(
+                cfg.run.idle_timeout_ms / 1000, cfg.run.empty_timeout_ms / 1000
+            ):
+                log.info("backlog drained: quiet for the idle timeout and nothing in flight")
+                break
+            time.sleep(0.1)
+    finally:
+        pool.stop(cfg.run.stop_timeout_s)
+        sink.close()
+        query.stop()
+    t = pool.totals()
+    summary = RunSummary(
+        polled=t.records,
+        accepted=t.accepted,
+        released=t.released,
+        rejected=t.rejected,
+        ack_errors=t.ack_errors,
+        delta_commits=sink.stats.batches,
+        rows_written=sink.stats.rows,
+        last_version=sink.stats.last_version,
+        seconds=time.monotonic() - started,
+    )
+    if error is not None:
+        raise error
+    return summary

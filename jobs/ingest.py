@@ -1,0 +1,65 @@
+"""spark-submit entry point: ingest one share group's topic into a Delta table.
+
+    ./spark-submit.sh jobs/ingest.py --config conf/local.toml [--set section.key=value ...] [--summary]
+
+Exit codes: 0 the run ended as asked (drained, or stopped by SIGTERM/SIGINT after a graceful
+drain); 1 the run failed (a member or the streaming query died; nothing undecided was ACCEPTed);
+2 the configuration is wrong (one line on stderr names the key and the fix).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the app package, in local runs
+
+from app.config import ConfigError, load_config
+from app.pipeline import IngestError, run_ingest
+from app.spark_session import build_spark
+from app.table_summary import print_table_summary
+
+log = logging.getLogger("sharelake.ingest")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True, help="TOML config file (see conf/local.toml)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a key")
+    parser.add_argument("--summary", action="store_true", help="print a summary of the Delta table at the end")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    try:
+        cfg = load_config(args.config, args.set)
+    except ConfigError as e:
+        print(f"sharelake: {e}", file=sys.stderr)
+        return 2
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: stop.set())
+
+    spark = build_spark(cfg.run.app_name)
+    log.info(
+        "sharelake ingest: topic=%s group=%s table=%s mode=%s members=%d",
+        cfg.kafka.topic, cfg.kafka.group_id, cfg.delta.table_path, cfg.run.mode, cfg.pump.members,
+    )  # fmt: skip
+    try:
+        summary = run_ingest(spark, cfg, stop)
+    except IngestError as e:
+        log.error("run failed: %s", e)
+        return 1
+    log.info("run ended: %s", summary.line())
+    if args.summary:
+        print_table_summary(spark, cfg.delta.table_path)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""Session fixtures: one real embedded Kafka broker and one local SparkSession with Delta.
+
+Every test that crosses Kafka, Spark or Delta uses these (no fakes). Test data lives under the
+pytest session's temp dir; a failing test shows the broker's log tail.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from app.embedded.kafka_broker import EmbeddedKafka  # noqa: E402
+from app.spark_session import build_spark  # noqa: E402
+
+logging.getLogger("py4j").setLevel(logging.WARNING)
+
+TEST_SPARK_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.default.parallelism": "2",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{ROOT / 'conf' / 'log4j2.properties'}",
+}
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedKafka]:
+    kafka = EmbeddedKafka(tmp_path_factory.mktemp("broker"))
+    kafka.start()
+    yield kafka
+    kafka.stop()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    session = build_spark("sharelake-tests", "local[2]", TEST_SPARK_CONF)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def unique() -> str:
+    """A short unique suffix for topic, group and table names, so tests never share state."""
+    return uuid.uuid4().hex[:8]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed and "broker" in getattr(item, "funcargs", {}):
+        report.sections.append(("embedded broker log tail", item.funcargs["broker"].tail_logs(40)))

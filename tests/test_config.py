@@ -1,0 +1,47 @@
+"""Unit tests of configuration parsing, validation and the one-line error messages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.config import ConfigError, load_config
+
+ROOT = Path(__file__).resolve().parent.parent
+REQUIRED = ["kafka.bootstrap_servers=h:1", "kafka.topic=t", "kafka.group_id=g", "delta.table_path=/tmp/x"]
+
+
+def test_the_checked_in_example_is_valid() -> None:
+    cfg = load_config(ROOT / "conf" / "local.toml")
+    assert cfg.kafka.auto_offset_reset == "earliest"
+    assert cfg.delta.checkpoint == "/tmp/sharelake/events/_checkpoints/sharelake-clock"
+
+
+def test_overrides_are_typed_and_win() -> None:
+    cfg = load_config(ROOT / "conf" / "local.toml", ["pump.members=4", "run.mode=until-drained", "kafka.topic=x"])
+    assert cfg.pump.members == 4 and cfg.run.mode == "until-drained" and cfg.kafka.topic == "x"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (REQUIRED[1:], "config key kafka.bootstrap_servers is required"),
+        ([*REQUIRED, "pump.memberz=3"], "config key pump.memberz is not a known key"),
+        ([*REQUIRED, "pump.members=many"], "config key pump.members = 'many'"),
+        ([*REQUIRED, "pump.members=0"], "config key pump.members = 0: Input should be greater than or equal to 1"),
+        ([*REQUIRED, "run.mode=sometimes"], "config key run.mode = 'sometimes'"),
+        ([*REQUIRED, "kafka.client.group.id=x"], "config key kafka.client"),
+        (["kafka.topic"], "write it as section.key=value"),
+    ],
+)
+def test_bad_config_gives_one_line_naming_the_key(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config(None, overrides)
+    assert message in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_missing_file_names_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist: pass --config"):
+        load_config(tmp_path / "nope.toml")

@@ -1,0 +1,103 @@
+"""Unit tests of the record state machine that enforces the three invariants.
+
+These use stand-in records (the state machine needs only topic/partition/offset); everything
+that crosses Kafka or Delta is tested end to end elsewhere.
+"""
+
+from __future__ import annotations
+
+import queue
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from app.acknowledge.lifecycle import AckCommand, CommitProof, Decision, IllegalTransition, PollBatch, RecordState
+
+
+@dataclass
+class Rec:
+    off: int
+
+    def topic(self) -> str:
+        return "t"
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return self.off
+
+
+def make_batch(n: int) -> tuple[PollBatch, queue.Queue[AckCommand]]:
+    q: queue.Queue[AckCommand] = queue.Queue()
+    records: Any = [Rec(i) for i in range(n)]
+    return PollBatch(member_id=0, records=records, commands=q), q
+
+
+PROOF = CommitProof(table="/t", version=3)
+
+
+def drain(q: queue.Queue[AckCommand]) -> list[AckCommand]:
+    out = []
+    while not q.empty():
+        out.append(q.get_nowait())
+    return out
+
+
+def test_every_record_starts_acquired_and_is_decided_once() -> None:
+    b, q = make_batch(4)
+    assert [b.state(i) for i in range(4)] == [RecordState.ACQUIRED] * 4
+    b.accept(PROOF, [0, 1])
+    b.reject([2])
+    b.release([3])
+    assert b.all_decided
+    assert [b.state(i) for i in range(4)] == [
+        RecordState.ACCEPTED,
+        RecordState.ACCEPTED,
+        RecordState.REJECTED,
+        RecordState.RELEASED,
+    ]
+    cmds = drain(q)
+    assert [(c.decision, c.indices) for c in cmds] == [
+        (Decision.ACCEPT, (0, 1)),
+        (Decision.REJECT, (2,)),
+        (Decision.RELEASE, (3,)),
+    ]
+
+
+def test_invariant1_accept_requires_a_commit_proof() -> None:
+    b, q = make_batch(2)
+    with pytest.raises(IllegalTransition, match="CommitProof"):
+        b.accept(None)  # type: ignore[arg-type]
+    assert b.undecided == 2 and q.empty()
+    b.accept(PROOF)
+    assert b.proofs == [PROOF]
+
+
+def test_invariant3_no_second_decision() -> None:
+    b, q = make_batch(3)
+    b.accept(PROOF, [1])
+    for second in (lambda: b.accept(PROOF, [1]), lambda: b.release([1]), lambda: b.reject([0, 1])):
+        with pytest.raises(IllegalTransition, match="already ACCEPTED"):
+            second()
+    # the failed decisions changed nothing and sent nothing
+    assert [c.indices for c in drain(q)] == [(1,)]
+    assert b.undecided == 2
+
+
+def test_a_decision_naming_a_record_twice_is_refused() -> None:
+    b, q = make_batch(2)
+    with pytest.raises(IllegalTransition, match="twice"):
+        b.release([0, 0])
+    assert b.undecided == 2 and q.empty()
+
+
+def test_invariant2_release_undecided_finishes_the_poll() -> None:
+    b, q = make_batch(5)
+    b.accept(PROOF, [0, 4])
+    assert b.release_undecided() == 3
+    assert b.all_decided
+    assert b.release_undecided() == 0  # idempotent: nothing left to touch
+    cmds = drain(q)
+    assert [(c.decision, c.indices) for c in cmds] == [(Decision.ACCEPT, (0, 4)), (Decision.RELEASE, (1, 2, 3))]

@@ -1,0 +1,59 @@
+"""Unit tests of the offset interval sets used for commit metadata and dedup."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from app.sink.offset_ranges import OffsetRanges
+
+
+def test_of_compacts_consecutive_offsets() -> None:
+    r = OffsetRanges.of([5, 1, 2, 3, 9, 10, 3])
+    assert list(r) == [(1, 3), (5, 5), (9, 10)]
+    assert r.count() == 6
+    assert len(r) == 3
+
+
+def test_adjacent_and_overlapping_ranges_merge() -> None:
+    r = OffsetRanges([(10, 20), (30, 40)])
+    r.add_range(21, 29)  # bridges the gap exactly
+    assert list(r) == [(10, 40)]
+    r.add_range(0, 9)
+    r.add_range(41, 41)
+    assert list(r) == [(0, 41)]
+    r.add_range(5, 100)
+    assert list(r) == [(0, 100)]
+
+
+def test_membership() -> None:
+    r = OffsetRanges([(0, 4), (10, 10), (20, 29)])
+    inside = [0, 4, 10, 20, 29]
+    outside = [-1, 5, 9, 11, 19, 30]
+    assert all(o in r for o in inside)
+    assert not any(o in r for o in outside)
+
+
+def test_empty_and_bad_ranges() -> None:
+    assert list(OffsetRanges.of([])) == []
+    assert 0 not in OffsetRanges()
+    with pytest.raises(ValueError, match="ends before it starts"):
+        OffsetRanges().add_range(5, 4)
+
+
+def test_matches_a_plain_set_on_random_inserts() -> None:
+    rng = random.Random(7)
+    truth: set[int] = set()
+    r = OffsetRanges()
+    for _ in range(2000):
+        s = rng.randrange(0, 3000)
+        e = s + rng.randrange(0, 8)
+        r.add_range(s, e)
+        truth.update(range(s, e + 1))
+    assert r.count() == len(truth)
+    assert all((o in r) == (o in truth) for o in range(-5, 3100))
+    ranges = list(r)
+    assert all(a[1] + 1 < b[0] for a, b in itertools.pairwise(ranges))  # disjoint, not adjacent
+    assert OffsetRanges(ranges) == r

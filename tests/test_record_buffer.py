@@ -1,0 +1,59 @@
+"""Unit tests of the bounded RecordBuffer (whole polls in, whole polls out, backpressure)."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Any
+
+from app.acknowledge.lifecycle import AckCommand, PollBatch
+from app.bridge.record_buffer import RecordBuffer
+
+
+def poll_of(n: int) -> PollBatch:
+    q: queue.Queue[AckCommand] = queue.Queue()
+    records: Any = [object()] * n
+    return PollBatch(0, records, q)
+
+
+def test_drain_takes_whole_polls_up_to_the_limit() -> None:
+    buf = RecordBuffer(100)
+    polls = [poll_of(10), poll_of(10), poll_of(10)]
+    for p in polls:
+        assert buf.put(p, 0)
+    taken = buf.drain(max_records=25, max_wait_s=0)
+    assert taken == polls[:2]
+    assert buf.records == 10
+    assert buf.drain(max_records=5, max_wait_s=0) == polls[2:]  # at least one poll, even if larger
+
+
+def test_drain_waits_for_the_first_poll_then_gives_up() -> None:
+    buf = RecordBuffer(10)
+    t0 = time.monotonic()
+    assert buf.drain(10, max_wait_s=0.2) == []
+    assert time.monotonic() - t0 >= 0.19
+    p = poll_of(1)
+    threading.Timer(0.05, lambda: buf.put(p, 1)).start()
+    assert buf.drain(10, max_wait_s=2) == [p]
+
+
+def test_full_buffer_applies_backpressure_until_drained() -> None:
+    buf = RecordBuffer(10)
+    assert buf.put(poll_of(8), 0)
+    assert not buf.put(poll_of(5), timeout_s=0.05)  # no room
+    late = poll_of(5)
+    done = threading.Event()
+    threading.Thread(target=lambda: (buf.put(late, 5), done.set())).start()
+    time.sleep(0.05)
+    assert not done.is_set()
+    buf.drain(10, 0)
+    assert done.wait(2)
+    assert buf.records == 5
+
+
+def test_an_empty_buffer_takes_a_poll_larger_than_its_bound() -> None:
+    buf = RecordBuffer(10)
+    assert buf.put(poll_of(50), 0)
+    assert buf.take_all()[0].__len__() == 50
+    assert buf.records == 0
