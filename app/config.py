@@ -55,11 +55,16 @@ class PumpConfig(_Section):
 class BatchConfig(_Section):
     max_records: int = Field(default=20_000, ge=1)
     max_wait_ms: int = Field(default=200, ge=0)
+    # a failed Delta write RELEASEs its records and is retried with backoff; after this many
+    # failures in a row the job fails (keep it below the group's delivery count limit, 5)
+    write_attempts: int = Field(default=4, ge=1)
 
 
 class DeltaConfig(_Section):
     table_path: str
     checkpoint_path: str | None = None
+    # how many recent commits the dedup cache loads at start (see docs/ARCHITECTURE.md)
+    dedup_lookback_commits: int = Field(default=1000, ge=1)
 
     @property
     def checkpoint(self) -> str:

@@ -17,19 +17,27 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 
-from confluent_kafka import ShareConsumer
+from confluent_kafka import AcknowledgeType, ShareConsumer
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
 from app.bridge.clock_stream import clock_stream
 from app.bridge.record_buffer import RecordBuffer
 from app.config import SharelakeConfig
-from app.consume.group_settings import apply_group_settings, desired_group_settings
+from app.consume.group_settings import apply_group_settings, desired_group_settings, read_group_settings
 from app.consume.member_pool import MemberPool
 from app.consume.share_member import ConsumerFactory
+from app.sink.commit_log import DeltaCommitLog
+from app.sink.dedup_cache import DedupCache
 from app.sink.delta_sink import DeltaSink
 
 log = logging.getLogger(__name__)
+
+
+# The client has no RENEW yet; a future one lets a background cadence renew in-flight locks
+# (the seed's RENEW_ALL every lock x 0.4). Until then the batch cycle must stay under the lock.
+RENEW_SUPPORTED = hasattr(AcknowledgeType, "RENEW")
+DEFAULT_LOCK_MS = 30_000  # the broker's group.share.record.lock.duration.ms default
 
 
 @dataclass
@@ -41,7 +49,13 @@ class RunSummary:
     ack_errors: int
     delta_commits: int
     rows_written: int
+    dedup_hits: int
+    in_batch_duplicates: int
+    concurrent_duplicates: int
+    late_accepts: int
+    failed_attempts: int
     last_version: int
+    max_cycle_s: float
     seconds: float
 
     def line(self) -> str:
@@ -62,10 +76,21 @@ def run_ingest(
     started = time.monotonic()
     admin = AdminClient({**cfg.kafka.client, "bootstrap.servers": cfg.kafka.bootstrap_servers})
     apply_group_settings(admin, cfg.kafka.group_id, desired_group_settings(cfg.kafka))
+    lock_ms = int(
+        read_group_settings(admin, cfg.kafka.group_id).get("share.record.lock.duration.ms") or DEFAULT_LOCK_MS
+    )
+    log.info(
+        "share group %s: record lock %d ms; client RENEW %s",
+        cfg.kafka.group_id,
+        lock_ms,
+        "available" if RENEW_SUPPORTED else "not available: each poll must be ACCEPTed within the lock",
+    )
 
+    cache = DedupCache(DeltaCommitLog(spark, cfg.delta.table_path), cfg.delta.dedup_lookback_commits)
+    cache.load()
     buffer = RecordBuffer(cfg.pump.buffer_max_records)
     pool = MemberPool(cfg.kafka, cfg.pump, buffer, consumer_factory)
-    sink = DeltaSink(buffer, cfg.delta.table_path, cfg.batch)
+    sink = DeltaSink(buffer, cfg.delta.table_path, cfg.batch, cache, lock_ms / 1000)
     pool.start()
     query = (
         clock_stream(spark)
@@ -93,16 +118,22 @@ def run_ingest(
         pool.stop(cfg.run.stop_timeout_s)
         sink.close()
         query.stop()
-    t = pool.totals()
+    t, st = pool.totals(), sink.stats
     summary = RunSummary(
         polled=t.records,
         accepted=t.accepted,
         released=t.released,
         rejected=t.rejected,
         ack_errors=t.ack_errors,
-        delta_commits=sink.stats.batches,
-        rows_written=sink.stats.rows,
-        last_version=sink.stats.last_version,
+        delta_commits=st.batches,
+        rows_written=st.rows,
+        dedup_hits=st.dedup_hits,
+        in_batch_duplicates=st.in_batch_duplicates,
+        concurrent_duplicates=st.concurrent_duplicates,
+        late_accepts=st.late_accepts,
+        failed_attempts=st.failed_attempts,
+        last_version=st.last_version,
+        max_cycle_s=st.max_cycle_s,
         seconds=time.monotonic() - started,
     )
     if error is not None:

@@ -4,25 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chispa import assert_df_equality
 from pyspark.sql import SparkSession
-from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
 from app.config import SharelakeConfig, load_config
 from app.embedded.kafka_broker import EmbeddedKafka
-from app.embedded.sample_data import Produced, produce_json_events
+from app.embedded.sample_data import produce_json_events
 from app.pipeline import run_ingest
 from tests.kafka_helpers import share_receive
-
-KEY_COLUMNS = StructType(
-    [
-        StructField("topic", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("offset", LongType()),
-        StructField("key", BinaryType()),
-        StructField("value", BinaryType()),
-    ]
-)
+from tests.table_checks import assert_exactly_once
 
 
 def ingest_config(broker: EmbeddedKafka, topic: str, group: str, table: Path, *extra: str) -> SharelakeConfig:
@@ -40,11 +29,6 @@ def ingest_config(broker: EmbeddedKafka, topic: str, group: str, table: Path, *e
     )
 
 
-def expected_df(spark: SparkSession, produced: list[Produced]) -> object:
-    rows = [(p.topic, p.partition, p.offset, p.key, p.value) for p in produced]
-    return spark.createDataFrame(rows, KEY_COLUMNS)
-
-
 def test_ingest_lands_every_record_once_and_accepts_them(
     broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
 ) -> None:
@@ -55,9 +39,7 @@ def test_ingest_lands_every_record_once_and_accepts_them(
 
     summary = run_ingest(spark, ingest_config(broker, topic, group, tmp_path / "table"))
 
-    table = spark.read.format("delta").load(str(tmp_path / "table"))
-    actual = table.select("topic", "partition", "offset", "key", "value")
-    assert_df_equality(actual, expected_df(spark, produced), ignore_row_order=True, ignore_nullable=True)
+    assert_exactly_once(spark, tmp_path / "table", produced)
     assert summary.accepted == 10_000 and summary.released == 0 and summary.rejected == 0
     assert summary.rows_written == 10_000
     # every Delta commit carries the offset ranges it holds

@@ -20,6 +20,7 @@ from __future__ import annotations
 import enum
 import queue
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -80,6 +81,8 @@ class PollBatch:
         self._commands = commands
         self._lock = threading.Lock()
         self.proofs: list[CommitProof] = []
+        self.acquired_at = time.monotonic()  # the record locks started about now
+        self.acks_committed = threading.Event()  # set by the member once commit_sync returned
 
     def __len__(self) -> int:
         return len(self.records)

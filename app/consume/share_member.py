@@ -156,6 +156,7 @@ class ShareMember(threading.Thread):
         self._drain_commands(consumer)
         if self._acked_in_current == len(self._current):
             self._commit(consumer)
+            self._current.acks_committed.set()
             self._current = None
 
     def _drain_commands(self, consumer: ShareConsumer) -> None:

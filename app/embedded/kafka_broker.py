@@ -41,6 +41,9 @@ SINGLE_NODE_SETTINGS: dict[str, str] = {
     # members learn their assignment on the heartbeat: 1 s instead of 5 s makes joins quick
     "group.share.heartbeat.interval.ms": "1000",
     "group.share.min.heartbeat.interval.ms": "1000",
+    # a killed member leaves the group after 6 s instead of 45 s, so the survivors get its partitions
+    "group.share.session.timeout.ms": "6000",
+    "group.share.min.session.timeout.ms": "6000",
     "auto.create.topics.enable": "false",
     "num.partitions": "1",
     "log.flush.interval.messages": "9223372036854775807",

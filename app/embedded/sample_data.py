@@ -38,7 +38,11 @@ def event_value(i: int) -> bytes:
 def produce_json_events(
     bootstrap: str, topic: str, count: int, start: int = 0, key_prefix: str = "k"
 ) -> list[Produced]:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
+    # batch.size as the Java producer's default (16 KiB, ~150 of these records): the broker hands a
+    # share consumer whole record batches, so this also sets how many records one poll returns
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 16384, "enable.idempotence": True}
+    )
     produced: list[Produced] = []
     failures: list[KafkaError] = []
 

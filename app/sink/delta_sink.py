@@ -1,67 +1,88 @@
-"""The foreachBatch function: drain the RecordBuffer, append one Delta commit, then ACCEPT.
+"""The foreachBatch function: drain the RecordBuffer, dedup, append one Delta commit, then ACCEPT.
 
 Spark calls `DeltaSink.__call__` in the driver once per micro-batch of the clock stream (its
-DataFrame is ignored). One call: take whole polls from the buffer -> one Arrow table -> one Delta
-append whose `userMetadata` lists the batch's offset ranges per topic-partition -> read back the
-version of that commit -> ACCEPT every record with that `CommitProof` (INVARIANT 1). If the write
-fails nothing was committed, so the records are RELEASEd for redelivery and the error propagates.
+DataFrame is ignored). One attempt:
+
+1. take whole polls from the buffer;
+2. fold other writers' new commits into the DedupCache, then sort each record into: already in
+   the table (ACCEPT, no write), first copy in this micro-batch (write), or a second copy of a
+   record redelivered to another member inside this micro-batch (written once, ACCEPTed too);
+3. one Delta append whose `userMetadata` carries a `write_id` and the offset ranges written;
+4. read the commit files after the last known version to find ours by `write_id`: that version is
+   the `CommitProof` every record is ACCEPTed with (INVARIANT 1);
+5. count records whose lock may have expired before the ACCEPT, and overlaps with concurrent
+   commits of other writers.
+
+A failed attempt RELEASEs the attempt's undecided records (never ACCEPTs) and is retried with
+exponential backoff (tenacity) on whatever the buffer holds then; after `batch.write_attempts`
+failures in a row the error propagates and the query (and job) fails.
 
 No `txnAppId`/`txnVersion` keyed on the Spark batch id: after a crash Spark re-runs the last
-batch id with whatever the buffer holds now, and Delta would silently skip that write.
+batch id with whatever the buffer holds now, and Delta would silently skip that write; the
+records' own identity in the DedupCache makes the re-run safe instead.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
+import time
 import uuid
-from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
+from app import faults
 from app.acknowledge.lifecycle import CommitProof, PollBatch
 from app.bridge.arrow_rows import records_to_arrow
 from app.bridge.record_buffer import RecordBuffer
 from app.config import BatchConfig
+from app.sink.commit_log import PartitionKey, user_metadata_json
+from app.sink.dedup_cache import DedupCache
 from app.sink.offset_ranges import OffsetRanges
 
 log = logging.getLogger(__name__)
 
-METADATA_KEY = "sharelake"
-
 
 @dataclass
 class SinkStats:
-    batches: int = 0  # micro-batches that wrote a Delta commit
-    rows: int = 0
+    batches: int = 0  # Delta commits made
+    rows: int = 0  # rows written
+    dedup_hits: int = 0  # records already in the table: ACCEPTed without a write
+    in_batch_duplicates: int = 0  # second copies inside one micro-batch: written once
+    concurrent_duplicates: int = 0  # offsets another writer committed while we wrote the same
+    late_accepts: int = 0  # ACCEPTed after the record lock duration: the ACCEPT likely failed
+    failed_attempts: int = 0
     empty_batches: int = 0
-    failed_writes: int = 0
     last_version: int = -1
+    max_cycle_s: float = 0.0  # longest acquire -> ACCEPT time of any poll
 
 
-def batch_metadata(batches: list[PollBatch], batch_id: int, write_id: str) -> str:
-    """The commit's userMetadata: which offsets this commit holds, per topic and partition."""
-    offsets: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
-    for b in batches:
-        for r in b.records:
-            offsets[str(r.topic())][int(r.partition() or 0)].append(int(r.offset() or 0))
-    ranges = {
-        topic: {str(p): OffsetRanges.of(offs).to_json() for p, offs in sorted(parts.items())}
-        for topic, parts in offsets.items()
-    }
-    return json.dumps({METADATA_KEY: {"v": 1, "write_id": write_id, "batch_id": batch_id, "ranges": ranges}})
+@dataclass
+class _Plan:
+    """How one attempt decides each drained record."""
+
+    write: list[tuple[PollBatch, list[int]]] = field(default_factory=list)
+    copies: list[tuple[PollBatch, list[int]]] = field(default_factory=list)
+    present: list[tuple[PollBatch, list[int]]] = field(default_factory=list)
 
 
 class DeltaSink:
-    def __init__(self, buffer: RecordBuffer, table_path: str, batch: BatchConfig):
+    def __init__(
+        self,
+        buffer: RecordBuffer,
+        table_path: str,
+        batch: BatchConfig,
+        cache: DedupCache,
+        lock_duration_s: float,
+    ):
         self.buffer = buffer
         self.table_path = table_path
-        self.max_records = batch.max_records
-        self.max_wait_s = batch.max_wait_ms / 1000
+        self.batch = batch
+        self.cache = cache
+        self.lock_duration_s = lock_duration_s
         self.stats = SinkStats()
         self._closed = threading.Event()
 
@@ -70,44 +91,121 @@ class DeltaSink:
         self._closed.set()
 
     def __call__(self, clock_df: DataFrame, batch_id: int) -> None:
+        spark = clock_df.sparkSession
+        retrying = Retrying(
+            stop=stop_after_attempt(self.batch.write_attempts),
+            wait=wait_exponential_jitter(multiplier=0.5, max=30, jitter=0.5),
+            retry=retry_if_exception_type(Exception),
+            reraise=True,
+            before_sleep=lambda state: log.warning(
+                "micro-batch %d attempt %d failed, records RELEASEd, retrying: %s",
+                batch_id,
+                state.attempt_number,
+                state.outcome.exception() if state.outcome else None,
+            ),
+        )
+        for attempt in retrying:
+            with attempt:
+                self._attempt(spark, batch_id)
+
+    def _attempt(self, spark: SparkSession, batch_id: int) -> None:
         if self._closed.is_set():
             return
-        batches = self.buffer.drain(self.max_records, self.max_wait_s)
+        batches = self.buffer.drain(self.batch.max_records, self.batch.max_wait_ms / 1000)
         if not batches:
             self.stats.empty_batches += 1
             return
-        spark = clock_df.sparkSession
         try:
-            proof = self._write(spark, batches, batch_id)
+            self._decide(spark, batches, batch_id)
         except BaseException:
-            self.stats.failed_writes += 1
+            self.stats.failed_attempts += 1
             for b in batches:
                 b.release_undecided()
             raise
-        for b in batches:
-            b.accept(proof)
 
-    def _write(self, spark: SparkSession, batches: list[PollBatch], batch_id: int) -> CommitProof:
-        records = [r for b in batches for r in b.records]
-        table = records_to_arrow(records, batch_id, datetime.now(UTC))
+    def _decide(self, spark: SparkSession, batches: list[PollBatch], batch_id: int) -> None:
+        self.cache.refresh()
+        plan = self._plan(batches)
+        if plan.write:
+            proof = self._write(spark, plan, batch_id)
+            for b, idx in (*plan.write, *plan.copies):
+                b.accept(proof, idx)
+        if plan.present:
+            already = CommitProof(self.table_path, self.cache.version, already_present=True)
+            for b, idx in plan.present:
+                b.accept(already, idx)
+        self._account_locks(batches)
+        if faults.active("after_accept"):
+            for b in batches:
+                b.acks_committed.wait(30)
+            faults.hit("after_accept")
+
+    def _plan(self, batches: list[PollBatch]) -> _Plan:
+        plan = _Plan()
+        seen: set[tuple[str, int, int]] = set()
+        for b in batches:
+            write, copies, present = [], [], []
+            for i, r in enumerate(b.records):
+                key = (str(r.topic()), int(r.partition() or 0), int(r.offset() or 0))
+                if self.cache.contains(*key):
+                    present.append(i)
+                elif key in seen:
+                    copies.append(i)
+                else:
+                    seen.add(key)
+                    write.append(i)
+            for bucket, idx in ((plan.write, write), (plan.copies, copies), (plan.present, present)):
+                if idx:
+                    bucket.append((b, idx))
+        self.stats.dedup_hits += sum(len(i) for _, i in plan.present)
+        self.stats.in_batch_duplicates += sum(len(i) for _, i in plan.copies)
+        return plan
+
+    def _write(self, spark: SparkSession, plan: _Plan, batch_id: int) -> CommitProof:
+        records = [b.records[i] for b, idx in plan.write for i in idx]
+        offsets: dict[PartitionKey, list[int]] = {}
+        for r in records:
+            offsets.setdefault((str(r.topic()), int(r.partition() or 0)), []).append(int(r.offset() or 0))
+        ranges = {k: OffsetRanges.of(v) for k, v in offsets.items()}
         write_id = uuid.uuid4().hex
+        table = records_to_arrow(records, batch_id, datetime.now(UTC))
+        faults.hit("before_delta_commit")
         (
             spark.createDataFrame(table)
             .write.format("delta")
             .mode("append")
-            .option("userMetadata", batch_metadata(batches, batch_id, write_id))
+            .option("userMetadata", user_metadata_json(write_id, batch_id, ranges))
             .save(self.table_path)
         )
-        version = self._version_of(spark, write_id)
+        version = self._find_commit(write_id, ranges)
+        faults.hit("after_delta_commit")
         self.stats.batches += 1
         self.stats.rows += len(records)
         self.stats.last_version = version
         return CommitProof(table=self.table_path, version=version)
 
-    def _version_of(self, spark: SparkSession, write_id: str) -> int:
-        """The table version whose commit carries `write_id` (the write we just made)."""
-        history = DeltaTable.forPath(spark, self.table_path).history(20).select("version", "userMetadata").collect()
-        for row in history:
-            if row.userMetadata and write_id in row.userMetadata:
-                return int(row.version)
-        raise RuntimeError(f"Delta append returned but no commit in {self.table_path} carries write {write_id}")
+    def _find_commit(self, write_id: str, ranges: dict[PartitionKey, OffsetRanges]) -> int:
+        """Our commit's version, read from the log; other writers' commits before it are checked."""
+        new = self.cache.refresh()
+        ours = [c for c in new if c.write_id == write_id]
+        if not ours:
+            raise RuntimeError(f"Delta append returned but no commit in {self.table_path} carries write {write_id}")
+        concurrent = [c for c in new if c.version < ours[0].version]
+        dup = self.cache.overlap(ranges, concurrent)
+        if dup:
+            self.stats.concurrent_duplicates += dup
+            log.error("%d offsets were committed concurrently by another writer: duplicate rows", dup)
+        return ours[0].version
+
+    def _account_locks(self, batches: list[PollBatch]) -> None:
+        now = time.monotonic()
+        oldest = max(now - b.acquired_at for b in batches)
+        self.stats.max_cycle_s = max(self.stats.max_cycle_s, oldest)
+        self.stats.late_accepts += sum(len(b) for b in batches if now - b.acquired_at >= self.lock_duration_s)
+        if oldest > 0.5 * self.lock_duration_s:
+            log.warning(
+                "a poll took %.1fs from acquisition to ACCEPT, over half the %.1fs record lock: "
+                "lower batch.max_records or pump.max_poll_records",
+                oldest,
+                self.lock_duration_s,
+            )

@@ -1,0 +1,64 @@
+"""Fault injection for the crash and failure tests: inert unless SHARELAKE_FAULTS is set.
+
+Called at named points on the record's path (`app.sink.delta_sink`). The variable holds
+comma-separated rules, read at every hit so a test can change it in-process:
+
+    kill@after_delta_commit        SIGKILL this process at the first hit of the point
+    kill@after_delta_commit#3      ... at its third hit
+    error@before_delta_commit#2    raise InjectedFault at the first 2 hits
+    delay@before_delta_commit=3.5  sleep 3.5 s at every hit
+
+Points: before_delta_commit, after_delta_commit (committed, not yet ACCEPTed), after_accept
+(ACCEPTs committed to Kafka, foreachBatch not yet returned: Spark will re-run this batch id).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections import Counter
+
+ENV = "SHARELAKE_FAULTS"
+_hits: Counter[str] = Counter()
+_lock = threading.Lock()
+
+
+class InjectedFault(RuntimeError):
+    """Raised by an `error@point` rule."""
+
+
+def active(point: str) -> bool:
+    """Whether any rule names `point` (so callers can skip work only a fault needs)."""
+    return any(rule.split("@", 1)[-1].split("#")[0].split("=")[0] == point for rule in _rules())
+
+
+def hit(point: str) -> None:
+    rules = _rules()
+    if not rules:
+        return
+    with _lock:
+        _hits[point] += 1
+        n = _hits[point]
+    for rule in rules:
+        action, _, target = rule.partition("@")
+        name, _, arg = target.partition("=")
+        name, _, count = name.partition("#")
+        if name != point:
+            continue
+        if action == "kill" and n == int(count or 1):
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif action == "error" and n <= int(count or 1):
+            raise InjectedFault(f"injected failure at {point} (hit {n})")
+        elif action == "delay":
+            time.sleep(float(arg))
+
+
+def reset() -> None:
+    with _lock:
+        _hits.clear()
+
+
+def _rules() -> list[str]:
+    return [r.strip() for r in os.environ.get(ENV, "").split(",") if r.strip()]

@@ -1,0 +1,85 @@
+"""Runs the real ingest job as users do (`./spark-submit.sh jobs/ingest.py`) in a subprocess.
+
+Crash tests need a separate driver process to kill; the job's log lines tell what it did.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.embedded.kafka_broker import EmbeddedKafka
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class JobSpec:
+    broker: EmbeddedKafka
+    topic: str
+    group: str
+    table: Path
+    lock_ms: int = 3000
+
+    def args(self, *extra: str) -> list[str]:
+        sets = [
+            f"kafka.bootstrap_servers={self.broker.bootstrap}",
+            f"kafka.topic={self.topic}",
+            f"kafka.group_id={self.group}",
+            f"kafka.record_lock_duration_ms={self.lock_ms}",
+            f"delta.table_path={self.table}",
+            "pump.max_poll_records=500",
+            "batch.max_records=2000",
+            *extra,
+        ]
+        out = [
+            str(ROOT / "spark-submit.sh"),
+            str(ROOT / "jobs" / "ingest.py"),
+            "--config",
+            str(ROOT / "conf" / "local.toml"),
+        ]
+        for s in sets:
+            out += ["--set", s]
+        return out
+
+
+def start_job(spec: JobSpec, *extra: str, faults: str = "", log: Path) -> subprocess.Popen[bytes]:
+    """Start the job in its own process group (so a kill takes the JVM and the Python driver)."""
+    env = {**os.environ, "SHARELAKE_FAULTS": faults}
+    out = log.open("wb")
+    return subprocess.Popen(spec.args(*extra), stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def run_job(spec: JobSpec, *extra: str, faults: str = "", log: Path, timeout: float = 300) -> int:
+    proc = start_job(spec, *extra, faults=faults, log=log)
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        kill_job(proc)
+        raise
+
+
+def drain_job(spec: JobSpec, log: Path, idle_ms: int = 8000, faults: str = "") -> int:
+    """Run until drained; idle long enough for expired locks and dead members to come back."""
+    return run_job(spec, "run.mode=until-drained", f"run.idle_timeout_ms={idle_ms}", faults=faults, log=log)
+
+
+def kill_job(proc: subprocess.Popen[bytes]) -> None:
+    """kill -9 the whole driver (spark-submit JVM and Python driver)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(30)
+
+
+def run_summary(log: Path) -> dict[str, float]:
+    """The `run ended: k=v ...` line of a job's log."""
+    text = log.read_text(errors="replace")
+    m = re.findall(r"run ended: (.*)", text)
+    assert m, f"no 'run ended' line in {log}:\n{text[-3000:]}"
+    return {k: float(v) for k, v in (kv.split("=") for kv in m[-1].split())}

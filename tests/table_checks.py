@@ -1,0 +1,31 @@
+"""What a user checks in the Delta table: each produced record exactly once, nothing else."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
+
+from app.embedded.sample_data import Produced
+
+KEY_COLUMNS = StructType(
+    [
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+    ]
+)
+
+
+def assert_exactly_once(spark: SparkSession, table: Path, produced: list[Produced]) -> None:
+    """The table holds exactly the produced records (topic, partition, offset, key, value), each once."""
+    actual = spark.read.format("delta").load(str(table)).select("topic", "partition", "offset", "key", "value")
+    expected = spark.createDataFrame([(p.topic, p.partition, p.offset, p.key, p.value) for p in produced], KEY_COLUMNS)
+    total, distinct = actual.count(), actual.select("topic", "partition", "offset").distinct().count()
+    assert total == distinct, f"{total - distinct} duplicate rows"
+    assert total == len(produced), f"{len(produced) - total} records missing" if total < len(produced) else "extra rows"
+    assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)

@@ -1,0 +1,119 @@
+"""Failures inside one driver: slow batches past the record lock, failed Delta writes, broker restart."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from app.config import SharelakeConfig, load_config
+from app.embedded.kafka_broker import EmbeddedKafka
+from app.embedded.sample_data import produce_json_events
+from app.pipeline import IngestError, run_ingest
+from tests.kafka_helpers import share_receive
+from tests.table_checks import assert_exactly_once
+
+
+def config(broker: EmbeddedKafka, topic: str, group: str, table: Path, *extra: str) -> SharelakeConfig:
+    return load_config(
+        None,
+        [
+            f"kafka.bootstrap_servers={broker.bootstrap}",
+            f"kafka.topic={topic}",
+            f"kafka.group_id={group}",
+            f"delta.table_path={table}",
+            "run.mode=until-drained",
+            "run.idle_timeout_ms=6000",
+            *extra,
+        ],
+    )
+
+
+@pytest.fixture(autouse=True)
+def clean_faults(monkeypatch: pytest.MonkeyPatch) -> None:
+    from app import faults
+
+    faults.reset()
+    monkeypatch.delenv("SHARELAKE_FAULTS", raising=False)
+
+
+def test_batch_slower_than_the_record_lock(
+    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic, group = f"slow-{unique}", f"g-{unique}"
+    broker.create_topic(topic, partitions=2)
+    produced = produce_json_events(broker.bootstrap, topic, 3000)
+    # every Delta write takes 2.5 s longer than the group's 2 s record lock
+    monkeypatch.setenv("SHARELAKE_FAULTS", "delay@before_delta_commit=4.5")
+    cfg = config(
+        broker, topic, group, tmp_path / "t", "kafka.record_lock_duration_ms=2000", "pump.max_poll_records=500"
+    )
+    summary = run_ingest(spark, cfg)
+
+    assert_exactly_once(spark, tmp_path / "t", produced)
+    assert summary.late_accepts > 0  # the locks did expire under the slow writes ...
+    assert summary.dedup_hits + summary.in_batch_duplicates > 0  # ... the redeliveries were not written again
+    assert summary.concurrent_duplicates == 0
+    assert share_receive(broker, topic, group, seconds=5) == []  # and every record was finally ACCEPTed
+
+
+def test_failed_writes_release_and_retry(
+    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic, group = f"retry-{unique}", f"g-{unique}"
+    broker.create_topic(topic, partitions=3)
+    produced = produce_json_events(broker.bootstrap, topic, 4000)
+    monkeypatch.setenv("SHARELAKE_FAULTS", "error@before_delta_commit#2")
+    summary = run_ingest(spark, config(broker, topic, group, tmp_path / "t"))
+
+    assert summary.failed_attempts == 2
+    assert summary.released > 0  # the failed attempts' records went back to the group ...
+    assert_exactly_once(spark, tmp_path / "t", produced)  # ... and came back to be written once
+    assert summary.accepted == summary.polled - summary.released
+
+
+def test_a_table_that_cannot_be_written_fails_the_job_and_accepts_nothing(
+    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic, group = f"fatal-{unique}", f"g-{unique}"
+    broker.create_topic(topic, partitions=1)
+    produced = produce_json_events(broker.bootstrap, topic, 500)
+    monkeypatch.setenv("SHARELAKE_FAULTS", "error@before_delta_commit#1000")
+    with pytest.raises(IngestError, match="injected failure"):
+        run_ingest(spark, config(broker, topic, group, tmp_path / "t", "batch.write_attempts=2"))
+    monkeypatch.delenv("SHARELAKE_FAULTS")
+    # nothing was ACCEPTed: the same group still delivers every record
+    again = share_receive(broker, topic, group, seconds=30, expect=500)
+    assert sorted(again) == sorted((p.partition, p.offset) for p in produced)
+
+
+def test_broker_restart_mid_run(spark: SparkSession, tmp_path: Path, unique: str) -> None:
+    with EmbeddedKafka(tmp_path / "own-broker") as kafka:
+        topic, group = f"restart-{unique}", f"g-{unique}"
+        kafka.create_topic(topic, partitions=2)
+        produced = produce_json_events(kafka.bootstrap, topic, 3000)
+        cfg = config(kafka, topic, group, tmp_path / "t", "run.mode=continuous")
+        stop = threading.Event()
+        result: dict[str, object] = {}
+        runner = threading.Thread(target=lambda: result.update(summary=run_ingest(spark, cfg, stop)))
+        runner.start()
+        table = tmp_path / "t"
+        deadline = time.monotonic() + 120
+        while not (table / "_delta_log").exists() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        kafka.stop()  # the broker goes away under the running job ...
+        time.sleep(3)
+        kafka.start()  # ... and comes back on the same port and data
+        produced += produce_json_events(kafka.bootstrap, topic, 3000, start=3000)
+        while time.monotonic() < deadline:
+            if spark.read.format("delta").load(str(table)).count() >= len(produced):
+                break
+            time.sleep(2)
+        time.sleep(5)  # room for a duplicate to show up, if one were coming
+        stop.set()
+        runner.join(120)
+        assert "summary" in result
+        assert_exactly_once(spark, table, produced)
