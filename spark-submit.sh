@@ -28,13 +28,22 @@ jars="$(ls "$cache"/jars/spark/*.jar | paste -sd, -)"
 export PYSPARK_PYTHON="$venv/bin/python" PYSPARK_DRIVER_PYTHON="$venv/bin/python"
 export SHARELAKE_SUBMITTED=1
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
-case "$master" in local*) export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}" ;; esac
+local_conf=()
+case "$master" in
+  local*)
+    export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
+    # Delta rebuilds table snapshots (and writes its every-10-commits checkpoint) with 50 tasks by
+    # default; on a local driver that costs seconds per checkpoint, inside a micro-batch
+    local_conf=(--conf spark.databricks.delta.snapshotPartitions=4 --conf spark.sql.shuffle.partitions=4)
+    ;;
+esac
 log4j="-Dlog4j2.configurationFile=file:$root/conf/log4j2.properties"
 cmd=("$venv/bin/spark-submit" --master "$master" --jars "$jars"
   --conf spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension
   --conf spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog
   --conf spark.ui.showConsoleProgress=false
   --conf "spark.driver.extraJavaOptions=$log4j"
+  "${local_conf[@]}"
   "$@")
 if [ "$dry_run" = 1 ]; then
   printf '%q ' "${cmd[@]}"; echo

@@ -62,13 +62,12 @@ class BatchConfig(_Section):
 
 class DeltaConfig(_Section):
     table_path: str
+    # The trigger clock's streaming checkpoint. It holds only rate-source offsets, so by default
+    # each run uses a fresh temporary one on the driver (replicas of a job never collide); set a
+    # path to keep Spark's batch ids across restarts.
     checkpoint_path: str | None = None
     # how many recent commits the dedup cache loads at start (see docs/ARCHITECTURE.md)
     dedup_lookback_commits: int = Field(default=1000, ge=1)
-
-    @property
-    def checkpoint(self) -> str:
-        return self.checkpoint_path or self.table_path.rstrip("/") + "/_checkpoints/sharelake-clock"
 
 
 class RunConfig(_Section):

@@ -13,6 +13,8 @@ is still undecided (nothing in the buffer, nothing in a running batch).
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -91,14 +93,18 @@ def run_ingest(
     buffer = RecordBuffer(cfg.pump.buffer_max_records)
     pool = MemberPool(cfg.kafka, cfg.pump, buffer, consumer_factory)
     sink = DeltaSink(buffer, cfg.delta.table_path, cfg.batch, cache, lock_ms / 1000)
+    temp_checkpoint = None if cfg.delta.checkpoint_path else tempfile.mkdtemp(prefix="sharelake-clock-")
+    try:
+        query = (
+            clock_stream(spark)
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", cfg.delta.checkpoint_path or temp_checkpoint)
+            .queryName(f"sharelake-{cfg.kafka.group_id}")
+            .start()
+        )
+    except Exception as e:
+        raise IngestError(f"the streaming query did not start: {str(e).splitlines()[0]}") from e
     pool.start()
-    query = (
-        clock_stream(spark)
-        .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", cfg.delta.checkpoint)
-        .queryName(f"sharelake-{cfg.kafka.group_id}")
-        .start()
-    )
     error: BaseException | None = None
     try:
         while not stop_event.is_set():
@@ -118,6 +124,8 @@ def run_ingest(
         pool.stop(cfg.run.stop_timeout_s)
         sink.close()
         query.stop()
+        if temp_checkpoint:
+            shutil.rmtree(temp_checkpoint, ignore_errors=True)
     t, st = pool.totals(), sink.stats
     summary = RunSummary(
         polled=t.records,

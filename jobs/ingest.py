@@ -4,22 +4,23 @@
 
 Exit codes: 0 the run ended as asked (drained, or stopped by SIGTERM/SIGINT after a graceful
 drain); 1 the run failed (a member or the streaming query died; nothing undecided was ACCEPTed);
-2 the configuration is wrong (one line on stderr names the key and the fix).
+2 the configuration is wrong (one line on stderr names the key and the fix); 143 (or 130 for
+SIGINT) under spark-submit when the signal reached the driver JVM: the JVM reports the signal,
+after the same graceful drain (app/shutdown.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the app package, in local runs
 
 from app.config import ConfigError, load_config
 from app.pipeline import IngestError, run_ingest
+from app.shutdown import GracefulShutdown
 from app.spark_session import build_spark
 from app.table_summary import print_table_summary
 
@@ -40,21 +41,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sharelake: {e}", file=sys.stderr)
         return 2
 
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, _frame: stop.set())
-
     spark = build_spark(cfg.run.app_name)
+    shutdown = GracefulShutdown(cfg.run.stop_timeout_s)
+    shutdown.install(spark)
     log.info(
         "sharelake ingest: topic=%s group=%s table=%s mode=%s members=%d",
         cfg.kafka.topic, cfg.kafka.group_id, cfg.delta.table_path, cfg.run.mode, cfg.pump.members,
     )  # fmt: skip
     try:
-        summary = run_ingest(spark, cfg, stop)
+        summary = run_ingest(spark, cfg, shutdown.stop_requested)
     except IngestError as e:
         log.error("run failed: %s", e)
+        shutdown.done()
         return 1
     log.info("run ended: %s", summary.line())
+    if shutdown.stop_requested.is_set():
+        shutdown.done()  # the JVM may be waiting in its shutdown hook: let it go on
+        return 0
+    shutdown.done()
     if args.summary:
         print_table_summary(spark, cfg.delta.table_path)
     spark.stop()

@@ -24,6 +24,7 @@ class JobSpec:
     group: str
     table: Path
     lock_ms: int = 3000
+    checkpoint: Path | None = None  # keep Spark's batch ids across restarts (the re-run window)
 
     def args(self, *extra: str) -> list[str]:
         sets = [
@@ -34,6 +35,7 @@ class JobSpec:
             f"delta.table_path={self.table}",
             "pump.max_poll_records=500",
             "batch.max_records=2000",
+            *([f"delta.checkpoint_path={self.checkpoint}"] if self.checkpoint else []),
             *extra,
         ]
         out = [

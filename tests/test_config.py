@@ -15,7 +15,7 @@ REQUIRED = ["kafka.bootstrap_servers=h:1", "kafka.topic=t", "kafka.group_id=g", 
 def test_the_checked_in_example_is_valid() -> None:
     cfg = load_config(ROOT / "conf" / "local.toml")
     assert cfg.kafka.auto_offset_reset == "earliest"
-    assert cfg.delta.checkpoint == "/tmp/sharelake/events/_checkpoints/sharelake-clock"
+    assert cfg.delta.checkpoint_path is None  # a fresh temporary clock checkpoint per run
 
 
 def test_overrides_are_typed_and_win() -> None:

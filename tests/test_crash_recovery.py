@@ -31,7 +31,8 @@ from tests.table_checks import assert_exactly_once
 def test_kill_at_a_fault_point_then_restart(
     point: str, broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
 ) -> None:
-    spec = JobSpec(broker, f"crash-{point}-{unique}", f"g-{unique}", tmp_path / "table")
+    # a kept checkpoint: after the crash Spark re-runs the batch id it had not committed
+    spec = JobSpec(broker, f"crash-{point}-{unique}", f"g-{unique}", tmp_path / "table", checkpoint=tmp_path / "clock")
     broker.create_topic(spec.topic, partitions=2)
     produced = produce_json_events(broker.bootstrap, spec.topic, 6000)
 
@@ -42,7 +43,7 @@ def test_kill_at_a_fault_point_then_restart(
     assert 0 < rows_after_crash < 6000
     if point == "after_accept":
         # the kill hit the re-run window: Spark planned the batch (offsets/N) but never committed it
-        clock = spec.table / "_checkpoints" / "sharelake-clock"
+        clock = tmp_path / "clock"
         planned = max(int(f.name) for f in (clock / "offsets").iterdir() if f.name.isdigit())
         committed = max((int(f.name) for f in (clock / "commits").iterdir() if f.name.isdigit()), default=-1)
         assert planned > committed

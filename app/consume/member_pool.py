@@ -70,22 +70,22 @@ class MemberPool:
             t.rejected += s.rejected
             t.ack_errors += s.ack_errors
             t.poll_errors += s.poll_errors
-            t.last_record_at = max(t.last_record_at, s.last_record_at)
         return t
 
     def drained(self, idle_timeout_s: float, empty_timeout_s: float) -> bool:
-        """The until-drained test: quiet long enough, and nothing polled is still undecided.
+        """The until-drained test: every member polled and got nothing for long enough, and
+        nothing polled is still undecided.
 
-        Quiet means no record for `idle_timeout_s` once any record arrived, or for
-        `empty_timeout_s` since start when none did (members need seconds to join the group).
+        Long enough is `idle_timeout_s` once any record arrived, `empty_timeout_s` while none has
+        (joining the group takes seconds). A member waiting for its records' decisions cannot
+        poll, so it never counts as idle (a slow Delta commit is not an empty topic).
         """
-        t = self.totals()
+        if self.in_flight():
+            return False
+        needed = idle_timeout_s if self.totals().records else empty_timeout_s
         now = time.monotonic()
-        if t.records == 0:
-            quiet = now - self.started_at >= empty_timeout_s
-        else:
-            quiet = now - t.last_record_at >= idle_timeout_s
-        return quiet and not self.in_flight()
+        idle = [m.stats.idle_since for m in self.members]
+        return all(since is not None and now - since >= needed for since in idle)
 
     def in_flight(self) -> bool:
         return any(m.holds_records for m in self.members) or self.buffer.records > 0

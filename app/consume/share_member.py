@@ -44,7 +44,9 @@ class MemberStats:
     rejected: int = 0
     ack_errors: int = 0  # acknowledgements the broker refused (e.g. the record lock had expired)
     poll_errors: int = 0
-    last_record_at: float = 0.0  # time.monotonic() of the last poll that returned records
+    # time.monotonic() since which every poll of this member came back empty; None while it has
+    # records (a member waiting for decisions is not idle: it cannot poll)
+    idle_since: float | None = None
 
 
 class ShareMember(threading.Thread):
@@ -125,6 +127,7 @@ class ShareMember(threading.Thread):
             time.sleep(min(5.0, 0.2 * self.stats.poll_errors))
             return
         self.stats.polls += 1
+        polled_at = time.monotonic()
         records: list[Message] = []
         for m in messages:
             err = m.error()
@@ -134,9 +137,11 @@ class ShareMember(threading.Thread):
                 self.stats.poll_errors += 1
                 log.warning("member %d poll error: %s", self.member_id, err)
         if not records:
+            if self.stats.idle_since is None:
+                self.stats.idle_since = polled_at
             return
         self.stats.records += len(records)
-        self.stats.last_record_at = time.monotonic()
+        self.stats.idle_since = None
         batch = PollBatch(self.member_id, records, self._commands)
         self._current, self._acked_in_current = batch, 0
         while not self._buffer.put(batch, timeout_s=0.2):

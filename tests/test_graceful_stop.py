@@ -1,0 +1,54 @@
+"""SIGTERM drains gracefully within the bound, whether it reaches the driver JVM or the whole group."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from app.embedded.kafka_broker import EmbeddedKafka
+from app.embedded.sample_data import produce_json_events
+from tests.job_runner import JobSpec, drain_job, run_summary, start_job
+from tests.table_checks import assert_exactly_once
+
+STOP_BOUND_S = 30
+
+
+@pytest.mark.parametrize("target", ["driver-jvm", "process-group"])
+def test_sigterm_drains_then_exits_and_loses_nothing(
+    target: str, broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
+) -> None:
+    spec = JobSpec(broker, f"term-{target}-{unique}", f"g-{unique}", tmp_path / "table", lock_ms=20000)
+    broker.create_topic(spec.topic, partitions=2)
+    produced = produce_json_events(broker.bootstrap, spec.topic, 30_000)
+    job = start_job(spec, "run.mode=continuous", f"run.stop_timeout_s={STOP_BOUND_S}", log=tmp_path / "run1.log")
+    deadline = time.monotonic() + 120
+    while not (spec.table / "_delta_log").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1)
+
+    # what YARN/Kubernetes do (SIGTERM to the container's main process) or a terminal's kill of the group
+    sent = time.monotonic()
+    if target == "driver-jvm":
+        os.kill(job.pid, signal.SIGTERM)
+    else:
+        os.killpg(job.pid, signal.SIGTERM)
+    rc = job.wait(STOP_BOUND_S + 30)
+    took = time.monotonic() - sent
+    log = (tmp_path / "run1.log").read_text()
+
+    assert rc in (0, 143), log[-3000:]
+    assert took < STOP_BOUND_S + 15
+    assert "draining" in log
+    first = run_summary(tmp_path / "run1.log")  # the run ended through the graceful path
+    assert first["accepted"] + first["released"] == first["polled"]  # every polled record decided
+    orphans = subprocess.run(["pgrep", "-f", str(spec.table)], capture_output=True, text=True).stdout.split()
+    assert orphans == [], "a driver process outlived the job"
+
+    assert drain_job(spec, tmp_path / "run2.log") == 0
+    assert_exactly_once(spark, spec.table, produced)
