@@ -35,6 +35,26 @@ class KafkaConfig(_Section):
     # Extra librdkafka settings for the share consumers (security.protocol, sasl.*, ...).
     client: dict[str, str | int | float | bool] = Field(default_factory=dict)
 
+    @field_validator("client", mode="before")
+    @classmethod
+    def _dotted_names(cls, v: Any) -> Any:
+        """librdkafka names have dots: `sasl.password = ...` in TOML, or `--set
+        kafka.client.sasl.password=...`, arrive as nested tables; flatten them back."""
+        if not isinstance(v, dict):
+            return v
+        flat: dict[str, Any] = {}
+
+        def walk(prefix: str, node: dict[str, Any]) -> None:
+            for key, value in node.items():
+                name = f"{prefix}.{key}" if prefix else str(key)
+                if isinstance(value, dict):
+                    walk(name, value)
+                else:
+                    flat[name] = value
+
+        walk("", v)
+        return flat
+
     @field_validator("client")
     @classmethod
     def _no_reserved_client_keys(cls, v: dict[str, Any]) -> dict[str, Any]:

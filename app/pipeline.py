@@ -4,10 +4,11 @@ Called by `jobs/ingest.py` (spark-submit) and by the tests in-process. `run_inge
 the run ends: in `until-drained` mode when the backlog is drained, in `continuous` mode when
 `stop_event` is set (SIGTERM/SIGINT in the job). It then stops gracefully: members stop polling,
 the running micro-batch finishes and ACCEPTs, polls never written are RELEASEd, every member
-commits and closes, and the streaming query stops.
+commits and closes, and the streaming query stops. Before anything polls, `app.preflight` checks
+the broker, the topic, the share-group settings and the table path (ConfigError on a problem).
 
-"Drained" means: no member has received a record for `run.idle_timeout_ms`, and no polled record
-is still undecided (nothing in the buffer, nothing in a running batch).
+"Drained" is `MemberPool.drained`: every member has been polling and getting nothing for the
+idle timeout, and no polled record is still undecided.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from confluent_kafka import AcknowledgeType, ShareConsumer
 from confluent_kafka.admin import AdminClient
@@ -26,9 +28,9 @@ from pyspark.sql import SparkSession
 from app.bridge.clock_stream import clock_stream
 from app.bridge.record_buffer import RecordBuffer
 from app.config import SharelakeConfig
-from app.consume.group_settings import apply_group_settings, desired_group_settings, read_group_settings
 from app.consume.member_pool import MemberPool
 from app.consume.share_member import ConsumerFactory
+from app.preflight import check_kafka, check_table_path
 from app.sink.commit_log import DeltaCommitLog
 from app.sink.dedup_cache import DedupCache
 from app.sink.delta_sink import DeltaSink
@@ -76,11 +78,15 @@ def run_ingest(
 ) -> RunSummary:
     stop_event = stop_event or threading.Event()
     started = time.monotonic()
-    admin = AdminClient({**cfg.kafka.client, "bootstrap.servers": cfg.kafka.bootstrap_servers})
-    apply_group_settings(admin, cfg.kafka.group_id, desired_group_settings(cfg.kafka))
-    lock_ms = int(
-        read_group_settings(admin, cfg.kafka.group_id).get("share.record.lock.duration.ms") or DEFAULT_LOCK_MS
-    )
+    admin_config: dict[str, Any] = {
+        **cfg.kafka.client,
+        "bootstrap.servers": cfg.kafka.bootstrap_servers,
+        "logger": logging.getLogger("sharelake.kafka.client"),  # librdkafka logs into Python logging
+    }
+    admin = AdminClient(admin_config)
+    group_settings = check_kafka(admin, cfg)  # raises ConfigError: one line, exit code 2
+    check_table_path(spark, cfg.delta.table_path)
+    lock_ms = int(group_settings.get("share.record.lock.duration.ms") or DEFAULT_LOCK_MS)
     log.info(
         "share group %s: record lock %d ms; client RENEW %s",
         cfg.kafka.group_id,

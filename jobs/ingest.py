@@ -50,6 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     try:
         summary = run_ingest(spark, cfg, shutdown.stop_requested)
+    except ConfigError as e:
+        print(f"sharelake: {e}", file=sys.stderr)
+        shutdown.done()
+        return 2
     except IngestError as e:
         log.error("run failed: %s", e)
         shutdown.done()

@@ -45,3 +45,25 @@ def test_bad_config_gives_one_line_naming_the_key(overrides: list[str], message:
 def test_missing_file_names_the_fix(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist: pass --config"):
         load_config(tmp_path / "nope.toml")
+
+
+def test_client_settings_keep_their_dotted_names(tmp_path: Path) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text(
+        "[kafka]\nbootstrap_servers='h:1'\ntopic='t'\ngroup_id='g'\n"
+        "[kafka.client]\n\"security.protocol\" = 'SASL_SSL'\nsasl.mechanism = 'PLAIN'\n"
+        "[delta]\ntable_path='/tmp/x'\n"
+    )
+    cfg = load_config(f, ["kafka.client.sasl.password=pw", "kafka.client.socket.timeout.ms=5000"])
+    assert cfg.kafka.client == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "sasl.password": "pw",
+        "socket.timeout.ms": 5000,
+    }
+
+
+def test_secrets_never_appear_in_config_errors() -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [*REQUIRED, "kafka.client.sasl.password=[1, 2]"])  # a list: wrong type
+    assert "1, 2" not in str(e.value) and "<hidden>" in str(e.value)

@@ -9,27 +9,12 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.config import SharelakeConfig, load_config
 from app.embedded.kafka_broker import EmbeddedKafka
 from app.embedded.sample_data import produce_json_events
 from app.pipeline import IngestError, run_ingest
+from tests.ingest_config import ingest_config
 from tests.kafka_helpers import share_receive
 from tests.table_checks import assert_exactly_once
-
-
-def config(broker: EmbeddedKafka, topic: str, group: str, table: Path, *extra: str) -> SharelakeConfig:
-    return load_config(
-        None,
-        [
-            f"kafka.bootstrap_servers={broker.bootstrap}",
-            f"kafka.topic={topic}",
-            f"kafka.group_id={group}",
-            f"delta.table_path={table}",
-            "run.mode=until-drained",
-            "run.idle_timeout_ms=6000",
-            *extra,
-        ],
-    )
 
 
 @pytest.fixture(autouse=True)
@@ -48,7 +33,7 @@ def test_batch_slower_than_the_record_lock(
     produced = produce_json_events(broker.bootstrap, topic, 3000)
     # every Delta write takes 2.5 s longer than the group's 2 s record lock
     monkeypatch.setenv("SHARELAKE_FAULTS", "delay@before_delta_commit=4.5")
-    cfg = config(
+    cfg = ingest_config(
         broker, topic, group, tmp_path / "t", "kafka.record_lock_duration_ms=2000", "pump.max_poll_records=500"
     )
     summary = run_ingest(spark, cfg)
@@ -67,7 +52,7 @@ def test_failed_writes_release_and_retry(
     broker.create_topic(topic, partitions=3)
     produced = produce_json_events(broker.bootstrap, topic, 4000)
     monkeypatch.setenv("SHARELAKE_FAULTS", "error@before_delta_commit#2")
-    summary = run_ingest(spark, config(broker, topic, group, tmp_path / "t"))
+    summary = run_ingest(spark, ingest_config(broker, topic, group, tmp_path / "t"))
 
     assert summary.failed_attempts == 2
     assert summary.released > 0  # the failed attempts' records went back to the group ...
@@ -83,7 +68,7 @@ def test_a_table_that_cannot_be_written_fails_the_job_and_accepts_nothing(
     produced = produce_json_events(broker.bootstrap, topic, 500)
     monkeypatch.setenv("SHARELAKE_FAULTS", "error@before_delta_commit#1000")
     with pytest.raises(IngestError, match="injected failure"):
-        run_ingest(spark, config(broker, topic, group, tmp_path / "t", "batch.write_attempts=2"))
+        run_ingest(spark, ingest_config(broker, topic, group, tmp_path / "t", "batch.write_attempts=2"))
     monkeypatch.delenv("SHARELAKE_FAULTS")
     # nothing was ACCEPTed: the same group still delivers every record
     again = share_receive(broker, topic, group, seconds=30, expect=500)
@@ -95,7 +80,7 @@ def test_broker_restart_mid_run(spark: SparkSession, tmp_path: Path, unique: str
         topic, group = f"restart-{unique}", f"g-{unique}"
         kafka.create_topic(topic, partitions=2)
         produced = produce_json_events(kafka.bootstrap, topic, 3000)
-        cfg = config(kafka, topic, group, tmp_path / "t", "run.mode=continuous")
+        cfg = ingest_config(kafka, topic, group, tmp_path / "t", "run.mode=continuous")
         stop = threading.Event()
         result: dict[str, object] = {}
         runner = threading.Thread(target=lambda: result.update(summary=run_ingest(spark, cfg, stop)))

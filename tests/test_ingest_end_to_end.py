@@ -6,27 +6,12 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from app.config import SharelakeConfig, load_config
 from app.embedded.kafka_broker import EmbeddedKafka
 from app.embedded.sample_data import produce_json_events
 from app.pipeline import run_ingest
+from tests.ingest_config import ingest_config
 from tests.kafka_helpers import share_receive
 from tests.table_checks import assert_exactly_once
-
-
-def ingest_config(broker: EmbeddedKafka, topic: str, group: str, table: Path, *extra: str) -> SharelakeConfig:
-    return load_config(
-        None,
-        [
-            f"kafka.bootstrap_servers={broker.bootstrap}",
-            f"kafka.topic={topic}",
-            f"kafka.group_id={group}",
-            f"delta.table_path={table}",
-            "run.mode=until-drained",
-            "run.idle_timeout_ms=2500",
-            *extra,
-        ],
-    )
 
 
 def test_ingest_lands_every_record_once_and_accepts_them(
@@ -37,7 +22,7 @@ def test_ingest_lands_every_record_once_and_accepts_them(
     produced = produce_json_events(broker.bootstrap, topic, 10_000)
     assert len({p.key for p in produced}) == 10_000
 
-    summary = run_ingest(spark, ingest_config(broker, topic, group, tmp_path / "table"))
+    summary = run_ingest(spark, ingest_config(broker, topic, group, tmp_path / "table", idle_ms=2500))
 
     assert_exactly_once(spark, tmp_path / "table", produced)
     assert summary.accepted == 10_000 and summary.released == 0 and summary.rejected == 0

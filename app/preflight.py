@@ -1,0 +1,83 @@
+"""Start-up checks of the resources the config names: broker, topic, share-group settings, table path.
+
+Called by `app.pipeline.run_ingest` before any member polls. Each problem raises `ConfigError`
+with one line naming the key or the resource and the fix; the job prints it and exits with code 2.
+Messages never include `kafka.client` values (they hold credentials).
+"""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+from pyspark.sql import SparkSession
+
+from app.config import ConfigError, SharelakeConfig
+from app.consume.group_settings import apply_group_settings, desired_group_settings, read_group_settings
+
+BROKER_TIMEOUT_S = 15.0  # how long start-up waits for a broker to answer
+
+
+def check_kafka(admin: AdminClient, cfg: SharelakeConfig) -> dict[str, str]:
+    """Broker reachable, topic present, group settings accepted; returns the group's settings."""
+    k = cfg.kafka
+    try:
+        metadata = admin.list_topics(timeout=BROKER_TIMEOUT_S)
+    except KafkaException as e:
+        raise ConfigError(
+            f"kafka.bootstrap_servers = {k.bootstrap_servers!r}: no broker answered within "
+            f"{BROKER_TIMEOUT_S:.0f}s ({_reason(e)}); check the address, the listener and the "
+            "kafka.client security settings"
+        ) from None
+    topic = metadata.topics.get(k.topic)
+    if topic is None or topic.error is not None:
+        raise ConfigError(
+            f"kafka.topic = {k.topic!r}: no such topic on {k.bootstrap_servers}; create it or fix the name"
+        )
+    settings = desired_group_settings(k)
+    try:
+        apply_group_settings(admin, k.group_id, settings)
+        return read_group_settings(admin, k.group_id)
+    except KafkaException as e:
+        keys = ", ".join(f"{name}={value}" for name, value in settings.items())
+        raise ConfigError(
+            f"kafka.group_id = {k.group_id!r}: the broker refused the share-group settings ({keys}): "
+            f"{_reason(e)}; fix kafka.auto_offset_reset / kafka.record_lock_duration_ms, or check the "
+            "broker's group.share.* bounds and ACLs"
+        ) from None
+
+
+def check_table_path(spark: SparkSession, table_path: str) -> None:
+    """The path is a Delta table, or empty / absent (the first write creates it), and writable."""
+    sc = spark.sparkContext
+    jvm = sc._jvm
+    assert jvm is not None and sc._jsc is not None
+    path = jvm.org.apache.hadoop.fs.Path(table_path)
+    try:
+        fs = path.getFileSystem(sc._jsc.hadoopConfiguration())
+        log_dir = jvm.org.apache.hadoop.fs.Path(path, "_delta_log")
+        if fs.exists(path) and not fs.exists(log_dir):
+            if fs.getFileStatus(path).isFile() or len(fs.listStatus(path)) > 0:
+                raise ConfigError(
+                    f"delta.table_path = {table_path!r}: the path holds data but is not a Delta table; "
+                    "point it at a Delta table or at a new, empty path"
+                )
+        probe = jvm.org.apache.hadoop.fs.Path(path, "_sharelake_write_probe")
+        fs.mkdirs(path)
+        fs.create(probe, True).close()
+        fs.delete(probe, False)
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any storage error means: not usable as configured
+        raise ConfigError(
+            f"delta.table_path = {table_path!r}: not writable ({_reason(e)}); fix the path or its permissions"
+        ) from None
+
+
+def _reason(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    first = text[0] if text else type(e).__name__
+    for line in text:  # py4j puts the Java exception on a later line
+        if "Exception:" in line:
+            first = line.strip()
+            break
+    return first[:200]

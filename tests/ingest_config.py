@@ -1,0 +1,25 @@
+"""The config an in-process test run uses: the real job's config, pointed at the test broker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from app.config import SharelakeConfig, load_config
+from app.embedded.kafka_broker import EmbeddedKafka
+
+
+def ingest_config(
+    broker: EmbeddedKafka, topic: str, group: str, table: Path, *extra: str, idle_ms: int = 6000
+) -> SharelakeConfig:
+    return load_config(
+        None,
+        [
+            f"kafka.bootstrap_servers={broker.bootstrap}",
+            f"kafka.topic={topic}",
+            f"kafka.group_id={group}",
+            f"delta.table_path={table}",
+            "run.mode=until-drained",
+            f"run.idle_timeout_ms={idle_ms}",
+            *extra,
+        ],
+    )

@@ -1,0 +1,99 @@
+"""Bad configuration stops the job at start: one line naming the key and the fix, exit code 2.
+
+Each resource check runs against the real broker and real storage; the last test goes through the
+real entry point (spark-submit) for the exit code, with a canary secret that must never show.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from app import preflight
+from app.config import ConfigError
+from app.embedded.kafka_broker import EmbeddedKafka, free_port
+from app.pipeline import run_ingest
+from tests.ingest_config import ingest_config
+from tests.job_runner import ROOT
+
+
+def start_error(spark: SparkSession, *args: object, **kw: object) -> str:
+    with pytest.raises(ConfigError) as e:
+        run_ingest(spark, ingest_config(*args, **kw))  # type: ignore[arg-type]
+    message = str(e.value)
+    assert "\n" not in message
+    return message
+
+
+def test_unreachable_broker(
+    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(preflight, "BROKER_TIMEOUT_S", 3.0)
+    nowhere = f"127.0.0.1:{free_port()}"
+    message = start_error(spark, broker, "t", "g", tmp_path / "t", f"kafka.bootstrap_servers={nowhere}")
+    assert message.startswith(f"kafka.bootstrap_servers = '{nowhere}': no broker answered within 3s")
+    assert "check the address" in message
+
+
+def test_missing_topic(broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str) -> None:
+    message = start_error(spark, broker, f"nope-{unique}", "g", tmp_path / "t")
+    assert message == f"kafka.topic = 'nope-{unique}': no such topic on {broker.bootstrap}; create it or fix the name"
+
+
+def test_group_settings_the_broker_refuses(
+    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
+) -> None:
+    broker.create_topic(f"t-{unique}")
+    # above the broker's group.share.max.record.lock.duration.ms (1 hour)
+    extra = "kafka.record_lock_duration_ms=86400000"
+    message = start_error(spark, broker, f"t-{unique}", f"g-{unique}", tmp_path / "t", extra)
+    assert message.startswith(f"kafka.group_id = 'g-{unique}': the broker refused the share-group settings")
+    assert "share.record.lock.duration.ms=86400000" in message and "fix kafka." in message
+
+
+def test_table_path_that_is_not_a_delta_table(
+    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
+) -> None:
+    broker.create_topic(f"t-{unique}")
+    not_delta = tmp_path / "parquet-here"
+    not_delta.mkdir()
+    (not_delta / "part-0.parquet").write_bytes(b"PAR1")
+    message = start_error(spark, broker, f"t-{unique}", f"g-{unique}", not_delta)
+    assert message == (
+        f"delta.table_path = '{not_delta}': the path holds data but is not a Delta table; "
+        "point it at a Delta table or at a new, empty path"
+    )
+
+
+def test_table_path_that_cannot_be_written(
+    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
+) -> None:
+    broker.create_topic(f"t-{unique}")
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    message = start_error(spark, broker, f"t-{unique}", f"g-{unique}", a_file / "table")
+    assert message.startswith(f"delta.table_path = '{a_file / 'table'}': not writable (")
+    assert message.endswith("fix the path or its permissions")
+
+
+def test_entry_point_exits_2_and_never_shows_secrets(broker: EmbeddedKafka, tmp_path: Path) -> None:
+    canary = "CANARY-s3cr3t-7f1d"
+    cmd = [
+        str(ROOT / "spark-submit.sh"), str(ROOT / "jobs" / "ingest.py"), "--config", str(ROOT / "conf" / "local.toml"),
+        "--set", f"kafka.bootstrap_servers={broker.bootstrap}",
+        "--set", "kafka.topic=does-not-exist",
+        "--set", f"delta.table_path={tmp_path / 't'}",
+        "--set", "kafka.client.sasl.username=alice",
+        "--set", f"kafka.client.sasl.password={canary}",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output[-3000:]
+    assert [ln for ln in output.splitlines() if ln.startswith("sharelake:")] == [
+        f"sharelake: kafka.topic = 'does-not-exist': no such topic on {broker.bootstrap}; create it or fix the name"
+    ]
+    assert canary not in output
+    assert "Traceback" not in output
