@@ -72,6 +72,7 @@ class ShareMember(threading.Thread):
         self._stop_polling = threading.Event()
         self._abandon = threading.Event()
         self.stats = MemberStats()
+        self._failed_polls = 0  # consecutive failed polls, for the retry backoff
         self.failure: BaseException | None = None
 
     # -- control, from other threads ---------------------------------------------------------------
@@ -121,11 +122,13 @@ class ShareMember(threading.Thread):
     def _poll_once(self, consumer: ShareConsumer) -> None:
         try:
             messages = consumer.poll(self._poll_timeout_s)
-        except KafkaException as e:
+        except KafkaException as e:  # librdkafka reconnects by itself; back off while it does
             self.stats.poll_errors += 1
+            self._failed_polls += 1
             log.warning("member %d poll failed, retrying: %s", self.member_id, e)
-            time.sleep(min(5.0, 0.2 * self.stats.poll_errors))
+            time.sleep(min(5.0, 0.2 * 2 ** min(self._failed_polls, 5)))
             return
+        self._failed_polls = 0
         self.stats.polls += 1
         polled_at = time.monotonic()
         records: list[Message] = []
