@@ -31,7 +31,13 @@ def test_two_jobs_on_one_partition_both_receive_and_land_each_record_once(
             time.sleep(0.5)
 
     producer = threading.Thread(target=produce_steadily)
-    time.sleep(8)  # let both drivers start and join the group
+    # produce only once both drivers are up (their dedup caches loaded: members start right after)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not all(
+        "dedup cache:" in (tmp_path / f"job{i}.log").read_text(errors="replace") for i in (1, 2)
+    ):
+        time.sleep(0.5)
+    time.sleep(3)  # and their members have joined the group
     producer.start()
     producer.join()
     rcs = [j.wait(300) for j in jobs]
