@@ -130,13 +130,6 @@ class EmbeddedKafka:
             proc.kill()
             proc.wait(timeout=10)
 
-    def kill(self) -> None:
-        """SIGKILL the broker: a crash, for tests."""
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
-
     def is_running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
