@@ -31,25 +31,20 @@ class InjectedFault(RuntimeError):
 
 def active(point: str) -> bool:
     """Whether any rule names `point` (so callers can skip work only a fault needs)."""
-    return any(rule.split("@", 1)[-1].split("#")[0].split("=")[0] == point for rule in _rules())
+    return any(name == point for _, name, _, _ in _rules())
 
 
 def hit(point: str) -> None:
-    rules = _rules()
+    rules = [r for r in _rules() if r[1] == point]
     if not rules:
         return
     with _lock:
         _hits[point] += 1
         n = _hits[point]
-    for rule in rules:
-        action, _, target = rule.partition("@")
-        name, _, arg = target.partition("=")
-        name, _, count = name.partition("#")
-        if name != point:
-            continue
-        if action == "kill" and n == int(count or 1):
+    for action, _, count, arg in rules:
+        if action == "kill" and n == count:
             os.kill(os.getpid(), signal.SIGKILL)
-        elif action == "error" and n <= int(count or 1):
+        elif action == "error" and n <= count:
             raise InjectedFault(f"injected failure at {point} (hit {n})")
         elif action == "delay":
             time.sleep(float(arg))
@@ -60,5 +55,13 @@ def reset() -> None:
         _hits.clear()
 
 
-def _rules() -> list[str]:
-    return [r.strip() for r in os.environ.get(ENV, "").split(",") if r.strip()]
+def _rules() -> list[tuple[str, str, int, str]]:
+    """(action, point, count, argument) of each rule: `action@point[#count][=argument]`."""
+    rules = []
+    for rule in os.environ.get(ENV, "").split(","):
+        action, _, target = rule.strip().partition("@")
+        name, _, arg = target.partition("=")
+        name, _, count = name.partition("#")
+        if name:
+            rules.append((action, name, int(count or 1), arg))
+    return rules

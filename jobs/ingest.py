@@ -50,19 +50,17 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     try:
         summary = run_ingest(spark, cfg, shutdown.stop_requested)
+        log.info("run ended: %s", summary.line())
     except ConfigError as e:
         print(f"sharelake: {e}", file=sys.stderr)
-        shutdown.done()
         return 2
     except IngestError as e:
         log.error("run failed: %s", e)
-        shutdown.done()
         return 1
-    log.info("run ended: %s", summary.line())
-    if shutdown.stop_requested.is_set():
+    finally:
         shutdown.done()  # the JVM may be waiting in its shutdown hook: let it go on
+    if shutdown.stop_requested.is_set():
         return 0
-    shutdown.done()
     if args.summary:
         print_table_summary(spark, cfg.delta.table_path)
     spark.stop()

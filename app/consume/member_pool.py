@@ -49,10 +49,8 @@ class MemberPool:
             )
             for i in range(pump.members)
         ]
-        self.started_at = time.monotonic()
 
     def start(self) -> None:
-        self.started_at = time.monotonic()
         for m in self.members:
             m.start()
 

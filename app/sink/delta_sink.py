@@ -67,6 +67,7 @@ class _Plan:
     write: list[tuple[PollBatch, list[int]]] = field(default_factory=list)
     copies: list[tuple[PollBatch, list[int]]] = field(default_factory=list)
     present: list[tuple[PollBatch, list[int]]] = field(default_factory=list)
+    written_offsets: dict[PartitionKey, list[int]] = field(default_factory=dict)  # of `write`
 
 
 class DeltaSink:
@@ -154,6 +155,7 @@ class DeltaSink:
                 else:
                     seen.add(key)
                     write.append(i)
+                    plan.written_offsets.setdefault(key[:2], []).append(key[2])
             for bucket, idx in ((plan.write, write), (plan.copies, copies), (plan.present, present)):
                 if idx:
                     bucket.append((b, idx))
@@ -163,10 +165,7 @@ class DeltaSink:
 
     def _write(self, spark: SparkSession, plan: _Plan, batch_id: int) -> CommitProof:
         records = [b.records[i] for b, idx in plan.write for i in idx]
-        offsets: dict[PartitionKey, list[int]] = {}
-        for r in records:
-            offsets.setdefault((str(r.topic()), int(r.partition() or 0)), []).append(int(r.offset() or 0))
-        ranges = {k: OffsetRanges.of(v) for k, v in offsets.items()}
+        ranges = {k: OffsetRanges.of(v) for k, v in plan.written_offsets.items()}
         write_id = uuid.uuid4().hex
         table = records_to_arrow(records, batch_id, datetime.now(UTC))
         faults.hit("before_delta_commit")
