@@ -109,6 +109,8 @@ def run_ingest(
             .start()
         )
     except Exception as e:
+        if temp_checkpoint:
+            shutil.rmtree(temp_checkpoint, ignore_errors=True)
         raise IngestError(f"the streaming query did not start: {str(e).splitlines()[0]}") from e
     pool.start()
     error: BaseException | None = None
