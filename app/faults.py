@@ -7,9 +7,11 @@ comma-separated rules, read at every hit so a test can change it in-process:
     kill@after_delta_commit#3      ... at its third hit
     error@before_delta_commit#2    raise InjectedFault at the first 2 hits
     delay@before_delta_commit=3.5  sleep 3.5 s at every hit
+    delay@before_delta_commit#3=20 sleep 20 s at the third hit only
 
-Points: before_delta_commit, after_delta_commit (committed, not yet ACCEPTed), after_accept
-(ACCEPTs committed to Kafka, foreachBatch not yet returned: Spark will re-run this batch id).
+Points: before_delta_commit, after_delta_commit (committed, not yet ACCEPTed), before_repair
+(about to delete duplicate rows another writer committed first), after_accept (ACCEPTs committed
+to Kafka, foreachBatch not yet returned: Spark will re-run this batch id).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def hit(point: str) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         elif action == "error" and n <= count:
             raise InjectedFault(f"injected failure at {point} (hit {n})")
-        elif action == "delay":
+        elif action == "delay" and count in (0, n):
             time.sleep(float(arg))
 
 
@@ -56,12 +58,15 @@ def reset() -> None:
 
 
 def _rules() -> list[tuple[str, str, int, str]]:
-    """(action, point, count, argument) of each rule: `action@point[#count][=argument]`."""
+    """(action, point, count, argument) of each rule: `action@point[#count][=argument]`.
+
+    A missing count is 1 for kill and error, and 0 (every hit) for delay.
+    """
     rules = []
     for rule in os.environ.get(ENV, "").split(","):
         action, _, target = rule.strip().partition("@")
         name, _, arg = target.partition("=")
         name, _, count = name.partition("#")
         if name:
-            rules.append((action, name, int(count or 1), arg))
+            rules.append((action, name, int(count) if count else (0 if action == "delay" else 1), arg))
     return rules

@@ -56,6 +56,7 @@ class RunSummary:
     dedup_hits: int
     in_batch_duplicates: int
     concurrent_duplicates: int
+    duplicates_repaired: int
     late_accepts: int
     failed_attempts: int
     last_version: int
@@ -99,6 +100,7 @@ def run_ingest(
     buffer = RecordBuffer(cfg.pump.buffer_max_records)
     pool = MemberPool(cfg.kafka, cfg.pump, buffer, consumer_factory)
     sink = DeltaSink(buffer, cfg.delta.table_path, cfg.batch, cache, lock_ms / 1000)
+    sink.repair_pending(spark)  # duplicates a writer that died before repairing them left behind
     temp_checkpoint = None if cfg.delta.checkpoint_path else tempfile.mkdtemp(prefix="sharelake-clock-")
     try:
         query = (
@@ -146,6 +148,7 @@ def run_ingest(
         dedup_hits=st.dedup_hits,
         in_batch_duplicates=st.in_batch_duplicates,
         concurrent_duplicates=st.concurrent_duplicates,
+        duplicates_repaired=st.duplicates_repaired,
         late_accepts=st.late_accepts,
         failed_attempts=st.failed_attempts,
         last_version=st.last_version,

@@ -12,7 +12,13 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from app.sink.commit_log import DeltaCommitLog, SharelakeCommit, parse_user_metadata, user_metadata_json
+from app.sink.commit_log import (
+    DeltaCommitLog,
+    SharelakeCommit,
+    parse_user_metadata,
+    repair_metadata_json,
+    user_metadata_json,
+)
 from app.sink.dedup_cache import DedupCache
 from app.sink.offset_ranges import OffsetRanges
 
@@ -93,9 +99,25 @@ def test_cache_loads_refreshes_and_answers_membership() -> None:
     assert cache.refresh() == []
 
 
-def test_overlap_counts_offsets_committed_twice() -> None:
+def test_a_commit_holding_offsets_an_earlier_one_holds_is_a_pending_repair_until_repaired() -> None:
     cache = DedupCache(None)
-    mine = ranges(p0=[(10, 19)], p1=[(0, 4)])
-    others = [SharelakeCommit(5, "x", ranges(p0=[(15, 30)])), SharelakeCommit(6, "y", ranges(p1=[(4, 4)]))]
-    assert cache.overlap(mine, others) == 5 + 1
-    assert cache.overlap(mine, [SharelakeCommit(7, "z", ranges(p2=[(0, 100)]))]) == 0
+    cache.fold(SharelakeCommit(5, "x", ranges(p0=[(15, 30)], p1=[(4, 4)])))
+    cache.fold(SharelakeCommit(6, "y", ranges(p0=[(10, 19)], p1=[(0, 4)]), ingested_at_us=1))
+    cache.fold(SharelakeCommit(7, "z", ranges(p2=[(0, 100)])))  # no overlap: nothing to repair
+    [repair] = cache.repairs()
+    assert repair.commit.version == 6 and repair.count() == 5 + 1
+    assert repair.duplicates == ranges(p0=[(15, 19)], p1=[(4, 4)])
+    assert cache.contains("t", 0, 10)  # the offsets are in the table either way
+
+    cache.fold(SharelakeCommit(8, "r", ranges(p0=[(15, 19)], p1=[(4, 4)]), repair_of=6))  # the repair commit
+    assert cache.repairs() == []
+    cache.fold(SharelakeCommit(9, "w", ranges(p0=[(19, 19)])))
+    cache.repaired(9)
+    assert cache.repairs() == []
+
+
+def test_repair_metadata_round_trip() -> None:
+    commit = parse_user_metadata(4, user_metadata_json("w", 1, ranges(p0=[(0, 9)]), ingested_at_us=1234567890123456))
+    assert commit is not None and commit.ingested_at_us == 1234567890123456 and commit.repair_of is None
+    repair = parse_user_metadata(5, repair_metadata_json("r", 4, ranges(p0=[(3, 4)])))
+    assert repair is not None and repair.repair_of == 4 and repair.ranges == ranges(p0=[(3, 4)])

@@ -57,3 +57,13 @@ def test_matches_a_plain_set_on_random_inserts() -> None:
     ranges = list(r)
     assert all(a[1] + 1 < b[0] for a, b in itertools.pairwise(ranges))  # disjoint, not adjacent
     assert OffsetRanges(ranges) == r
+
+
+def test_intersection_matches_plain_sets() -> None:
+    assert list(OffsetRanges([(0, 9), (20, 29)]).intersection(OffsetRanges([(5, 24)]))) == [(5, 9), (20, 24)]
+    assert list(OffsetRanges([(0, 9)]).intersection(OffsetRanges([(10, 19)]))) == []
+    rng = random.Random(11)
+    for _ in range(50):
+        a, b = (set(rng.sample(range(200), rng.randrange(0, 120))) for _ in range(2))
+        both = OffsetRanges.of(a).intersection(OffsetRanges.of(b))
+        assert both == OffsetRanges.of(a & b)

@@ -26,9 +26,17 @@ PartitionKey = tuple[str, int]
 
 @dataclass(frozen=True)
 class SharelakeCommit:
+    """A Sharelake commit: an append of `ranges` (its rows all carry `ingested_at_us`), or a repair.
+
+    A repair commit (`repair_of` set) deleted the rows of version `repair_of` at the offsets in
+    `ranges` because an earlier commit already held them; it adds no offsets to the table.
+    """
+
     version: int
     write_id: str | None
     ranges: dict[PartitionKey, OffsetRanges]
+    ingested_at_us: int | None = None
+    repair_of: int | None = None
 
 
 def parse_user_metadata(version: int, user_metadata: str | None) -> SharelakeCommit | None:
@@ -47,14 +55,36 @@ def parse_user_metadata(version: int, user_metadata: str | None) -> SharelakeCom
         for topic, partitions in body.get("ranges", {}).items()
         for partition, spans in partitions.items()
     }
-    return SharelakeCommit(version, body.get("write_id"), ranges)
+    ingested_at_us, repair_of = body.get("ingested_at_us"), body.get("repair_of")
+    return SharelakeCommit(
+        version,
+        body.get("write_id"),
+        ranges,
+        ingested_at_us=int(ingested_at_us) if ingested_at_us is not None else None,
+        repair_of=int(repair_of) if repair_of is not None else None,
+    )
 
 
-def user_metadata_json(write_id: str, batch_id: int, ranges: dict[PartitionKey, OffsetRanges]) -> str:
+def _ranges_json(ranges: dict[PartitionKey, OffsetRanges]) -> dict[str, dict[str, list[list[int]]]]:
     by_topic: dict[str, dict[str, list[list[int]]]] = {}
     for (topic, partition), r in sorted(ranges.items()):
         by_topic.setdefault(topic, {})[str(partition)] = r.to_json()
-    return json.dumps({METADATA_KEY: {"v": 1, "write_id": write_id, "batch_id": batch_id, "ranges": by_topic}})
+    return by_topic
+
+
+def user_metadata_json(
+    write_id: str, batch_id: int, ranges: dict[PartitionKey, OffsetRanges], ingested_at_us: int | None = None
+) -> str:
+    body = {"v": 1, "write_id": write_id, "batch_id": batch_id, "ranges": _ranges_json(ranges)}
+    if ingested_at_us is not None:
+        body["ingested_at_us"] = ingested_at_us
+    return json.dumps({METADATA_KEY: body})
+
+
+def repair_metadata_json(write_id: str, repair_of: int, ranges: dict[PartitionKey, OffsetRanges]) -> str:
+    """userMetadata of the DELETE that removes version `repair_of`'s duplicate rows at `ranges`."""
+    body = {"v": 1, "write_id": write_id, "repair_of": repair_of, "ranges": _ranges_json(ranges)}
+    return json.dumps({METADATA_KEY: body})
 
 
 class DeltaCommitLog:

@@ -11,17 +11,33 @@ by one of the last commits before a crash or a lock expiry. `lookback_commits` (
 must cover the commits made during one record-lock duration plus a restart, by a wide margin.
 Memory: adjacent ranges merge, so a partition written contiguously costs one range; every hole
 (an offset this table never received) costs one more.
+
+Duplicate detection: a Sharelake append that holds offsets an earlier commit already holds is a
+duplicate (two writers acquired the same record, one after the other's lock expired, and both
+wrote it before either saw the other's commit). The cache records such a commit as a pending
+`Repair` (which of its offsets to delete) until a repair commit for it is folded in.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from dataclasses import dataclass
 
 from app.sink.commit_log import DeltaCommitLog, PartitionKey, SharelakeCommit
 from app.sink.offset_ranges import OffsetRanges
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Repair:
+    """Delete the rows of `commit` at `duplicates`: an earlier commit holds those offsets."""
+
+    commit: SharelakeCommit
+    duplicates: dict[PartitionKey, OffsetRanges]
+
+    def count(self) -> int:
+        return sum(r.count() for r in self.duplicates.values())
 
 
 class DedupCache:
@@ -30,15 +46,20 @@ class DedupCache:
         self.lookback_commits = lookback_commits
         self.version = -1  # the highest table version folded in
         self._ranges: dict[PartitionKey, OffsetRanges] = {}
+        self._repairs: dict[int, Repair] = {}  # by the duplicate commit's version
 
     def load(self) -> None:
         if self._log is None:
             return
         self.version, commits = self._log.recent(self.lookback_commits)
         for c in commits:
-            self.add(c.ranges)
+            self.fold(c)
         log.info(
-            "dedup cache: %d Sharelake commits up to version %d, %d ranges", len(commits), self.version, self.size()
+            "dedup cache: %d Sharelake commits up to version %d, %d ranges, %d duplicate commits to repair",
+            len(commits),
+            self.version,
+            self.size(),
+            len(self._repairs),
         )
 
     def refresh(self) -> list[SharelakeCommit]:
@@ -49,9 +70,31 @@ class DedupCache:
         for v, commit in self._log.after(self.version):
             self.version = v
             if commit is not None:
-                self.add(commit.ranges)
+                self.fold(commit)
                 new.append(commit)
         return new
+
+    def fold(self, commit: SharelakeCommit) -> None:
+        """Add a commit's offsets, noting a Repair if an earlier commit already holds some of them."""
+        if commit.repair_of is not None:
+            self._repairs.pop(commit.repair_of, None)
+            return
+        dups: dict[PartitionKey, OffsetRanges] = {}
+        for key, r in commit.ranges.items():
+            held = self._ranges.get(key)
+            both = held.intersection(r) if held is not None else None
+            if both:
+                dups[key] = both
+        if dups:
+            self._repairs[commit.version] = Repair(commit, dups)
+        self.add(commit.ranges)
+
+    def repairs(self) -> list[Repair]:
+        """Duplicate commits not repaired yet, oldest first."""
+        return [self._repairs[v] for v in sorted(self._repairs)]
+
+    def repaired(self, version: int) -> None:
+        self._repairs.pop(version, None)
 
     def add(self, ranges: dict[PartitionKey, OffsetRanges]) -> None:
         for key, r in ranges.items():
@@ -64,15 +107,3 @@ class DedupCache:
     def size(self) -> int:
         """Ranges held (the cache's memory)."""
         return sum(len(r) for r in self._ranges.values())
-
-    def overlap(self, ranges: dict[PartitionKey, OffsetRanges], others: Iterable[SharelakeCommit]) -> int:
-        """How many offsets of `ranges` the commits `others` also hold (concurrent duplicates)."""
-        count = 0
-        for other in others:
-            for key, theirs in other.ranges.items():
-                mine = ranges.get(key)
-                if mine is None:
-                    continue
-                for s, e in theirs:
-                    count += sum(max(0, min(e, me) - max(s, ms) + 1) for ms, me in mine)
-        return count

@@ -10,8 +10,14 @@ DataFrame is ignored). One attempt:
 3. one Delta append whose `userMetadata` carries a `write_id` and the offset ranges written;
 4. read the commit files after the last known version to find ours by `write_id`: that version is
    the `CommitProof` every record is ACCEPTed with (INVARIANT 1);
-5. count records whose lock may have expired before the ACCEPT, and overlaps with concurrent
-   commits of other writers.
+5. if another writer committed some of the same offsets first (it acquired them after our locks
+   expired), delete our copies of them (a DELETE keyed on offset and our write's `ingested_at`),
+   so the table keeps exactly one row per record; then ACCEPT;
+6. count records whose lock may have expired before the ACCEPT.
+
+A crash between our commit and that repair leaves the duplicates to the next start: the dedup
+cache finds every unrepaired duplicate commit in the lookback and `repair_pending` deletes them
+before the job polls.
 
 A failed attempt RELEASEs the attempt's undecided records (never ACCEPTs) and is retried with
 exponential backoff (tenacity) on whatever the buffer holds then; after `batch.write_attempts`
@@ -29,7 +35,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from pyspark.sql import DataFrame, SparkSession
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
@@ -39,11 +45,15 @@ from app.acknowledge.lifecycle import CommitProof, PollBatch
 from app.bridge.arrow_rows import records_to_arrow
 from app.bridge.record_buffer import RecordBuffer
 from app.config import BatchConfig
-from app.sink.commit_log import PartitionKey, user_metadata_json
-from app.sink.dedup_cache import DedupCache
+from app.sink.commit_log import PartitionKey, repair_metadata_json, user_metadata_json
+from app.sink.dedup_cache import DedupCache, Repair
 from app.sink.offset_ranges import OffsetRanges
 
 log = logging.getLogger(__name__)
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+REPAIR_ATTEMPTS = 8
 
 
 @dataclass
@@ -53,6 +63,7 @@ class SinkStats:
     dedup_hits: int = 0  # records already in the table: ACCEPTed without a write
     in_batch_duplicates: int = 0  # second copies inside one micro-batch: written once
     concurrent_duplicates: int = 0  # offsets another writer committed while we wrote the same
+    duplicates_repaired: int = 0  # duplicate rows deleted again (ours and, at start, crashed writers')
     late_accepts: int = 0  # ACCEPTed after the record lock duration: the ACCEPT likely failed
     failed_attempts: int = 0
     empty_batches: int = 0
@@ -86,6 +97,7 @@ class DeltaSink:
         self.lock_duration_s = lock_duration_s
         self.stats = SinkStats()
         self._closed = threading.Event()
+        self._own_repairs: set[int] = set()  # versions of our commits whose duplicates are not deleted yet
 
     def close(self) -> None:
         """From now on micro-batches write nothing (used while the job stops)."""
@@ -112,6 +124,9 @@ class DeltaSink:
     def _attempt(self, spark: SparkSession, batch_id: int) -> None:
         if self._closed.is_set():
             return
+        for repair in self.cache.repairs():  # a repair of our own commit that failed in an earlier attempt
+            if repair.commit.version in self._own_repairs:
+                self._repair(spark, repair)
         batches = self.buffer.drain(self.batch.max_records, self.batch.max_wait_ms / 1000)
         if not batches:
             self.stats.empty_batches += 1
@@ -167,34 +182,101 @@ class DeltaSink:
         records = [b.records[i] for b, idx in plan.write for i in idx]
         ranges = {k: OffsetRanges.of(v) for k, v in plan.written_offsets.items()}
         write_id = uuid.uuid4().hex
-        table = records_to_arrow(records, batch_id, datetime.now(UTC))
+        ingested_at = datetime.now(UTC)
+        ingested_at_us = (ingested_at - EPOCH) // timedelta(microseconds=1)  # exact: names this write's rows
+        table = records_to_arrow(records, batch_id, ingested_at)
         faults.hit("before_delta_commit")
         (
             spark.createDataFrame(table)
             .write.format("delta")
             .mode("append")
-            .option("userMetadata", user_metadata_json(write_id, batch_id, ranges))
+            .option("userMetadata", user_metadata_json(write_id, batch_id, ranges, ingested_at_us))
             .save(self.table_path)
         )
-        version = self._find_commit(write_id, ranges)
+        version = self._find_commit(write_id)
         faults.hit("after_delta_commit")
+        self._repair_own(spark, version)
         self.stats.batches += 1
         self.stats.rows += len(records)
         self.stats.last_version = version
         return CommitProof(table=self.table_path, version=version)
 
-    def _find_commit(self, write_id: str, ranges: dict[PartitionKey, OffsetRanges]) -> int:
-        """Our commit's version, read from the log; other writers' commits before it are checked."""
-        new = self.cache.refresh()
-        ours = [c for c in new if c.write_id == write_id]
+    def _find_commit(self, write_id: str) -> int:
+        """Our commit's version, read from the log (folding other writers' commits before it)."""
+        ours = [c for c in self.cache.refresh() if c.write_id == write_id]
         if not ours:
             raise RuntimeError(f"Delta append returned but no commit in {self.table_path} carries write {write_id}")
-        concurrent = [c for c in new if c.version < ours[0].version]
-        dup = self.cache.overlap(ranges, concurrent)
-        if dup:
-            self.stats.concurrent_duplicates += dup
-            log.error("%d offsets were committed concurrently by another writer: duplicate rows", dup)
         return ours[0].version
+
+    def _repair_own(self, spark: SparkSession, version: int) -> None:
+        """Delete our copies of offsets another writer committed before our commit `version`."""
+        repair = next((r for r in self.cache.repairs() if r.commit.version == version), None)
+        if repair is None:
+            return
+        self.stats.concurrent_duplicates += repair.count()
+        log.warning(
+            "another writer committed %d of the offsets of our version %d first (it acquired them after "
+            "our record locks expired): deleting our copies",
+            repair.count(),
+            version,
+        )
+        self._own_repairs.add(version)
+        self._repair(spark, repair)
+
+    def repair_pending(self, spark: SparkSession) -> None:
+        """At start: delete the duplicates of commits whose writer died before repairing them."""
+        for repair in self.cache.repairs():
+            log.warning(
+                "version %d holds %d offsets an earlier commit already held, unrepaired (its writer stopped "
+                "before deleting them): deleting them now",
+                repair.commit.version,
+                repair.count(),
+            )
+            self._repair(spark, repair)
+
+    def _repair(self, spark: SparkSession, repair: Repair) -> None:
+        """One DELETE of `repair.commit`'s rows at the duplicate offsets; its commit says what it repaired.
+
+        The rows are named by offset and by the commit's `ingested_at` (one value per write, to the
+        microsecond), so the earlier commit's rows for the same offsets are never touched. Running
+        it again deletes nothing.
+        """
+        commit = repair.commit
+        if commit.ingested_at_us is None:
+            log.error("version %d has duplicates but no ingested_at in its metadata: not repaired", commit.version)
+            self.cache.repaired(commit.version)
+            return
+        faults.hit("before_repair")
+        by_partition = " OR ".join(
+            f"(`topic` = '{topic.replace(chr(39), chr(39) * 2)}' AND `partition` = {partition} AND ("
+            + " OR ".join(f"`offset` BETWEEN {s} AND {e}" for s, e in spans)
+            + "))"
+            for (topic, partition), spans in sorted(repair.duplicates.items())
+        )
+        condition = f"`ingested_at` = timestamp_micros({commit.ingested_at_us}) AND ({by_partition})"
+        path = self.table_path.replace("`", "``")
+        metadata = repair_metadata_json(uuid.uuid4().hex, commit.version, repair.duplicates)
+        # Delta checks a DELETE against every file appended meanwhile (Serializable isolation), so
+        # the other writer's appends make it conflict: retry the DELETE alone, briefly
+        for attempt in Retrying(
+            stop=stop_after_attempt(REPAIR_ATTEMPTS),
+            wait=wait_exponential_jitter(multiplier=0.2, max=5, jitter=0.5),
+            reraise=True,
+            before_sleep=lambda state: log.info(
+                "repair of version %d conflicted (attempt %d), retrying", commit.version, state.attempt_number
+            ),
+        ):
+            with attempt:
+                spark.conf.set(USER_METADATA_CONF, metadata)
+                try:
+                    deleted = spark.sql(f"DELETE FROM delta.`{path}` WHERE {condition}").collect()
+                finally:
+                    spark.conf.unset(USER_METADATA_CONF)
+        rows = int(deleted[0][0]) if deleted and deleted[0][0] is not None else 0
+        self.stats.duplicates_repaired += rows
+        self.cache.repaired(commit.version)
+        self._own_repairs.discard(commit.version)
+        log.warning("repaired version %d: deleted %d duplicate rows", commit.version, rows)
 
     def _account_locks(self, batches: list[PollBatch]) -> None:
         now = time.monotonic()

@@ -60,6 +60,22 @@ class OffsetRanges:
         for s, e in other:
             self.add_range(s, e)
 
+    def intersection(self, other: OffsetRanges) -> OffsetRanges:
+        """The offsets in both sets (a linear merge of the two sorted range lists)."""
+        out = OffsetRanges()
+        mine, theirs = list(self), list(other)
+        i = j = 0
+        while i < len(mine) and j < len(theirs):
+            start, end = max(mine[i][0], theirs[j][0]), min(mine[i][1], theirs[j][1])
+            if start <= end:
+                out._starts.append(start)
+                out._ends.append(end)
+            if mine[i][1] < theirs[j][1]:
+                i += 1
+            else:
+                j += 1
+        return out
+
     def __contains__(self, offset: object) -> bool:
         if not isinstance(offset, int):
             return False
