@@ -12,7 +12,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class ConfigError(ValueError):
@@ -90,6 +90,40 @@ class DeltaConfig(_Section):
     dedup_lookback_commits: int = Field(default=1000, ge=1)
 
 
+class PayloadConfig(_Section):
+    """How record values are read; parsed in Spark, never in a per-record Python loop."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    # raw: the value as bytes; text: as a UTF-8 string; json: parsed with `schema` into columns
+    format: Literal["raw", "text", "json"] = "raw"
+    # json only: the value's fields as a Spark DDL string, e.g. "id long, name string, amount double"
+    schema_ddl: str | None = Field(default=None, alias="schema")
+    # json only: top-level fields that must be present and non-null
+    required_fields: list[str] = Field(default_factory=list)
+    # a value longer than this is dead-lettered (class too_large), not written
+    max_value_bytes: int = Field(default=1_048_576, ge=1)
+    # a record without a value (a tombstone) is dead-lettered (class null_value) unless allowed
+    allow_null_value: bool = False
+
+    @model_validator(mode="after")
+    def _schema_goes_with_json(self) -> PayloadConfig:
+        if self.format == "json" and not (self.schema_ddl or "").strip():
+            raise ValueError("payload.format = 'json' needs payload.schema, e.g. schema = \"id long, name string\"")
+        if self.format != "json" and (self.schema_ddl or self.required_fields):
+            raise ValueError("payload.schema and payload.required_fields apply to format = 'json' only")
+        return self
+
+
+class DeadLetterConfig(_Section):
+    # the dead-letter Delta table; default: the main table's path + "_dead_letter"
+    table_path: str | None = None
+    # a record delivered this many times is dead-lettered (class delivery_count_exceeded) instead of
+    # tried again; keep it below the group's share.delivery.count.limit (default 5), where the broker
+    # would archive the record without anyone seeing it (checked at start)
+    max_delivery_count: int = Field(default=4, ge=1)
+
+
 class RunConfig(_Section):
     mode: Literal["continuous", "until-drained"] = "continuous"
     # until-drained: stop once records have arrived and none came for idle_timeout_ms ...
@@ -106,6 +140,12 @@ class SharelakeConfig(_Section):
     pump: PumpConfig = PumpConfig()
     batch: BatchConfig = BatchConfig()
     run: RunConfig = RunConfig()
+    payload: PayloadConfig = PayloadConfig()
+    dead_letter: DeadLetterConfig = DeadLetterConfig()
+
+    @property
+    def dead_letter_path(self) -> str:
+        return self.dead_letter.table_path or self.delta.table_path.rstrip("/") + "_dead_letter"
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
@@ -145,6 +185,8 @@ def _one_line(err: ValidationError) -> str:
     if kind == "extra_forbidden":
         return f"config key {key} is not a known key: remove it or fix its spelling (see conf/local.toml)"
     got = first.get("input")
+    if kind == "value_error" and isinstance(got, dict):  # a section-level rule: the message names the keys
+        return f"config key {key}: {first['msg'].removeprefix('Value error, ')}"
     shown = "<hidden>" if any(s in key for s in ("password", "secret", "sasl")) else repr(got)
     return f"config key {key} = {shown}: {first['msg']}; fix the value (see conf/local.toml)"
 

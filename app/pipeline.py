@@ -14,7 +14,9 @@ idle timeout, and no polled record is still undecided.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -30,10 +32,13 @@ from app.bridge.record_buffer import RecordBuffer
 from app.config import SharelakeConfig
 from app.consume.member_pool import MemberPool
 from app.consume.share_member import ConsumerFactory
-from app.preflight import check_kafka, check_table_path
+from app.preflight import check_dead_letter_cap, check_kafka, check_table_path
 from app.sink.commit_log import DeltaCommitLog
+from app.sink.dead_letter import STAMP_COLUMN
 from app.sink.dedup_cache import DedupCache
+from app.sink.dedup_table import DedupTable
 from app.sink.delta_sink import DeltaSink
+from app.sink.payload import PayloadReader, parse_schema
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +62,8 @@ class RunSummary:
     in_batch_duplicates: int
     concurrent_duplicates: int
     duplicates_repaired: int
+    dead_lettered: int
+    dead_letter_hits: int
     late_accepts: int
     failed_attempts: int
     last_version: int
@@ -86,7 +93,10 @@ def run_ingest(
     }
     admin = AdminClient(admin_config)
     group_settings = check_kafka(admin, cfg)  # raises ConfigError: one line, exit code 2
+    check_dead_letter_cap(cfg, group_settings)
     check_table_path(spark, cfg.delta.table_path)
+    check_table_path(spark, cfg.dead_letter_path, key="dead_letter.table_path")
+    reader = PayloadReader(cfg.payload, parse_schema(spark, cfg.payload))
     lock_ms = int(group_settings.get("share.record.lock.duration.ms") or DEFAULT_LOCK_MS)
     log.info(
         "share group %s: record lock %d ms; client RENEW %s",
@@ -95,11 +105,21 @@ def run_ingest(
         "available" if RENEW_SUPPORTED else "not available: each poll must be ACCEPTed within the lock",
     )
 
-    cache = DedupCache(DeltaCommitLog(spark, cfg.delta.table_path), cfg.delta.dedup_lookback_commits)
-    cache.load()
+    main, dead = (
+        DedupTable(path, DedupCache(DeltaCommitLog(spark, path), cfg.delta.dedup_lookback_commits), stamp, prefix)
+        for path, stamp, prefix in (
+            (cfg.delta.table_path, "ingested_at", "delta"),
+            (cfg.dead_letter_path, STAMP_COLUMN, "dead_letter"),
+        )
+    )
+    main.cache.load()
+    dead.cache.load()
     buffer = RecordBuffer(cfg.pump.buffer_max_records)
     pool = MemberPool(cfg.kafka, cfg.pump, buffer, consumer_factory)
-    sink = DeltaSink(buffer, cfg.delta.table_path, cfg.batch, cache, lock_ms / 1000)
+    job_name = f"{cfg.run.app_name}/{cfg.kafka.group_id}@{socket.gethostname()}:{os.getpid()}"
+    sink = DeltaSink(
+        buffer, main, dead, cfg.batch, reader, cfg.dead_letter.max_delivery_count, lock_ms / 1000, job_name
+    )
     sink.repair_pending(spark)  # duplicates a writer that died before repairing them left behind
     temp_checkpoint = None if cfg.delta.checkpoint_path else tempfile.mkdtemp(prefix="sharelake-clock-")
     try:
@@ -143,15 +163,17 @@ def run_ingest(
         released=t.released,
         rejected=t.rejected,
         ack_errors=t.ack_errors,
-        delta_commits=st.batches,
-        rows_written=st.rows,
+        delta_commits=main.stats.commits,
+        rows_written=main.stats.rows,
         dedup_hits=st.dedup_hits,
         in_batch_duplicates=st.in_batch_duplicates,
-        concurrent_duplicates=st.concurrent_duplicates,
-        duplicates_repaired=st.duplicates_repaired,
+        concurrent_duplicates=main.stats.concurrent_duplicates + dead.stats.concurrent_duplicates,
+        duplicates_repaired=main.stats.duplicates_repaired + dead.stats.duplicates_repaired,
+        dead_lettered=st.dead_lettered,
+        dead_letter_hits=st.dead_letter_hits,
         late_accepts=st.late_accepts,
         failed_attempts=st.failed_attempts,
-        last_version=st.last_version,
+        last_version=main.stats.last_version,
         max_cycle_s=st.max_cycle_s,
         seconds=time.monotonic() - started,
     )

@@ -15,6 +15,7 @@ from app.config import ConfigError, SharelakeConfig
 from app.consume.group_settings import apply_group_settings, desired_group_settings, read_group_settings
 
 BROKER_TIMEOUT_S = 15.0  # how long start-up waits for a broker to answer
+DELIVERY_LIMIT = "share.delivery.count.limit"  # the group config (broker default 5)
 
 
 def check_kafka(admin: AdminClient, cfg: SharelakeConfig) -> dict[str, str]:
@@ -46,7 +47,19 @@ def check_kafka(admin: AdminClient, cfg: SharelakeConfig) -> dict[str, str]:
         ) from None
 
 
-def check_table_path(spark: SparkSession, table_path: str) -> None:
+def check_dead_letter_cap(cfg: SharelakeConfig, group_settings: dict[str, str]) -> None:
+    """The dead-letter delivery cap is below the group's limit, where the broker archives unseen."""
+    limit = group_settings.get(DELIVERY_LIMIT)
+    cap = cfg.dead_letter.max_delivery_count
+    if limit is not None and limit.isdigit() and cap >= int(limit):
+        raise ConfigError(
+            f"dead_letter.max_delivery_count = {cap} is not below the share group's {DELIVERY_LIMIT} ({limit}): "
+            f"the broker would archive a failing record before it reaches the dead-letter table; set it to "
+            f"{int(limit) - 1} or less"
+        )
+
+
+def check_table_path(spark: SparkSession, table_path: str, key: str = "delta.table_path") -> None:
     """The path is a Delta table, or empty / absent (the first write creates it), and writable."""
     sc = spark.sparkContext
     jvm = sc._jvm
@@ -58,7 +71,7 @@ def check_table_path(spark: SparkSession, table_path: str) -> None:
         if fs.exists(path) and not fs.exists(log_dir):
             if fs.getFileStatus(path).isFile() or len(fs.listStatus(path)) > 0:
                 raise ConfigError(
-                    f"delta.table_path = {table_path!r}: the path holds data but is not a Delta table; "
+                    f"{key} = {table_path!r}: the path holds data but is not a Delta table; "
                     "point it at a Delta table or at a new, empty path"
                 )
         probe = jvm.org.apache.hadoop.fs.Path(path, "_sharelake_write_probe")
@@ -69,7 +82,7 @@ def check_table_path(spark: SparkSession, table_path: str) -> None:
         raise
     except Exception as e:  # noqa: BLE001 - any storage error means: not usable as configured
         raise ConfigError(
-            f"delta.table_path = {table_path!r}: not writable ({_reason(e)}); fix the path or its permissions"
+            f"{key} = {table_path!r}: not writable ({_reason(e)}); fix the path or its permissions"
         ) from None
 
 

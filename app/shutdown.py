@@ -65,8 +65,10 @@ class GracefulShutdown:
         hook = _JvmShutdownHook(self)
         self._hook = hook  # keep the Python object alive while the JVM holds its proxy
         # wrapped in a java.lang.Thread (a Runnable with Java's hashCode/equals: Hadoop keeps hooks in a set)
-        jvm.org.apache.hadoop.util.ShutdownHookManager.get().addShutdownHook(
-            jvm.java.lang.Thread(hook, "sharelake-drain"),
+        self._manager = jvm.org.apache.hadoop.util.ShutdownHookManager.get()
+        self._thread = jvm.java.lang.Thread(hook, "sharelake-drain")
+        self._manager.addShutdownHook(
+            self._thread,
             HOOK_PRIORITY,
             int(self.timeout_s + 30),
             jvm.java.util.concurrent.TimeUnit.SECONDS,

@@ -3,8 +3,10 @@
     make demo        (sets everything up first; or: .cache/venv/bin/python jobs/demo.py [--records N])
 
 Starts a fresh single-node broker under .cache/demo/, creates a 3-partition topic, produces sample
-events, runs `./spark-submit.sh jobs/ingest.py` in until-drained mode with `--summary` (the same
-entry point users submit), then stops the broker. Exits with the ingest job's exit code.
+JSON events with a few poison records in the middle, runs `./spark-submit.sh jobs/ingest.py` in
+until-drained mode with `--summary` (the same entry point users submit; values parsed as JSON,
+poison records to the dead-letter table), then stops the broker. Exits with the ingest job's exit
+code.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.embedded.kafka_broker import EmbeddedKafka  # noqa: E402
-from app.embedded.sample_data import produce_json_events  # noqa: E402
+from app.embedded.sample_data import EVENT_SCHEMA, produce_json_events, produce_poison_records  # noqa: E402
 from app.paths import CACHE_DIR  # noqa: E402
 
 TOPIC = "demo-events"
@@ -38,8 +40,14 @@ def main() -> int:
     with EmbeddedKafka(demo_dir / "broker") as broker:
         broker.create_topic(TOPIC, partitions=3)
         t0 = time.monotonic()
-        produced = produce_json_events(broker.bootstrap, TOPIC, args.records)
-        print(f"[demo] produced {len(produced)} JSON records to {TOPIC} in {time.monotonic() - t0:.1f}s")
+        half = args.records // 2
+        produced = produce_json_events(broker.bootstrap, TOPIC, half)
+        poison = produce_poison_records(broker.bootstrap, TOPIC)  # in the middle of the stream
+        produced += produce_json_events(broker.bootstrap, TOPIC, args.records - half, start=half)
+        print(
+            f"[demo] produced {len(produced)} JSON records and {len(poison)} poison records to {TOPIC} "
+            f"in {time.monotonic() - t0:.1f}s"
+        )
         cmd = [
             str(ROOT / "spark-submit.sh"), str(ROOT / "jobs" / "ingest.py"),
             "--config", str(ROOT / "conf" / "local.toml"),
@@ -47,6 +55,8 @@ def main() -> int:
             "--set", f"kafka.topic={TOPIC}",
             "--set", "kafka.group_id=sharelake-demo",
             "--set", f"delta.table_path={table}",
+            "--set", "payload.format=json",
+            "--set", f"payload.schema={EVENT_SCHEMA}",
             "--set", "run.mode=until-drained",
             "--set", "run.idle_timeout_ms=3000",
             "--summary",

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     if shutdown.stop_requested.is_set():
         return 0
     if args.summary:
-        print_table_summary(spark, cfg.delta.table_path)
+        print_table_summary(spark, cfg.delta.table_path, cfg.dead_letter_path)
     spark.stop()
     return 0
 

@@ -22,11 +22,13 @@ from pyspark.sql import SparkSession
 from app import faults
 from app.acknowledge.lifecycle import AckCommand, PollBatch, RecordState
 from app.bridge.record_buffer import RecordBuffer
-from app.config import BatchConfig
+from app.config import BatchConfig, PayloadConfig
 from app.embedded.sample_data import Produced
 from app.sink.commit_log import DeltaCommitLog
 from app.sink.dedup_cache import DedupCache
+from app.sink.dedup_table import DedupTable
 from app.sink.delta_sink import DeltaSink
+from app.sink.payload import PayloadReader
 from tests.table_checks import assert_exactly_once
 
 TOPIC = "race"
@@ -75,8 +77,18 @@ class Writer:
         self.buffer = RecordBuffer(100_000)
         self.cache = DedupCache(DeltaCommitLog(spark, str(table)))
         self.cache.load()
+        self.table = DedupTable(str(table), self.cache, "ingested_at", "delta")
+        dead_path = f"{table}_dead_letter"
+        dead = DedupTable(dead_path, DedupCache(DeltaCommitLog(spark, dead_path)), "last_seen", "dead_letter")
         self.sink = DeltaSink(
-            self.buffer, str(table), BatchConfig(max_wait_ms=0, write_attempts=attempts), self.cache, 30.0
+            self.buffer,
+            self.table,
+            dead,
+            BatchConfig(max_wait_ms=0, write_attempts=attempts),
+            PayloadReader(PayloadConfig(), None),
+            max_delivery_count=4,
+            lock_duration_s=30.0,
+            job_name="test",
         )
         self.polls: list[PollBatch] = []
 
@@ -124,10 +136,10 @@ def test_the_later_commit_deletes_its_copies_of_offsets_another_writer_committed
     before_commit(b.micro_batch)  # B writes and ACCEPTs while A is about to commit
     a.micro_batch()
 
-    assert b.sink.stats.rows == 100 and b.sink.stats.concurrent_duplicates == 0
-    assert a.sink.stats.rows == 100  # A wrote its stale plan: 50 duplicates for a moment ...
-    assert a.sink.stats.concurrent_duplicates == 50
-    assert a.sink.stats.duplicates_repaired == 50  # ... and deleted them again
+    assert b.table.stats.rows == 100 and b.table.stats.concurrent_duplicates == 0
+    assert a.table.stats.rows == 100  # A wrote its stale plan: 50 duplicates for a moment ...
+    assert a.table.stats.concurrent_duplicates == 50
+    assert a.table.stats.duplicates_repaired == 50  # ... and deleted them again
     assert states(a_poll) == {RecordState.ACCEPTED}
     assert_exactly_once(spark, table, produced(range(0, 150)))
     # B's rows for 50..99 are the ones kept (B committed first)
@@ -156,7 +168,7 @@ def test_a_failed_repair_is_retried_before_the_next_write(
 
     assert a.sink.stats.failed_attempts == 1  # the repair failed once: A's records were RELEASEd ...
     assert states(a_poll) == {RecordState.RELEASED}
-    assert a.sink.stats.duplicates_repaired == 100  # ... and the next attempt repaired first
+    assert a.table.stats.duplicates_repaired == 100  # ... and the next attempt repaired first
     assert_exactly_once(spark, table, produced(range(0, 100)))
 
 
@@ -181,5 +193,5 @@ def test_duplicates_left_by_a_writer_that_died_before_repairing_are_deleted_at_t
     restarted = Writer(spark, table)  # the next start, of either job
     assert [r.count() for r in restarted.cache.repairs()] == [40]
     restarted.sink.repair_pending(spark)
-    assert restarted.sink.stats.duplicates_repaired == 40
+    assert restarted.table.stats.duplicates_repaired == 40
     assert_exactly_once(spark, table, produced(range(0, 120)))

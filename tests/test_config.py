@@ -33,6 +33,10 @@ def test_overrides_are_typed_and_win() -> None:
         ([*REQUIRED, "run.mode=sometimes"], "config key run.mode = 'sometimes'"),
         ([*REQUIRED, "kafka.client.group.id=x"], "config key kafka.client"),
         (["kafka.topic"], "write it as section.key=value"),
+        ([*REQUIRED, "payload.format=json"], "config key payload: payload.format = 'json' needs payload.schema"),
+        ([*REQUIRED, "payload.schema=id long"], "payload.schema and payload.required_fields apply to format = 'json'"),
+        ([*REQUIRED, "payload.format=xml"], "config key payload.format = 'xml'"),
+        ([*REQUIRED, "dead_letter.max_delivery_count=0"], "config key dead_letter.max_delivery_count = 0"),
     ],
 )
 def test_bad_config_gives_one_line_naming_the_key(overrides: list[str], message: str) -> None:

@@ -79,6 +79,45 @@ def test_table_path_that_cannot_be_written(
     assert message.endswith("fix the path or its permissions")
 
 
+def test_delivery_cap_not_below_the_group_limit(
+    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
+) -> None:
+    broker.create_topic(f"t-{unique}")
+    extra = "dead_letter.max_delivery_count=5"  # the group's share.delivery.count.limit is 5
+    message = start_error(spark, broker, f"t-{unique}", f"g-{unique}", tmp_path / "t", extra)
+    assert message.startswith(
+        "dead_letter.max_delivery_count = 5 is not below the share group's share.delivery.count.limit (5)"
+    )
+    assert message.endswith("set it to 4 or less")
+
+
+@pytest.mark.parametrize(
+    ("schema", "expected"),
+    [
+        ("id lng", "payload.schema = 'id lng': not a Spark DDL schema ("),
+        ("id long, offset long", "payload.schema = 'id long, offset long': field(s) offset collide with"),
+    ],
+)
+def test_payload_schema_that_cannot_be_used(
+    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str, schema: str, expected: str
+) -> None:
+    broker.create_topic(f"t-{unique}")
+    sets = ("payload.format=json", f"payload.schema={schema}")
+    message = start_error(spark, broker, f"t-{unique}", f"g-{unique}", tmp_path / "t", *sets)
+    assert message.startswith(expected)
+
+
+def test_dead_letter_path_that_is_not_a_delta_table(
+    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
+) -> None:
+    broker.create_topic(f"t-{unique}")
+    (tmp_path / "dlq").mkdir()
+    (tmp_path / "dlq" / "notes.txt").write_text("not delta")
+    extra = f"dead_letter.table_path={tmp_path / 'dlq'}"
+    message = start_error(spark, broker, f"t-{unique}", f"g-{unique}", tmp_path / "t", extra)
+    assert message.startswith(f"dead_letter.table_path = '{tmp_path / 'dlq'}': the path holds data but is not a Delta")
+
+
 def test_entry_point_exits_2_and_never_shows_secrets(broker: EmbeddedKafka, tmp_path: Path) -> None:
     canary = "CANARY-s3cr3t-7f1d"
     cmd = [

@@ -36,6 +36,7 @@ def make_batch(n: int) -> tuple[PollBatch, queue.Queue[AckCommand]]:
 
 
 PROOF = CommitProof(table="/t", version=3)
+DEAD_PROOF = CommitProof(table="/t_dead_letter", version=0)
 
 
 def drain(q: queue.Queue[AckCommand]) -> list[AckCommand]:
@@ -49,7 +50,7 @@ def test_every_record_starts_acquired_and_is_decided_once() -> None:
     b, q = make_batch(4)
     assert [b.state(i) for i in range(4)] == [RecordState.ACQUIRED] * 4
     b.accept(PROOF, [0, 1])
-    b.reject([2])
+    b.reject(DEAD_PROOF, [2])
     b.release([3])
     assert b.all_decided
     assert [b.state(i) for i in range(4)] == [
@@ -64,6 +65,7 @@ def test_every_record_starts_acquired_and_is_decided_once() -> None:
         (Decision.REJECT, (2,)),
         (Decision.RELEASE, (3,)),
     ]
+    assert b.proofs == [PROOF, DEAD_PROOF]
 
 
 def test_invariant1_accept_requires_a_commit_proof() -> None:
@@ -75,10 +77,17 @@ def test_invariant1_accept_requires_a_commit_proof() -> None:
     assert b.proofs == [PROOF]
 
 
+def test_invariant1_reject_needs_the_dead_letter_commit() -> None:
+    b, q = make_batch(1)
+    with pytest.raises(IllegalTransition, match="dead-letter commit"):
+        b.reject(None, [0])  # type: ignore[arg-type]
+    assert b.state(0) is RecordState.ACQUIRED and drain(q) == []
+
+
 def test_invariant3_no_second_decision() -> None:
     b, q = make_batch(3)
     b.accept(PROOF, [1])
-    for second in (lambda: b.accept(PROOF, [1]), lambda: b.release([1]), lambda: b.reject([0, 1])):
+    for second in (lambda: b.accept(PROOF, [1]), lambda: b.release([1]), lambda: b.reject(DEAD_PROOF, [0, 1])):
         with pytest.raises(IllegalTransition, match="already ACCEPTED"):
             second()
     # the failed decisions changed nothing and sent nothing

@@ -4,7 +4,8 @@ States: ACQUIRED -> ACCEPTED | RELEASED | REJECTED. Any other transition raises
 `IllegalTransition`, so the three invariants are enforced here rather than promised in comments:
 
 - INVARIANT 1: `accept()` takes a `CommitProof`, which only the Delta sink mints after the Delta
-  commit holding the records (or proving they are already there) has returned.
+  commit holding the records (or proving they are already there) has returned; `reject()` takes
+  the proof of the dead-letter table's commit in the same way.
 - INVARIANT 2: a member cannot poll again until every record of its poll is decided
   (`PollBatch.all_decided`); on shutdown the member RELEASEs whatever is still undecided.
 - INVARIANT 3: a decided record cannot be decided again, and only newly decided records are sent
@@ -110,9 +111,11 @@ class PollBatch:
         """RELEASE records for redelivery (a transient failure, or shutdown)."""
         self._decide(Decision.RELEASE, indices, None)
 
-    def reject(self, indices: Iterable[int] | None = None) -> None:
-        """REJECT records for good (after they are parked in the dead-letter table)."""
-        self._decide(Decision.REJECT, indices, None)
+    def reject(self, proof: CommitProof, indices: Iterable[int] | None = None) -> None:
+        """REJECT records for good: `proof` is the dead-letter table's commit that holds them (INVARIANT 1)."""
+        if not isinstance(proof, CommitProof):
+            raise IllegalTransition("REJECT needs the CommitProof of the dead-letter commit that holds the records")
+        self._decide(Decision.REJECT, indices, proof)
 
     def release_undecided(self) -> int:
         """RELEASE every record still ACQUIRED; returns how many (used on shutdown, INVARIANT 2)."""

@@ -2,12 +2,14 @@
 
 Called by `jobs/demo.py`, the end-to-end tests and `bench/`. `produce_json_events` returns what
 the broker acknowledged for each record (partition and offset from the delivery reports), so a
-test can compare the Delta table with exactly what was produced.
+test can compare the Delta table with exactly what was produced; `produce_records` does the same
+for any (key, value) pairs (the bad-input tests, the replay job's tests).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, Message, Producer
@@ -19,7 +21,7 @@ class Produced:
     partition: int
     offset: int
     key: bytes
-    value: bytes
+    value: bytes | None  # None: a tombstone
 
 
 def event_value(i: int) -> bytes:
@@ -35,13 +37,43 @@ def event_value(i: int) -> bytes:
     ).encode()
 
 
+EVENT_SCHEMA = "id long, user string, amount double, kind string"  # the DDL of `event_value`
+
+POISON_VALUES: dict[str, bytes | None] = {  # one record per way a value can fail EVENT_SCHEMA
+    "malformed-json": b'{"id": 1, "user": ',
+    "wrong-type": b'{"id": "seven", "user": "u", "amount": 1.5, "kind": "view"}',
+    "not-an-object": b"[1, 2, 3]",
+    "invalid-utf8": b'{"id": 2, "user": "\xff\xfe"}',
+    "tombstone": None,
+}
+
+
+def produce_poison_records(bootstrap: str, topic: str) -> list[Produced]:
+    """The POISON_VALUES, keyed by their names (the demo shows them in the dead-letter table)."""
+    return produce_records(bootstrap, topic, ((name.encode(), v) for name, v in POISON_VALUES.items()))
+
+
 def produce_json_events(
     bootstrap: str, topic: str, count: int, start: int = 0, key_prefix: str = "k"
 ) -> list[Produced]:
-    # batch.size as the Java producer's default (16 KiB, ~150 of these records): the broker hands a
+    items = ((f"{key_prefix}-{i}".encode(), event_value(i)) for i in range(start, start + count))
+    return produce_records(bootstrap, topic, items)
+
+
+def produce_records(
+    bootstrap: str, topic: str, items: Iterable[tuple[bytes | None, bytes | None]], max_bytes: int = 1_000_000
+) -> list[Produced]:
+    """Produce (key, value) pairs in order and wait for all; a None value is a tombstone."""
+    # batch.size as the Java producer's default (16 KiB, ~150 small records): the broker hands a
     # share consumer whole record batches, so this also sets how many records one poll returns
     producer = Producer(
-        {"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 16384, "enable.idempotence": True}
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 5,
+            "batch.size": 16384,
+            "enable.idempotence": True,
+            "message.max.bytes": max(max_bytes, 1_000_000),
+        }
     )
     produced: list[Produced] = []
     failures: list[KafkaError] = []
@@ -50,20 +82,21 @@ def produce_json_events(
         if err is not None:
             failures.append(err)
             return
+        value = msg.value()
         produced.append(
             Produced(
                 str(msg.topic()),
                 int(msg.partition() or 0),
                 int(msg.offset() or 0),
                 bytes(msg.key() or b""),
-                bytes(msg.value() or b""),
+                bytes(value) if value is not None else None,
             )
         )
 
-    for i in range(start, start + count):
+    for key, value in items:
         while True:
             try:
-                producer.produce(topic, key=f"{key_prefix}-{i}".encode(), value=event_value(i), on_delivery=on_delivery)
+                producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
                 break
             except BufferError:
                 producer.poll(0.1)

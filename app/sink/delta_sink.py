@@ -1,31 +1,28 @@
-"""The foreachBatch function: drain the RecordBuffer, dedup, append one Delta commit, then ACCEPT.
+"""The foreachBatch function: drain the RecordBuffer, dedup, classify, commit, then ACCEPT / REJECT.
 
 Spark calls `DeltaSink.__call__` in the driver once per micro-batch of the clock stream (its
 DataFrame is ignored). One attempt:
 
 1. take whole polls from the buffer;
-2. fold other writers' new commits into the DedupCache, then sort each record into: already in
-   the table (ACCEPT, no write), first copy in this micro-batch (write), or a second copy of a
-   record redelivered to another member inside this micro-batch (written once, ACCEPTed too);
-3. one Delta append whose `userMetadata` carries a `write_id` and the offset ranges written;
-4. read the commit files after the last known version to find ours by `write_id`: that version is
-   the `CommitProof` every record is ACCEPTed with (INVARIANT 1);
-5. if another writer committed some of the same offsets first (it acquired them after our locks
-   expired), delete our copies of them (a DELETE keyed on offset and our write's `ingested_at`),
-   so the table keeps exactly one row per record; then ACCEPT;
-6. count records whose lock may have expired before the ACCEPT.
+2. fold both tables' new commits (ours and other writers') into their dedup caches, then sort each
+   record: already in the main table (ACCEPT, no write), already in the dead-letter table (REJECT,
+   no write), a second copy inside this micro-batch (decided like the first), or a candidate;
+3. classify the candidates (`app.sink.payload`: Arrow checks on the driver, then Spark for text
+   and JSON): good ones become main-table rows, bad ones dead-letter rows with their error class;
+4. one append to each table that has rows (`app.sink.dedup_table`: its commit is found by
+   `write_id`, and copies another writer committed first are deleted again);
+5. ACCEPT the good records with the main commit's `CommitProof`, REJECT the bad ones with the
+   dead-letter commit's (INVARIANT 1 holds for both tables); count late ACCEPTs.
 
-A crash between our commit and that repair leaves the duplicates to the next start: the dedup
-cache finds every unrepaired duplicate commit in the lookback and `repair_pending` deletes them
-before the job polls.
-
-A failed attempt RELEASEs the attempt's undecided records (never ACCEPTs) and is retried with
-exponential backoff (tenacity) on whatever the buffer holds then; after `batch.write_attempts`
-failures in a row the error propagates and the query (and job) fails.
+A failed attempt RELEASEs the attempt's undecided records (never ACCEPTs or REJECTs them) and is
+retried with exponential backoff (tenacity) on whatever the buffer holds then; after
+`batch.write_attempts` failures in a row the error propagates and the query (and job) fails.
+A record that keeps failing comes back with a higher delivery count and is dead-lettered at
+`dead_letter.max_delivery_count`, before the broker would archive it unseen.
 
 No `txnAppId`/`txnVersion` keyed on the Spark batch id: after a crash Spark re-runs the last
 batch id with whatever the buffer holds now, and Delta would silently skip that write; the
-records' own identity in the DedupCache makes the re-run safe instead.
+records' own identity in the dedup caches makes the re-run safe instead.
 """
 
 from __future__ import annotations
@@ -33,11 +30,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
+from collections import Counter
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from app import faults
@@ -45,63 +44,72 @@ from app.acknowledge.lifecycle import CommitProof, PollBatch
 from app.bridge.arrow_rows import records_to_arrow
 from app.bridge.record_buffer import RecordBuffer
 from app.config import BatchConfig
-from app.sink.commit_log import PartitionKey, repair_metadata_json, user_metadata_json
-from app.sink.dedup_cache import DedupCache, Repair
-from app.sink.offset_ranges import OffsetRanges
+from app.sink.commit_log import PartitionKey
+from app.sink.dead_letter import dead_letter_rows
+from app.sink.dedup_table import DedupTable
+from app.sink.payload import ERROR_CLASS, ERROR_MESSAGE, BadRecord, PayloadReader, precheck
 
 log = logging.getLogger(__name__)
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
-REPAIR_ATTEMPTS = 8
+RecordKey = tuple[str, int, int]
+FIRST_SEEN_MAX = 100_000  # records remembered from failed attempts, for the dead-letter first_seen
 
 
 @dataclass
 class SinkStats:
-    batches: int = 0  # Delta commits made
-    rows: int = 0  # rows written
     dedup_hits: int = 0  # records already in the table: ACCEPTed without a write
-    in_batch_duplicates: int = 0  # second copies inside one micro-batch: written once
-    concurrent_duplicates: int = 0  # offsets another writer committed while we wrote the same
-    duplicates_repaired: int = 0  # duplicate rows deleted again (ours and, at start, crashed writers')
+    in_batch_duplicates: int = 0  # second copies inside one micro-batch: decided like the first
+    dead_lettered: int = 0  # records written to the dead-letter table (and REJECTed)
+    dead_letter_hits: int = 0  # records already in the dead-letter table: REJECTed without a write
+    error_classes: Counter[str] = field(default_factory=Counter)
     late_accepts: int = 0  # ACCEPTed after the record lock duration: the ACCEPT likely failed
     failed_attempts: int = 0
     empty_batches: int = 0
-    last_version: int = -1
-    max_cycle_s: float = 0.0  # longest acquire -> ACCEPT time of any poll
+    max_cycle_s: float = 0.0  # longest acquire -> decision time of any poll
 
 
 @dataclass
 class _Plan:
     """How one attempt decides each drained record."""
 
-    write: list[tuple[PollBatch, list[int]]] = field(default_factory=list)
-    copies: list[tuple[PollBatch, list[int]]] = field(default_factory=list)
-    present: list[tuple[PollBatch, list[int]]] = field(default_factory=list)
-    written_offsets: dict[PartitionKey, list[int]] = field(default_factory=dict)  # of `write`
+    candidates: list[tuple[PollBatch, int, RecordKey]] = field(default_factory=list)
+    copies: list[tuple[PollBatch, int, RecordKey]] = field(default_factory=list)
+    present: list[tuple[PollBatch, int]] = field(default_factory=list)
+    parked: list[tuple[PollBatch, int]] = field(default_factory=list)
 
 
 class DeltaSink:
     def __init__(
         self,
         buffer: RecordBuffer,
-        table_path: str,
+        main: DedupTable,
+        dead: DedupTable,
         batch: BatchConfig,
-        cache: DedupCache,
+        reader: PayloadReader,
+        max_delivery_count: int,
         lock_duration_s: float,
+        job_name: str,
     ):
         self.buffer = buffer
-        self.table_path = table_path
+        self.main = main
+        self.dead = dead
         self.batch = batch
-        self.cache = cache
+        self.reader = reader
+        self.max_delivery_count = max_delivery_count
         self.lock_duration_s = lock_duration_s
+        self.job_name = job_name
         self.stats = SinkStats()
         self._closed = threading.Event()
-        self._own_repairs: set[int] = set()  # versions of our commits whose duplicates are not deleted yet
+        self._first_seen: dict[RecordKey, datetime] = {}
 
     def close(self) -> None:
         """From now on micro-batches write nothing (used while the job stops)."""
         self._closed.set()
+
+    def repair_pending(self, spark: SparkSession) -> None:
+        """At start: duplicates that a writer which died before repairing them left in either table."""
+        self.main.repair_pending(spark)
+        self.dead.repair_pending(spark)
 
     def __call__(self, clock_df: DataFrame, batch_id: int) -> None:
         spark = clock_df.sparkSession
@@ -124,32 +132,46 @@ class DeltaSink:
     def _attempt(self, spark: SparkSession, batch_id: int) -> None:
         if self._closed.is_set():
             return
-        for repair in self.cache.repairs():  # a repair of our own commit that failed in an earlier attempt
-            if repair.commit.version in self._own_repairs:
-                self._repair(spark, repair)
+        self.main.retry_own_repairs(spark)
+        self.dead.retry_own_repairs(spark)
         batches = self.buffer.drain(self.batch.max_records, self.batch.max_wait_ms / 1000)
         if not batches:
             self.stats.empty_batches += 1
             return
+        drained_at = datetime.now(UTC)
         try:
             self._decide(spark, batches, batch_id)
         except BaseException:
             self.stats.failed_attempts += 1
             for b in batches:
                 b.release_undecided()
+            self._remember_first_seen(batches, drained_at)
             raise
 
     def _decide(self, spark: SparkSession, batches: list[PollBatch], batch_id: int) -> None:
-        self.cache.refresh()
+        self.main.cache.refresh()
+        self.dead.cache.refresh()
         plan = self._plan(batches)
-        if plan.write:
-            proof = self._write(spark, plan, batch_id)
-            for b, idx in (*plan.write, *plan.copies):
-                b.accept(proof, idx)
+        outcome: dict[RecordKey, CommitProof] = {}
+        accepted: set[RecordKey] = set()
+        if plan.candidates:
+            outcome, accepted = self._write(spark, plan, batch_id)
+        decisions: dict[tuple[PollBatch, CommitProof, bool], list[int]] = {}  # one command per poll and proof
+        for b, i, key in (*plan.candidates, *plan.copies):
+            decisions.setdefault((b, outcome[key], key in accepted), []).append(i)
         if plan.present:
-            already = CommitProof(self.table_path, self.cache.version, already_present=True)
-            for b, idx in plan.present:
-                b.accept(already, idx)
+            proof = self.main.proof_of_presence()
+            for b, i in plan.present:
+                decisions.setdefault((b, proof, True), []).append(i)
+        if plan.parked:
+            proof = self.dead.proof_of_presence()
+            for b, i in plan.parked:
+                decisions.setdefault((b, proof, False), []).append(i)
+        for (b, proof, accept), indices in decisions.items():
+            if accept:
+                b.accept(proof, indices)
+            else:
+                b.reject(proof, indices)
         self._account_locks(batches)
         if faults.active("after_accept"):
             for b in batches:
@@ -158,125 +180,86 @@ class DeltaSink:
 
     def _plan(self, batches: list[PollBatch]) -> _Plan:
         plan = _Plan()
-        seen: set[tuple[str, int, int]] = set()
+        seen: set[RecordKey] = set()
         for b in batches:
-            write, copies, present = [], [], []
             for i, r in enumerate(b.records):
                 key = (str(r.topic()), int(r.partition() or 0), int(r.offset() or 0))
-                if self.cache.contains(*key):
-                    present.append(i)
+                if self.main.contains(*key):
+                    plan.present.append((b, i))
+                elif self.dead.contains(*key):
+                    plan.parked.append((b, i))
                 elif key in seen:
-                    copies.append(i)
+                    plan.copies.append((b, i, key))
                 else:
                     seen.add(key)
-                    write.append(i)
-                    plan.written_offsets.setdefault(key[:2], []).append(key[2])
-            for bucket, idx in ((plan.write, write), (plan.copies, copies), (plan.present, present)):
-                if idx:
-                    bucket.append((b, idx))
-        self.stats.dedup_hits += sum(len(i) for _, i in plan.present)
-        self.stats.in_batch_duplicates += sum(len(i) for _, i in plan.copies)
+                    plan.candidates.append((b, i, key))
+        self.stats.dedup_hits += len(plan.present)
+        self.stats.dead_letter_hits += len(plan.parked)
+        self.stats.in_batch_duplicates += len(plan.copies)
         return plan
 
-    def _write(self, spark: SparkSession, plan: _Plan, batch_id: int) -> CommitProof:
-        records = [b.records[i] for b, idx in plan.write for i in idx]
-        ranges = {k: OffsetRanges.of(v) for k, v in plan.written_offsets.items()}
-        write_id = uuid.uuid4().hex
-        ingested_at = datetime.now(UTC)
-        ingested_at_us = (ingested_at - EPOCH) // timedelta(microseconds=1)  # exact: names this write's rows
-        table = records_to_arrow(records, batch_id, ingested_at)
-        faults.hit("before_delta_commit")
-        (
-            spark.createDataFrame(table)
-            .write.format("delta")
-            .mode("append")
-            .option("userMetadata", user_metadata_json(write_id, batch_id, ranges, ingested_at_us))
-            .save(self.table_path)
-        )
-        version = self._find_commit(write_id)
-        faults.hit("after_delta_commit")
-        self._repair_own(spark, version)
-        self.stats.batches += 1
-        self.stats.rows += len(records)
-        self.stats.last_version = version
-        return CommitProof(table=self.table_path, version=version)
+    def _write(
+        self, spark: SparkSession, plan: _Plan, batch_id: int
+    ) -> tuple[dict[RecordKey, CommitProof], set[RecordKey]]:
+        """Classify and append the candidates; the proof each record is decided with, and the good ones."""
+        records = [b.records[i] for b, i, _ in plan.candidates]
+        keys = [key for _, _, key in plan.candidates]
+        stamp = datetime.now(UTC)
+        table = records_to_arrow(records, batch_id, stamp)
+        bad = {b.index: b for b in precheck(table, self.reader.cfg, self.max_delivery_count)}
+        good_rows = self._classify(spark, table, keys, bad)
 
-    def _find_commit(self, write_id: str) -> int:
-        """Our commit's version, read from the log (folding other writers' commits before it)."""
-        ours = [c for c in self.cache.refresh() if c.write_id == write_id]
-        if not ours:
-            raise RuntimeError(f"Delta append returned but no commit in {self.table_path} carries write {write_id}")
-        return ours[0].version
-
-    def _repair_own(self, spark: SparkSession, version: int) -> None:
-        """Delete our copies of offsets another writer committed before our commit `version`."""
-        repair = next((r for r in self.cache.repairs() if r.commit.version == version), None)
-        if repair is None:
-            return
-        self.stats.concurrent_duplicates += repair.count()
-        log.warning(
-            "another writer committed %d of the offsets of our version %d first (it acquired them after "
-            "our record locks expired): deleting our copies",
-            repair.count(),
-            version,
-        )
-        self._own_repairs.add(version)
-        self._repair(spark, repair)
-
-    def repair_pending(self, spark: SparkSession) -> None:
-        """At start: delete the duplicates of commits whose writer died before repairing them."""
-        for repair in self.cache.repairs():
-            log.warning(
-                "version %d holds %d offsets an earlier commit already held, unrepaired (its writer stopped "
-                "before deleting them): deleting them now",
-                repair.commit.version,
-                repair.count(),
+        good = [k for n, k in enumerate(keys) if n not in bad]
+        outcome: dict[RecordKey, CommitProof] = {}
+        if good:
+            proof = self.main.append(
+                spark, good_rows, _offsets(good), batch_id, stamp, merge_schema=self.reader.cfg.format == "json"
             )
-            self._repair(spark, repair)
+            outcome.update(dict.fromkeys(good, proof))
+        if bad:
+            parked = [keys[n] for n in sorted(bad)]
+            rows = dead_letter_rows(
+                [records[n] for n in sorted(bad)],
+                [bad[n] for n in sorted(bad)],
+                [self._first_seen.pop(keys[n], stamp) for n in sorted(bad)],
+                stamp,
+                self.job_name,
+                batch_id,
+            )
+            proof = self.dead.append(spark, spark.createDataFrame(rows), _offsets(parked), batch_id, stamp)
+            outcome.update(dict.fromkeys(parked, proof))
+            self.stats.dead_lettered += len(parked)
+            classes = Counter(b.error_class for b in bad.values())
+            self.stats.error_classes.update(classes)
+            log.warning("dead-lettered %d records: %s", len(parked), ", ".join(f"{c}={n}" for c, n in classes.items()))
+        return outcome, set(good)
 
-    def _repair(self, spark: SparkSession, repair: Repair) -> None:
-        """One DELETE of `repair.commit`'s rows at the duplicate offsets; its commit says what it repaired.
-
-        The rows are named by offset and by the commit's `ingested_at` (one value per write, to the
-        microsecond), so the earlier commit's rows for the same offsets are never touched. Running
-        it again deletes nothing.
-        """
-        commit = repair.commit
-        if commit.ingested_at_us is None:
-            log.error("version %d has duplicates but no ingested_at in its metadata: not repaired", commit.version)
-            self.cache.repaired(commit.version)
-            return
-        faults.hit("before_repair")
-        by_partition = " OR ".join(
-            f"(`topic` = '{topic.replace(chr(39), chr(39) * 2)}' AND `partition` = {partition} AND ("
-            + " OR ".join(f"`offset` BETWEEN {s} AND {e}" for s, e in spans)
-            + "))"
-            for (topic, partition), spans in sorted(repair.duplicates.items())
+    def _classify(
+        self, spark: SparkSession, table: pa.Table, keys: list[RecordKey], bad: dict[int, BadRecord]
+    ) -> DataFrame:
+        """Adds Spark's verdicts to `bad` (text and JSON); returns the main-table rows of the good ones."""
+        rest = (
+            table if not bad else table.take(pa.array([n for n in range(table.num_rows) if n not in bad], pa.int64()))
         )
-        condition = f"`ingested_at` = timestamp_micros({commit.ingested_at_us}) AND ({by_partition})"
-        path = self.table_path.replace("`", "``")
-        metadata = repair_metadata_json(uuid.uuid4().hex, commit.version, repair.duplicates)
-        # Delta checks a DELETE against every file appended meanwhile (Serializable isolation), so
-        # the other writer's appends make it conflict: retry the DELETE alone, briefly
-        for attempt in Retrying(
-            stop=stop_after_attempt(REPAIR_ATTEMPTS),
-            wait=wait_exponential_jitter(multiplier=0.2, max=5, jitter=0.5),
-            reraise=True,
-            before_sleep=lambda state: log.info(
-                "repair of version %d conflicted (attempt %d), retrying", commit.version, state.attempt_number
-            ),
-        ):
-            with attempt:
-                spark.conf.set(USER_METADATA_CONF, metadata)
-                try:
-                    deleted = spark.sql(f"DELETE FROM delta.`{path}` WHERE {condition}").collect()
-                finally:
-                    spark.conf.unset(USER_METADATA_CONF)
-        rows = int(deleted[0][0]) if deleted and deleted[0][0] is not None else 0
-        self.stats.duplicates_repaired += rows
-        self.cache.repaired(commit.version)
-        self._own_repairs.discard(commit.version)
-        log.warning("repaired version %d: deleted %d duplicate rows", commit.version, rows)
+        if not self.reader.needs_spark or rest.num_rows == 0:
+            return spark.createDataFrame(rest)
+        classified = self.reader.classify(spark.createDataFrame(rest))
+        index = {key: n for n, key in enumerate(keys)}
+        verdicts = classified.where(F.col(ERROR_CLASS).isNotNull()).select(
+            "topic", "partition", "offset", ERROR_CLASS, ERROR_MESSAGE
+        )
+        for row in verdicts.collect():
+            n = index[(row["topic"], int(row["partition"]), int(row["offset"]))]
+            bad[n] = BadRecord(n, row[ERROR_CLASS], row[ERROR_MESSAGE])
+        return self.reader.main_rows(classified.where(F.col(ERROR_CLASS).isNull()))
+
+    def _remember_first_seen(self, batches: list[PollBatch], drained_at: datetime) -> None:
+        """Records of a failed attempt come back later; the dead-letter row says when we first saw them."""
+        for b in batches:
+            for r in b.records:
+                self._first_seen.setdefault((str(r.topic()), int(r.partition() or 0), int(r.offset() or 0)), drained_at)
+        while len(self._first_seen) > FIRST_SEEN_MAX:
+            del self._first_seen[next(iter(self._first_seen))]
 
     def _account_locks(self, batches: list[PollBatch]) -> None:
         now = time.monotonic()
@@ -290,3 +273,10 @@ class DeltaSink:
                 oldest,
                 self.lock_duration_s,
             )
+
+
+def _offsets(keys: list[RecordKey]) -> dict[PartitionKey, list[int]]:
+    out: dict[PartitionKey, list[int]] = {}
+    for topic, partition, offset in keys:
+        out.setdefault((topic, partition), []).append(offset)
+    return out

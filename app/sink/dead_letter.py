@@ -1,0 +1,64 @@
+"""The dead-letter table's row layout: each record that cannot land, raw, with why and when.
+
+Built by the Delta sink (`app.sink.delta_sink`) for the records it is about to REJECT, and read by
+the replay job (`app.replay`). One row per record, deduplicated by (topic, partition, offset) like
+the main table (the sink appends it through a `DedupTable`). `last_seen` is the time of the write
+(and the stamp its duplicate repair keys on); `first_seen` is when this job first saw the record,
+which is earlier when a failed attempt RELEASEd it before (deliveries to other processes are not
+known); `replayed_at` / `replayed_to` are set by the replay job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+import pyarrow as pa
+
+from app.bridge.arrow_rows import HEADER_TYPE, PolledRecord, records_to_arrow
+from app.sink.payload import BadRecord
+
+DEAD_LETTER_SCHEMA = pa.schema(
+    [
+        pa.field("topic", pa.string(), nullable=False),
+        pa.field("partition", pa.int32(), nullable=False),
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("headers", pa.list_(HEADER_TYPE)),
+        pa.field("kafka_timestamp", pa.timestamp("ms", tz="UTC")),
+        pa.field("delivery_count", pa.int32()),
+        pa.field("error_class", pa.string(), nullable=False),
+        pa.field("error_message", pa.string()),
+        pa.field("first_seen", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("last_seen", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("job", pa.string(), nullable=False),
+        pa.field("batch_id", pa.int64(), nullable=False),
+        pa.field("replayed_at", pa.timestamp("us", tz="UTC")),
+        pa.field("replayed_to", pa.string()),
+    ]
+)
+STAMP_COLUMN = "last_seen"
+
+
+def dead_letter_rows(
+    records: Sequence[PolledRecord],
+    verdicts: Sequence[BadRecord],
+    first_seen: Sequence[datetime],
+    written_at: datetime,
+    job: str,
+    batch_id: int,
+) -> pa.Table:
+    n = len(records)
+    base = records_to_arrow(records, batch_id, written_at)
+    columns = {name: base.column(name) for name in base.column_names}
+    columns |= {
+        "error_class": pa.array([v.error_class for v in verdicts], pa.string()),
+        "error_message": pa.array([v.message for v in verdicts], pa.string()),
+        "first_seen": pa.array(first_seen, pa.timestamp("us", tz="UTC")),
+        "last_seen": pa.array([written_at] * n, pa.timestamp("us", tz="UTC")),
+        "job": pa.array([job] * n, pa.string()),
+        "replayed_at": pa.nulls(n, pa.timestamp("us", tz="UTC")),
+        "replayed_to": pa.nulls(n, pa.string()),
+    }
+    return pa.Table.from_arrays([columns[f.name] for f in DEAD_LETTER_SCHEMA], schema=DEAD_LETTER_SCHEMA)
