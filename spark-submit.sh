@@ -1,50 +1,103 @@
 #!/usr/bin/env bash
 # Submit a Sharelake job with the project's venv, the Delta jars and the app package.
 #
-#   ./spark-submit.sh [--master URL] [--dry-run] jobs/ingest.py --config conf/local.toml [job args]
+#   ./spark-submit.sh [--profile local|standalone|yarn|k8s] [--master URL] [--deploy-mode client|cluster]
+#                     [--dry-run] jobs/ingest.py --config conf/local.toml [job args]
 #
-# --master defaults to $SPARK_MASTER or local[2]. --dry-run prints the spark-submit command only.
+# --profile picks the target (default local): it reads conf/spark/<profile>.properties when present
+# (--properties-file) and, for every cluster target, ships the app package as a zip (--py-files).
+# --master defaults to $SPARK_MASTER, else local[2] (local) or what the profile needs.
+# --deploy-mode cluster (YARN, Kubernetes; Python cannot run in standalone cluster mode) ships the
+# --config file with --files and passes its base name to the job.
+# --dry-run prints the full spark-submit command only.
 # Run `make setup` once first (venv, pinned packages, Maven-resolved jars under .cache/).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cache="${SHARELAKE_CACHE:-$root/.cache}"
 venv="$cache/venv"
-master="${SPARK_MASTER:-local[2]}"
+profile="local"
+master="${SPARK_MASTER:-}"
+deploy_mode="client"
 dry_run=0
 while [ $# -gt 0 ]; do
   case "$1" in
+    --profile) profile="$2"; shift 2 ;;
     --master) master="$2"; shift 2 ;;
+    --deploy-mode) deploy_mode="$2"; shift 2 ;;
     --dry-run) dry_run=1; shift ;;
     *) break ;;
   esac
 done
-[ $# -ge 1 ] || { echo "usage: $0 [--master URL] [--dry-run] JOB.py [job args]" >&2; exit 2; }
+if [ -n "${SPARK_REMOTE:-}" ]; then
+  # Sharelake's share consumers live in the driver; under Spark Connect foreachBatch runs on the server
+  echo "sharelake: SPARK_REMOTE is set (Spark Connect): foreachBatch would run on the Spark Connect server, away from the share consumers in this driver; unset it and submit to local, standalone, YARN or Kubernetes" >&2
+  exit 2
+fi
+[ $# -ge 1 ] || { echo "usage: $0 [--profile P] [--master URL] [--deploy-mode M] [--dry-run] JOB.py [job args]" >&2; exit 2; }
+case "$profile" in
+  local) master="${master:-local[2]}" ;;
+  standalone) [ -n "$master" ] || { echo "sharelake: --profile standalone needs --master spark://host:7077" >&2; exit 2; } ;;
+  yarn) master="${master:-yarn}" ;;
+  k8s) [ -n "$master" ] || { echo "sharelake: --profile k8s needs --master k8s://https://api-server:443" >&2; exit 2; } ;;
+  *) echo "sharelake: unknown --profile $profile: use local, standalone, yarn or k8s" >&2; exit 2 ;;
+esac
+if [ "$deploy_mode" = cluster ] && [ "$profile" != yarn ] && [ "$profile" != k8s ]; then
+  echo "sharelake: --deploy-mode cluster needs --profile yarn or k8s (Spark cannot run Python apps in $profile cluster mode)" >&2
+  exit 2
+fi
 if [ ! -x "$venv/bin/spark-submit" ] || ! ls "$cache"/jars/spark/*.jar >/dev/null 2>&1; then
   echo "sharelake: not set up yet: run 'make setup' (venv, pinned packages, jars under $cache)" >&2
   exit 2
 fi
 jars="$(ls "$cache"/jars/spark/*.jar | paste -sd, -)"
+job="$1"; shift
+job_args=("$@")
 
 export PYSPARK_PYTHON="$venv/bin/python" PYSPARK_DRIVER_PYTHON="$venv/bin/python"
 export SHARELAKE_SUBMITTED=1
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
-local_conf=()
+extra=()
 case "$master" in
   local*)
     export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
     # Delta rebuilds table snapshots (and writes its every-10-commits checkpoint) with 50 tasks by
     # default; on a local driver that costs seconds per checkpoint, inside a micro-batch
-    local_conf=(--conf spark.databricks.delta.snapshotPartitions=4 --conf spark.sql.shuffle.partitions=4)
+    extra+=(--conf spark.databricks.delta.snapshotPartitions=4 --conf spark.sql.shuffle.partitions=4)
     ;;
 esac
+if [ "$profile" != local ]; then
+  # the app package for the driver (cluster mode) and executors: a zip built from the working tree
+  mkdir -p "$cache/dist"
+  (cd "$root" && "$venv/bin/python" -c 'import sys, zipfile, pathlib
+with zipfile.ZipFile(sys.argv[1], "w", zipfile.ZIP_DEFLATED) as z:
+    for p in sorted(pathlib.Path("app").rglob("*.py")):
+        z.write(p)' "$cache/dist/sharelake-app.zip")
+  extra+=(--py-files "$cache/dist/sharelake-app.zip")
+fi
+if [ "$profile" = standalone ]; then
+  # executors on the same machines as this venv (a standalone cluster started from it)
+  extra+=(--conf "spark.pyspark.python=$venv/bin/python")
+fi
+if [ -f "$root/conf/spark/$profile.properties" ]; then
+  extra+=(--properties-file "$root/conf/spark/$profile.properties")
+fi
+if [ "$deploy_mode" = cluster ]; then
+  # the driver runs in the cluster: ship the config file and pass its name
+  for i in "${!job_args[@]}"; do
+    if [ "${job_args[$i]}" = --config ] && [ $((i + 1)) -lt ${#job_args[@]} ]; then
+      extra+=(--files "${job_args[$((i + 1))]}")
+      job_args[i+1]="$(basename "${job_args[$((i + 1))]}")"
+    fi
+  done
+fi
 log4j="-Dlog4j2.configurationFile=file:$root/conf/log4j2.properties"
-cmd=("$venv/bin/spark-submit" --master "$master" --jars "$jars"
+cmd=("$venv/bin/spark-submit" --master "$master" --deploy-mode "$deploy_mode" --jars "$jars"
   --conf spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension
   --conf spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog
   --conf spark.ui.showConsoleProgress=false
   --conf "spark.driver.extraJavaOptions=$log4j"
-  "${local_conf[@]}"
-  "$@")
+  ${extra[@]+"${extra[@]}"}
+  "$job" ${job_args[@]+"${job_args[@]}"})
 if [ "$dry_run" = 1 ]; then
   printf '%q ' "${cmd[@]}"; echo
   exit 0

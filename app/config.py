@@ -66,10 +66,31 @@ class KafkaConfig(_Section):
 
 
 class PumpConfig(_Section):
-    members: int = Field(default=2, ge=1, le=64)
+    members: int = Field(default=2, ge=1, le=64)  # members at start
+    # elastic members: the pool grows and shrinks between these bounds from the measured buffer
+    # fill and batch time (unset: both equal `members`, a fixed pool)
+    min_members: int | None = Field(default=None, ge=1, le=64)
+    max_members: int | None = Field(default=None, ge=1, le=64)
     max_poll_records: int = Field(default=2000, ge=1)
     poll_timeout_ms: int = Field(default=200, ge=10)
     buffer_max_records: int = Field(default=50_000, ge=1)
+
+    @model_validator(mode="after")
+    def _bounds_hold_members(self) -> PumpConfig:
+        if not self.lowest <= self.members <= self.highest:
+            raise ValueError(
+                f"pump.min_members ({self.lowest}) <= pump.members ({self.members}) <= pump.max_members "
+                f"({self.highest}) does not hold; fix the bounds"
+            )
+        return self
+
+    @property
+    def lowest(self) -> int:
+        return self.min_members if self.min_members is not None else self.members
+
+    @property
+    def highest(self) -> int:
+        return self.max_members if self.max_members is not None else self.members
 
 
 class BatchConfig(_Section):
@@ -124,8 +145,17 @@ class DeadLetterConfig(_Section):
     max_delivery_count: int = Field(default=4, ge=1)
 
 
+class MetricsConfig(_Section):
+    # serve Prometheus metrics on this port (unset: off)
+    prometheus_port: int | None = Field(default=None, ge=1, le=65535)
+    prometheus_addr: str = "0.0.0.0"
+    # one log line per micro-batch (a StreamingQueryListener)
+    progress_log: bool = True
+
+
 class RunConfig(_Section):
-    mode: Literal["continuous", "until-drained"] = "continuous"
+    # continuous: until SIGTERM/SIGINT; until-drained (alias available-now): drain the backlog, exit 0
+    mode: Literal["continuous", "until-drained", "available-now"] = "continuous"
     # until-drained: stop once records have arrived and none came for idle_timeout_ms ...
     idle_timeout_ms: int = Field(default=5000, ge=100)
     # ... or, when no record at all arrived, after empty_timeout_ms (the group join takes seconds)
@@ -142,6 +172,7 @@ class SharelakeConfig(_Section):
     run: RunConfig = RunConfig()
     payload: PayloadConfig = PayloadConfig()
     dead_letter: DeadLetterConfig = DeadLetterConfig()
+    metrics: MetricsConfig = MetricsConfig()
 
     @property
     def dead_letter_path(self) -> str:

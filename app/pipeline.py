@@ -20,9 +20,12 @@ import socket
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from importlib.metadata import version
 from typing import Any
 
+import confluent_kafka
 from confluent_kafka import AcknowledgeType, ShareConsumer
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
@@ -30,9 +33,11 @@ from pyspark.sql import SparkSession
 from app.bridge.clock_stream import clock_stream
 from app.bridge.record_buffer import RecordBuffer
 from app.config import SharelakeConfig
+from app.consume.elastic import ElasticSizer
 from app.consume.member_pool import MemberPool
 from app.consume.share_member import ConsumerFactory
-from app.preflight import check_dead_letter_cap, check_kafka, check_table_path
+from app.metrics import ProgressListener, Snapshot, serve_metrics
+from app.preflight import check_dead_letter_cap, check_kafka, check_not_spark_connect, check_table_path
 from app.sink.commit_log import DeltaCommitLog
 from app.sink.dead_letter import STAMP_COLUMN
 from app.sink.dedup_cache import DedupCache
@@ -74,6 +79,34 @@ class RunSummary:
         return " ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in asdict(self).items())
 
 
+def log_banner(cfg: SharelakeConfig, group_settings: dict[str, str], lock_ms: int) -> None:
+    """One block at start: versions, what is read, where it goes, and how."""
+    pump = cfg.pump
+    members = f"{pump.members}" if pump.lowest == pump.highest else f"{pump.members} ({pump.lowest}..{pump.highest})"
+    log.info(
+        "Sharelake starting: pyspark %s, delta-spark %s, confluent-kafka %s (librdkafka %s)\n"
+        "  topic %s, share group %s (record lock %d ms, delivery limit %s; client RENEW %s)\n"
+        "  table %s, dead letters %s, payload %s\n"
+        "  mode %s, members %s, max_poll_records %d, batch.max_records %d",
+        version("pyspark"),
+        version("delta-spark"),
+        confluent_kafka.version()[0],
+        confluent_kafka.libversion()[0],
+        cfg.kafka.topic,
+        cfg.kafka.group_id,
+        lock_ms,
+        group_settings.get("share.delivery.count.limit", "?"),
+        "available" if RENEW_SUPPORTED else "not available: each poll must be decided within the lock",
+        cfg.delta.table_path,
+        cfg.dead_letter_path,
+        cfg.payload.format,
+        cfg.run.mode,
+        members,
+        pump.max_poll_records,
+        cfg.batch.max_records,
+    )
+
+
 class IngestError(RuntimeError):
     """The run could not go on (a member or the streaming query failed)."""
 
@@ -83,9 +116,12 @@ def run_ingest(
     cfg: SharelakeConfig,
     stop_event: threading.Event | None = None,
     consumer_factory: ConsumerFactory = ShareConsumer,
+    on_pool_started: Callable[[MemberPool], None] | None = None,
 ) -> RunSummary:
+    """One run; `on_pool_started` lets a caller (a test) steer the member pool while it runs."""
     stop_event = stop_event or threading.Event()
     started = time.monotonic()
+    check_not_spark_connect(spark)
     admin_config: dict[str, Any] = {
         **cfg.kafka.client,
         "bootstrap.servers": cfg.kafka.bootstrap_servers,
@@ -98,12 +134,7 @@ def run_ingest(
     check_table_path(spark, cfg.dead_letter_path, key="dead_letter.table_path")
     reader = PayloadReader(cfg.payload, parse_schema(spark, cfg.payload))
     lock_ms = int(group_settings.get("share.record.lock.duration.ms") or DEFAULT_LOCK_MS)
-    log.info(
-        "share group %s: record lock %d ms; client RENEW %s",
-        cfg.kafka.group_id,
-        lock_ms,
-        "available" if RENEW_SUPPORTED else "not available: each poll must be ACCEPTed within the lock",
-    )
+    log_banner(cfg, group_settings, lock_ms)
 
     main, dead = (
         DedupTable(path, DedupCache(DeltaCommitLog(spark, path), cfg.delta.dedup_lookback_commits), stamp, prefix)
@@ -121,20 +152,53 @@ def run_ingest(
         buffer, main, dead, cfg.batch, reader, cfg.dead_letter.max_delivery_count, lock_ms / 1000, job_name
     )
     sink.repair_pending(spark)  # duplicates a writer that died before repairing them left behind
+    query_name = f"sharelake-{cfg.kafka.group_id}"
     temp_checkpoint = None if cfg.delta.checkpoint_path else tempfile.mkdtemp(prefix="sharelake-clock-")
     try:
         query = (
             clock_stream(spark)
             .writeStream.foreachBatch(sink)
             .option("checkpointLocation", cfg.delta.checkpoint_path or temp_checkpoint)
-            .queryName(f"sharelake-{cfg.kafka.group_id}")
+            .queryName(query_name)
             .start()
         )
     except Exception as e:
         if temp_checkpoint:
             shutil.rmtree(temp_checkpoint, ignore_errors=True)
         raise IngestError(f"the streaming query did not start: {str(e).splitlines()[0]}") from e
+
+    def snapshot() -> Snapshot:
+        t = pool.totals()
+        return Snapshot(
+            records_in=sink.stats.records_in,
+            polled=t.records,
+            accepted=t.accepted,
+            released=t.released,
+            rejected=t.rejected,
+            expired_locks=t.ack_errors,
+            dedup_hits=sink.stats.dedup_hits,
+            dead_lettered=sink.stats.dead_lettered,
+            delta_commits=main.stats.commits,
+            rows_written=main.stats.rows,
+            late_accepts=sink.stats.late_accepts,
+            members_active=pool.size,
+            buffer_records=buffer.records,
+            buffer_capacity=buffer.max_records,
+        )
+
+    listener = ProgressListener(query_name, snapshot) if cfg.metrics.progress_log else None
+    if listener is not None:
+        spark.streams.addListener(listener)
+    stop_metrics = (
+        serve_metrics(cfg.metrics.prometheus_port, cfg.metrics.prometheus_addr, snapshot)
+        if cfg.metrics.prometheus_port
+        else None
+    )
+    sizer = ElasticSizer(pool, cfg.pump.lowest, cfg.pump.highest, lock_ms / 1000, lambda: sink.stats.last_cycle_s)
     pool.start()
+    if on_pool_started is not None:
+        on_pool_started(pool)
+    drain_mode = cfg.run.mode in ("until-drained", "available-now")
     error: BaseException | None = None
     try:
         while not stop_event.is_set():
@@ -144,16 +208,19 @@ def run_ingest(
             if pool.failures():
                 error = IngestError(f"share member failed: {pool.failures()[0]!r}")
                 break
-            if cfg.run.mode == "until-drained" and pool.drained(
-                cfg.run.idle_timeout_ms / 1000, cfg.run.empty_timeout_ms / 1000
-            ):
+            if drain_mode and pool.drained(cfg.run.idle_timeout_ms / 1000, cfg.run.empty_timeout_ms / 1000):
                 log.info("backlog drained: quiet for the idle timeout and nothing in flight")
                 break
+            sizer.tick()
             time.sleep(0.1)
     finally:
         pool.stop(cfg.run.stop_timeout_s)
         sink.close()
         query.stop()
+        if listener is not None:
+            spark.streams.removeListener(listener)
+        if stop_metrics is not None:
+            stop_metrics()
         if temp_checkpoint:
             shutil.rmtree(temp_checkpoint, ignore_errors=True)
     t, st = pool.totals(), sink.stats

@@ -7,6 +7,8 @@ Messages never include `kafka.client` values (they hold credentials).
 
 from __future__ import annotations
 
+import os
+
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
@@ -16,6 +18,23 @@ from app.consume.group_settings import apply_group_settings, desired_group_setti
 
 BROKER_TIMEOUT_S = 15.0  # how long start-up waits for a broker to answer
 DELIVERY_LIMIT = "share.delivery.count.limit"  # the group config (broker default 5)
+
+
+SPARK_CONNECT_MESSAGE = (
+    "Spark Connect session: foreachBatch would run on the Spark Connect server, away from the share "
+    "consumers in this driver, so records could not be acknowledged; run Sharelake with spark-submit "
+    "(client or cluster deploy mode) on local, standalone, YARN or Kubernetes, or as a Databricks job on a "
+    "classic cluster in dedicated (single user) access mode, not serverless or standard (shared) access mode"
+)
+
+
+def check_not_spark_connect(spark: SparkSession | None = None) -> None:
+    """Sharelake's pump lives in the driver; under Spark Connect the driver is elsewhere."""
+    remote = bool(os.environ.get("SPARK_REMOTE") or os.environ.get("SPARK_CONNECT_MODE_ENABLED"))
+    if spark is not None:
+        remote = remote or type(spark).__module__.startswith("pyspark.sql.connect")
+    if remote:
+        raise ConfigError(SPARK_CONNECT_MESSAGE)
 
 
 def check_kafka(admin: AdminClient, cfg: SharelakeConfig) -> dict[str, str]:

@@ -12,6 +12,7 @@ code.
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from tqdm import tqdm  # noqa: E402
 
 from app.embedded.kafka_broker import EmbeddedKafka  # noqa: E402
 from app.embedded.sample_data import EVENT_SCHEMA, produce_json_events, produce_poison_records  # noqa: E402
@@ -64,9 +67,28 @@ def main() -> int:
         print("[demo] running the ingest job until the backlog is drained:")
         print("       " + " ".join(cmd[:4]) + " ...")
         t0 = time.monotonic()
-        rc = subprocess.call(cmd)
+        rc = run_with_progress(cmd, total=len(produced) + len(poison))
         print(f"[demo] ingest job exited with {rc} after {time.monotonic() - t0:.1f}s; stopping the broker")
     return rc
+
+
+def run_with_progress(cmd: list[str], total: int) -> int:
+    """Run the job, showing its per-batch progress lines as a bar and every other line as is."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    assert proc.stdout is not None
+    with tqdm(total=total, unit="rec", desc="[demo] decided", dynamic_ncols=True) as bar:
+        for line in proc.stdout:
+            m = PROGRESS.search(line)
+            if m:
+                bar.update(int(m["accepted"]) + int(m["rejected"]))
+            else:
+                bar.write(line.rstrip("\n"))
+    return proc.wait()
+
+
+PROGRESS = re.compile(
+    r"sharelake\.progress: batch \d+: .*? accepted=(?P<accepted>\d+) released=\d+ rejected=(?P<rejected>\d+)"
+)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the app packa
 
 from app.config import ConfigError, load_config
 from app.pipeline import IngestError, run_ingest
+from app.preflight import check_not_spark_connect
 from app.shutdown import GracefulShutdown
 from app.spark_session import build_spark
 from app.table_summary import print_table_summary
@@ -41,13 +42,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sharelake: {e}", file=sys.stderr)
         return 2
 
+    try:
+        check_not_spark_connect()  # before a session is built: under Spark Connect it would be remote
+    except ConfigError as e:
+        print(f"sharelake: {e}", file=sys.stderr)
+        return 2
     spark = build_spark(cfg.run.app_name)
     shutdown = GracefulShutdown(cfg.run.stop_timeout_s)
     shutdown.install(spark)
-    log.info(
-        "sharelake ingest: topic=%s group=%s table=%s mode=%s members=%d",
-        cfg.kafka.topic, cfg.kafka.group_id, cfg.delta.table_path, cfg.run.mode, cfg.pump.members,
-    )  # fmt: skip
     try:
         summary = run_ingest(spark, cfg, shutdown.stop_requested)
         log.info("run ended: %s", summary.line())

@@ -5,11 +5,17 @@ one member are being written by the running micro-batch, the others keep polling
 RecordBuffer for the next one. The pool also answers "is the backlog drained?" for the
 until-drained run mode, and runs the graceful stop (stop polling, let the sink decide, release
 the rest, commit, close).
+
+The pool is elastic: `resize(n)` starts new members or retires the newest ones while the stream
+runs. A share group needs no stop-the-world rebalance for either: a new member joins and polls,
+and a retiring member stops polling, lets the sink decide its last poll, commits and closes; the
+others never pause. `app.consume.elastic` decides the size from measured buffer fill.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
@@ -43,23 +49,63 @@ class MemberPool:
         consumer_factory: ConsumerFactory = ShareConsumer,
     ):
         self.buffer = buffer
-        self.members = [
-            ShareMember(
-                i, consumer_config(kafka, pump, i), kafka.topic, buffer, pump.poll_timeout_ms / 1000, consumer_factory
-            )
-            for i in range(pump.members)
-        ]
+        self._kafka = kafka
+        self._pump = pump
+        self._factory = consumer_factory
+        self._lock = threading.Lock()
+        self._next_id = 0
+        self.members: list[ShareMember] = []  # active: polling
+        self.retired: list[ShareMember] = []  # stopped polling (by a shrink); counted in totals
+        for _ in range(pump.members):
+            self.members.append(self._new_member())
+        self._started = False
+
+    def _new_member(self) -> ShareMember:
+        i = self._next_id
+        self._next_id += 1
+        return ShareMember(
+            i,
+            consumer_config(self._kafka, self._pump, i),
+            self._kafka.topic,
+            self.buffer,
+            self._pump.poll_timeout_ms / 1000,
+            self._factory,
+        )
 
     def start(self) -> None:
-        for m in self.members:
-            m.start()
+        with self._lock:
+            self._started = True
+            for m in self.members:
+                m.start()
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+    def resize(self, n: int) -> None:
+        """Grow to / shrink to `n` active members, while the stream runs."""
+        with self._lock:
+            while len(self.members) < n:
+                m = self._new_member()
+                self.members.append(m)
+                if self._started:
+                    m.start()
+            while len(self.members) > max(n, 1):
+                m = self.members.pop()  # the newest: its consumer has the least state to lose
+                m.stop_polling()  # finishes its in-flight poll (the sink decides it), commits, closes
+                self.retired.append(m)
+        log.info("member pool resized to %d", len(self.members))
+
+    def _all(self) -> list[ShareMember]:
+        with self._lock:
+            return [*self.members, *self.retired]
 
     def failures(self) -> list[BaseException]:
-        return [m.failure for m in self.members if m.failure is not None]
+        return [m.failure for m in self._all() if m.failure is not None]
 
     def totals(self) -> MemberStats:
         t = MemberStats()
-        for m in self.members:
+        for m in self._all():
             s = m.stats
             t.polls += s.polls
             t.records += s.records
@@ -69,6 +115,11 @@ class MemberPool:
             t.ack_errors += s.ack_errors
             t.poll_errors += s.poll_errors
         return t
+
+    def busy_members(self) -> int:
+        """Active members holding a poll (so not idle): what more members would add to."""
+        with self._lock:
+            return sum(1 for m in self.members if m.stats.idle_since is None)
 
     def drained(self, idle_timeout_s: float, empty_timeout_s: float) -> bool:
         """The until-drained test: every member polled and got nothing for long enough, and
@@ -82,11 +133,12 @@ class MemberPool:
             return False
         needed = idle_timeout_s if self.totals().records else empty_timeout_s
         now = time.monotonic()
-        idle = [m.stats.idle_since for m in self.members]
+        with self._lock:
+            idle = [m.stats.idle_since for m in self.members]
         return all(since is not None and now - since >= needed for since in idle)
 
     def in_flight(self) -> bool:
-        return any(m.holds_records for m in self.members) or self.buffer.records > 0
+        return any(m.holds_records for m in self._all()) or self.buffer.records > 0
 
     def stop(self, timeout_s: float) -> None:
         """Graceful stop within `timeout_s`: stop polling, wait for decisions, release the rest.
@@ -95,16 +147,18 @@ class MemberPool:
         may still be putting its last poll, hence the loop); polls the running micro-batch took
         are decided by the sink. Past the bound, members RELEASE whatever is still undecided.
         """
-        for m in self.members:
+        members = self._all()
+        for m in members:
             m.stop_polling()
         deadline = time.monotonic() + timeout_s
-        while any(m.is_alive() for m in self.members) and time.monotonic() < deadline:
+        while any(m.is_alive() for m in members) and time.monotonic() < deadline:
             for batch in self.buffer.take_all():
                 batch.release_undecided()
             time.sleep(0.05)
-        for m in self.members:
+        for m in members:
             if m.is_alive():
                 log.warning("member %d still holds undecided records at the stop bound: releasing", m.member_id)
                 m.abandon()
-        for m in self.members:
-            m.join(30)
+        for m in members:
+            if m.ident is not None:
+                m.join(30)

@@ -66,6 +66,8 @@ class SinkStats:
     failed_attempts: int = 0
     empty_batches: int = 0
     max_cycle_s: float = 0.0  # longest acquire -> decision time of any poll
+    last_cycle_s: float = 0.0  # the same, for the last micro-batch with records
+    records_in: int = 0  # records drained into micro-batches (attempts that failed included)
 
 
 @dataclass
@@ -139,6 +141,7 @@ class DeltaSink:
             self.stats.empty_batches += 1
             return
         drained_at = datetime.now(UTC)
+        self.stats.records_in += sum(len(b) for b in batches)
         try:
             self._decide(spark, batches, batch_id)
         except BaseException:
@@ -265,6 +268,7 @@ class DeltaSink:
         now = time.monotonic()
         oldest = max(now - b.acquired_at for b in batches)
         self.stats.max_cycle_s = max(self.stats.max_cycle_s, oldest)
+        self.stats.last_cycle_s = oldest
         self.stats.late_accepts += sum(len(b) for b in batches if now - b.acquired_at >= self.lock_duration_s)
         if oldest > 0.5 * self.lock_duration_s:
             log.warning(

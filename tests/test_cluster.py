@@ -1,0 +1,107 @@
+"""A real Spark cluster: a standalone master and worker started from the pip-installed pyspark.
+
+The package ships no start-master script, so both are started with `spark-class`. The ingest job
+is submitted in client mode (standalone cluster mode does not take Python applications) through
+`./spark-submit.sh --profile standalone`, so the Delta writes run in a separate executor JVM on
+the worker. The `--dry-run` checks show what each profile adds to the spark-submit command.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from app.embedded.kafka_broker import EmbeddedKafka, free_port
+from app.embedded.sample_data import produce_json_events
+from tests.job_runner import ROOT
+from tests.table_checks import assert_exactly_once
+
+SPARK_CLASS = ROOT / ".cache" / "venv" / "bin" / "spark-class"
+SUBMIT = str(ROOT / "spark-submit.sh")
+
+
+def dry_run(*args: str) -> list[str]:
+    out = subprocess.run([SUBMIT, *args, "--dry-run", "jobs/ingest.py", "--config", "conf/local.toml"], **RUN)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
+RUN: dict[str, object] = {"capture_output": True, "text": True, "timeout": 60, "cwd": ROOT}
+
+
+def test_profiles_build_the_spark_submit_command() -> None:
+    local = dry_run()
+    assert local[local.index("--master") + 1] == "local\\[2\\]" and "--py-files" not in local
+    standalone = dry_run("--profile", "standalone", "--master", "spark://h:7077")
+    assert "--py-files" in standalone and any(a.endswith("conf/spark/standalone.properties") for a in standalone)
+    yarn = dry_run("--profile", "yarn", "--deploy-mode", "cluster")
+    assert yarn[yarn.index("--master") + 1] == "yarn" and yarn[yarn.index("--deploy-mode") + 1] == "cluster"
+    assert yarn[yarn.index("--files") + 1] == "conf/local.toml" and yarn[-1] == "local.toml"
+    refused = subprocess.run([SUBMIT, "--profile", "standalone", "--master", "spark://h:1", "--deploy-mode",
+                              "cluster", "jobs/ingest.py"], **RUN)  # fmt: skip
+    assert refused.returncode == 2 and "Spark cannot run Python apps in standalone cluster mode" in str(refused.stderr)
+
+
+@pytest.fixture
+def standalone_cluster(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(tmp_path / "logs")}
+    port = free_port()
+    master_url = f"spark://127.0.0.1:{port}"
+    work = tmp_path / "worker"
+    logs = [(tmp_path / "master.log").open("wb"), (tmp_path / "worker.log").open("wb")]
+    master = subprocess.Popen(
+        [str(SPARK_CLASS), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+         "--webui-port", str(free_port())],
+        stdout=logs[0], stderr=subprocess.STDOUT, env=env,
+    )  # fmt: skip
+    time.sleep(3)
+    worker = subprocess.Popen(
+        [str(SPARK_CLASS), "org.apache.spark.deploy.worker.Worker", master_url, "--host", "127.0.0.1",
+         "--cores", "1", "--memory", "2g", "--work-dir", str(work), "--webui-port", str(free_port())],
+        stdout=logs[1], stderr=subprocess.STDOUT, env=env,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while "Successfully registered with master" not in (tmp_path / "worker.log").read_text(errors="replace"):
+        assert time.monotonic() < deadline, (tmp_path / "worker.log").read_text()[-2000:]
+        time.sleep(0.5)
+    try:
+        yield master_url, work
+    finally:
+        for p in (worker, master):
+            p.terminate()
+        for p in (worker, master):
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for f in logs:
+            f.close()
+
+
+def test_ingest_on_a_standalone_cluster_with_executor_jvms(
+    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str, standalone_cluster: tuple[str, Path]
+) -> None:
+    master_url, work = standalone_cluster
+    topic = f"cluster-{unique}"
+    broker.create_topic(topic, partitions=2)
+    produced = produce_json_events(broker.bootstrap, topic, 2000)
+    done = subprocess.run(
+        [SUBMIT, "--profile", "standalone", "--master", master_url, "jobs/ingest.py", "--config", "conf/local.toml",
+         "--set", f"kafka.bootstrap_servers={broker.bootstrap}", "--set", f"kafka.topic={topic}",
+         "--set", f"kafka.group_id=g-{unique}", "--set", f"delta.table_path={tmp_path / 'table'}",
+         "--set", "run.mode=available-now", "--set", "run.idle_timeout_ms=4000"],
+        capture_output=True, text=True, timeout=400, cwd=ROOT, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    assert_exactly_once(spark, tmp_path / "table", produced)
+    # the writes ran in an executor JVM the worker launched for this application
+    executor_logs = list(work.glob("app-*/*/stderr"))
+    assert executor_logs, f"no executor ran on the worker: {list(work.rglob('*'))[:20]}"
+    assert any("Executor" in p.read_text(errors="replace") for p in executor_logs)

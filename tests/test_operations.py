@@ -1,0 +1,224 @@
+"""Operations: progress lines and Prometheus counters, elastic members, the Spark Connect guard.
+
+Real broker, real Delta. The elastic-members test measures the longest gap in consumption (the
+pool's polled count sampled every 50 ms) while the pool goes 1 -> 4 -> 1 members mid-stream, and
+the same for a classic consumer group on the same broker scaling 1 -> 4; the figures are written to
+`.cache/measurements/elastic_members.json` (for the closing note), not asserted on.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import re
+import subprocess
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer
+from pyspark.sql import SparkSession
+
+from app.consume.member_pool import MemberPool
+from app.embedded.kafka_broker import EmbeddedKafka, free_port
+from app.embedded.sample_data import Produced, produce_json_events
+from app.paths import CACHE_DIR
+from app.pipeline import run_ingest
+from tests.ingest_config import ingest_config
+from tests.job_runner import ROOT
+from tests.table_checks import assert_exactly_once
+
+
+def scrape(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return {m[2]: float(m[3]) for m in re.finditer(r"^(sharelake_(\w+?)(?:_total)?) ([0-9.e+-]+)$", text, re.M)}
+
+
+def test_progress_lines_and_prometheus_counters_match_the_table(
+    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    topic, group = f"metrics-{unique}", f"g-{unique}"
+    broker.create_topic(topic, partitions=2)
+    produced = produce_json_events(broker.bootstrap, topic, 3000)
+    port = free_port()
+    cfg = ingest_config(broker, topic, group, tmp_path / "t", f"metrics.prometheus_port={port}")
+    scrapes: list[dict[str, float]] = []
+
+    def watch(pool: MemberPool) -> None:
+        def loop() -> None:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                try:
+                    scrapes.append(scrape(port))
+                except OSError:
+                    return  # the server stopped with the run
+                if scrapes[-1].get("accepted") == len(produced):
+                    return
+                time.sleep(0.5)
+
+        threading.Thread(target=loop, daemon=True).start()
+
+    with caplog.at_level(logging.INFO, logger="sharelake.progress"):
+        summary = run_ingest(spark, cfg, on_pool_started=watch)
+    assert_exactly_once(spark, tmp_path / "t", produced)
+
+    # Prometheus: the counters reached what the table holds
+    final = scrapes[-1]
+    assert final["accepted"] == final["rows_written"] == final["polled"] == len(produced), final
+    assert final["buffer_capacity"] == cfg.pump.buffer_max_records and final["members_active"] == cfg.pump.members
+    # the progress lines: one per micro-batch with records, adding up to the run's totals
+    lines = [r.getMessage() for r in caplog.records if r.name == "sharelake.progress" and "batch " in r.getMessage()]
+    assert lines, "no progress line"
+    fields = [dict(kv.split("=") for kv in re.findall(r"(\w+=\d+)", ln)) for ln in lines]
+    assert sum(int(f["accepted"]) for f in fields) == summary.accepted == len(produced)
+    assert sum(int(f["in"]) for f in fields) == len(produced)
+    assert all(int(f["duration_ms"]) >= 0 and "members" in f for f in fields)
+
+
+def test_elastic_members_grow_and_shrink_mid_stream_without_a_pause(
+    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
+) -> None:
+    topic, group = f"elastic-{unique}", f"g-{unique}"
+    broker.create_topic(topic, partitions=4)
+    produced: list[Produced] = []
+    stop_producing = threading.Event()
+
+    def produce_steadily() -> None:  # ~1,000 records/s until told to stop
+        i = 0
+        while not stop_producing.is_set():
+            produced.extend(produce_json_events(broker.bootstrap, topic, 250, start=i))
+            i += 250
+            time.sleep(0.25)
+
+    sizes: list[tuple[float, int]] = []
+    polled_at: list[float] = []  # when the pool's polled-record count went up (sampled every 50 ms)
+
+    def steer(pool: MemberPool) -> None:
+        def plan() -> None:
+            for wait, n in ((8, 4), (10, 1), (8, 1)):
+                time.sleep(wait)
+                pool.resize(n)
+                sizes.append((time.monotonic(), n))
+            stop_producing.set()
+
+        def sample() -> None:
+            last = 0
+            while not stop_producing.is_set():
+                now = pool.totals().records
+                if now > last:
+                    polled_at.append(time.monotonic())
+                    last = now
+                time.sleep(0.05)
+
+        threading.Thread(target=plan, daemon=True).start()
+        threading.Thread(target=sample, daemon=True).start()
+
+    cfg = ingest_config(
+        broker, topic, group, tmp_path / "t", "pump.members=1", "pump.max_members=4", "pump.max_poll_records=200"
+    )
+    producer = threading.Thread(target=produce_steadily)
+    producer.start()
+    try:
+        summary = run_ingest(spark, cfg, on_pool_started=steer)
+    finally:
+        stop_producing.set()
+        producer.join()
+    assert [n for _, n in sizes] == [4, 1, 1]
+    assert_exactly_once(spark, tmp_path / "t", produced)
+    assert summary.released == 0  # retiring members finished their polls: nothing was given back
+
+    grow, shrink = sizes[0][0], sizes[1][0]
+    during = [b - a for a, b in itertools.pairwise(polled_at) if grow - 1 <= b <= shrink + 5]
+    before = [b - a for a, b in itertools.pairwise(polled_at) if b < grow - 1]
+    classic = classic_group_rebalance_gap(broker, unique)
+    record_measurement(
+        "elastic_members",
+        {
+            "share_group_longest_consumption_gap_during_resize_s": round(max(during), 2) if during else None,
+            "share_group_longest_consumption_gap_before_s": round(max(before), 2) if before else None,
+            "classic_group": classic,
+        },
+    )
+
+
+def classic_group_rebalance_gap(broker: EmbeddedKafka, unique: str) -> dict[str, float]:
+    """Longest pause in consumption while a classic (eager) consumer group scales 1 -> 4 members."""
+    topic = f"classic-{unique}"
+    broker.create_topic(topic, partitions=4)
+    received: list[float] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def consume(n: int) -> None:
+        c = Consumer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "group.id": f"classic-{unique}",
+                "group.protocol": "classic",
+                "partition.assignment.strategy": "range",
+                "auto.offset.reset": "earliest",
+                "client.id": f"classic-{n}",
+            }
+        )
+        c.subscribe([topic])
+        try:
+            while not stop.is_set():
+                m = c.poll(0.1)
+                if m is not None and m.error() is None:
+                    with lock:
+                        received.append(time.monotonic())
+        finally:
+            c.close()
+
+    def produce() -> None:
+        i = 0
+        while not stop.is_set():
+            produce_json_events(broker.bootstrap, topic, 100, start=i)
+            i += 100
+            time.sleep(0.1)
+
+    threads = [threading.Thread(target=produce), threading.Thread(target=consume, args=(0,))]
+    for t in threads:
+        t.start()
+    time.sleep(8)
+    scale_at = time.monotonic()
+    extra = [threading.Thread(target=consume, args=(i,)) for i in (1, 2, 3)]
+    for t in extra:
+        t.start()
+    time.sleep(12)
+    stop.set()
+    for t in [*threads, *extra]:
+        t.join(30)
+    around = sorted(t for t in received if t >= scale_at - 2)
+    before = sorted(t for t in received if t < scale_at - 2)
+    return {
+        "longest_consumption_gap_during_scale_up_s": round(max(b - a for a, b in itertools.pairwise(around)), 2),
+        "longest_consumption_gap_before_s": round(max(b - a for a, b in itertools.pairwise(before)), 2),
+    }
+
+
+def record_measurement(name: str, values: dict[str, object]) -> None:
+    out = CACHE_DIR / "measurements"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(values, indent=2, default=str))
+    print(f"{name}: {values}")
+
+
+def test_spark_connect_is_refused_at_start_with_the_supported_modes(tmp_path: Path) -> None:
+    env = {**os.environ, "SPARK_REMOTE": "sc://127.0.0.1:15002"}
+    job = [str(ROOT / "jobs" / "ingest.py"), "--config", str(ROOT / "conf" / "local.toml")]
+    job += ["--set", f"delta.table_path={tmp_path / 't'}"]
+    # the job run as a Spark Connect client would be (plain Python with SPARK_REMOTE), and submitted
+    for cmd in ([str(ROOT / ".cache" / "venv" / "bin" / "python"), *job], [str(ROOT / "spark-submit.sh"), *job]):
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+        output = done.stdout + done.stderr
+        assert done.returncode == 2, output[-3000:]
+        lines = [ln for ln in output.splitlines() if ln.startswith("sharelake:")]
+        assert len(lines) == 1 and "Spark Connect" in lines[0], output[-3000:]
+        assert "foreachBatch would run on the Spark Connect server" in lines[0]
+        assert "Traceback" not in output
+    assert "dedicated (single user) access mode" in lines[0] or "standalone, YARN or Kubernetes" in lines[0]
