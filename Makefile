@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 .PHONY: setup jars demo test lint pytest clean
 setup: $(VENV)/.installed jars
 
-jars: $(CACHE)/jars/kafka/.resolved $(CACHE)/jars/spark/.resolved
+jars: $(CACHE)/jars/kafka/.resolved $(CACHE)/jars/spark/.resolved $(CACHE)/jars/bench/.resolved
 
 $(VENV)/.installed: requirements.txt
 	@$(PYTHON) -c 'import sys; v=sys.version_info[:2]; sys.exit(0 if v==(3,11) else "sharelake needs Python 3.11, found %d.%d: set PYTHON=/path/to/python3.11" % v)'
@@ -38,9 +38,9 @@ demo: setup
 	$(VENV)/bin/python jobs/demo.py
 
 lint: setup
-	$(VENV)/bin/ruff check app jobs tests
-	$(VENV)/bin/ruff format --check app jobs tests
-	$(VENV)/bin/mypy app jobs
+	$(VENV)/bin/ruff check app jobs tests bench
+	$(VENV)/bin/ruff format --check app jobs tests bench
+	$(VENV)/bin/mypy app jobs bench
 
 pytest: setup
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
@@ -49,3 +49,25 @@ test: lint pytest
 
 clean:
 	rm -rf $(CACHE)
+
+# --- benchmark (bench/): Sharelake against Spark's Kafka source, a plain ShareConsumer drain and
+# Kafka's share-consumer perf tool, side by side in one run; report under bench/results/.
+#   make bench         the full run (BENCH_ARGS to change sizes: see `python -m bench.run --help`)
+#   make bench-smoke   a tiny run that only checks the harness works (numbers mean nothing)
+BENCH_ARGS ?=
+BENCH_JAR_IDS := spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2
+
+.PHONY: bench bench-smoke bench-setup
+bench-setup: setup
+
+# Spark's built-in Kafka source: only the artifacts the pyspark wheel does not already ship
+$(CACHE)/jars/bench/.resolved: conf/maven/bench-jars.pom.xml
+	rm -rf $(CACHE)/jars/bench
+	$(MVN) -f $< dependency:copy-dependencies -DincludeScope=runtime -DincludeArtifactIds=$(BENCH_JAR_IDS) -DoutputDirectory=$(abspath $(CACHE))/jars/bench
+	@touch $@
+
+bench: bench-setup
+	$(VENV)/bin/python -m bench.run $(BENCH_ARGS)
+
+bench-smoke: bench-setup
+	$(VENV)/bin/python -m bench.run --smoke $(BENCH_ARGS)

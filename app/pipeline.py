@@ -73,6 +73,7 @@ class RunSummary:
     failed_attempts: int
     last_version: int
     max_cycle_s: float
+    mean_cycle_s: float
     seconds: float
 
     def line(self) -> str:
@@ -90,7 +91,7 @@ def log_banner(cfg: SharelakeConfig, group_settings: dict[str, str], lock_ms: in
         "  mode %s, members %s, max_poll_records %d, batch.max_records %d",
         version("pyspark"),
         version("delta-spark"),
-        confluent_kafka.version()[0],
+        confluent_kafka.version(),
         confluent_kafka.libversion()[0],
         cfg.kafka.topic,
         cfg.kafka.group_id,
@@ -242,6 +243,7 @@ def run_ingest(
         failed_attempts=st.failed_attempts,
         last_version=main.stats.last_version,
         max_cycle_s=st.max_cycle_s,
+        mean_cycle_s=st.cycle_s_sum / max(1, st.cycles),
         seconds=time.monotonic() - started,
     )
     if error is not None:

@@ -76,13 +76,19 @@ def run_with_progress(cmd: list[str], total: int) -> int:
     """Run the job, showing its per-batch progress lines as a bar and every other line as is."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     assert proc.stdout is not None
-    with tqdm(total=total, unit="rec", desc="[demo] decided", dynamic_ncols=True) as bar:
-        for line in proc.stdout:
-            m = PROGRESS.search(line)
-            if m:
-                bar.update(int(m["accepted"]) + int(m["rejected"]))
-            else:
-                bar.write(line.rstrip("\n"))
+    bar = tqdm(total=total, unit="rec", desc="[demo] decided", dynamic_ncols=True)
+    for line in proc.stdout:
+        m = PROGRESS.search(line)
+        if m and not bar.disable:
+            bar.update(int(m["accepted"]) + int(m["rejected"]))
+        elif "run ended:" in line and not bar.disable:
+            bar.close()  # the table summary follows: print it below the finished bar
+            print(line, end="")
+        elif not bar.disable:
+            bar.write(line.rstrip("\n"))
+        else:
+            print(line, end="")
+    bar.close()
     return proc.wait()
 
 

@@ -67,6 +67,8 @@ class SinkStats:
     empty_batches: int = 0
     max_cycle_s: float = 0.0  # longest acquire -> decision time of any poll
     last_cycle_s: float = 0.0  # the same, for the last micro-batch with records
+    cycle_s_sum: float = 0.0  # of last_cycle_s over the micro-batches with records ...
+    cycles: int = 0  # ... and how many (mean_cycle_s = cycle_s_sum / cycles)
     records_in: int = 0  # records drained into micro-batches (attempts that failed included)
 
 
@@ -269,6 +271,8 @@ class DeltaSink:
         oldest = max(now - b.acquired_at for b in batches)
         self.stats.max_cycle_s = max(self.stats.max_cycle_s, oldest)
         self.stats.last_cycle_s = oldest
+        self.stats.cycle_s_sum += oldest
+        self.stats.cycles += 1
         self.stats.late_accepts += sum(len(b) for b in batches if now - b.acquired_at >= self.lock_duration_s)
         if oldest > 0.5 * self.lock_duration_s:
             log.warning(

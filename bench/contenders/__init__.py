@@ -1,0 +1,33 @@
+"""The four contenders of the benchmark, one module each, all returning a `RunResult`.
+
+`bench.run` calls `CONTENDERS[name](ctx)` for every run; each module's docstring says what its
+number measures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from bench.contenders.base import RunContext, RunResult
+from bench.contenders.perf_tool import run_perf_tool
+from bench.contenders.share_consumer_drain import run_share_consumer_drain
+from bench.contenders.sharelake import run_sharelake
+from bench.contenders.spark_kafka_source import run_spark_kafka_source
+
+Contender = Callable[[RunContext], RunResult]
+
+CONTENDERS: dict[str, Contender] = {
+    "sharelake": run_sharelake,
+    "spark-kafka-source": run_spark_kafka_source,
+    "share-consumer-drain": run_share_consumer_drain,
+    "perf-tool": run_perf_tool,
+}
+
+LABELS: dict[str, str] = {
+    "sharelake": "(a) Sharelake",
+    "spark-kafka-source": "(b) Spark Kafka source",
+    "share-consumer-drain": "(c) plain ShareConsumer drain",
+    "perf-tool": "(d) Kafka ShareConsumerPerformance",
+}
+
+__all__ = ["CONTENDERS", "LABELS", "Contender", "RunContext", "RunResult"]

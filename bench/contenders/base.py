@@ -1,0 +1,103 @@
+"""What every contender gets (`RunContext`) and returns (`RunResult`), and the helpers they share.
+
+Used by the contender modules and `bench.run`; a contender never raises for a failed run, it
+returns `RunResult(ok=False, error=...)` so that the report can say what failed and why.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from bench.settings import BenchSettings
+
+
+@dataclass(frozen=True)
+class RunContext:
+    bootstrap: str
+    topic: str
+    partitions: int
+    records: int  # what the topic holds: a drain should land exactly these
+    members: int
+    run_dir: Path  # this run's own folder: table, checkpoint, logs
+    settings: BenchSettings
+    phase: str = "throughput"
+
+    def group(self, contender: str) -> str:
+        """A fresh share group per run, so every run reads the topic from its start."""
+        return f"bench-{contender}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class RunResult:
+    contender: str
+    phase: str
+    partitions: int
+    members: int
+    ok: bool
+    records: int = 0  # records the run landed (Delta contenders) or consumed
+    seconds: float = 0.0  # the measured window (see each contender's docstring)
+    error: str = ""
+    table: Path | None = None  # the Delta table to verify, for the Delta contenders
+    log: Path | None = None
+    details: dict[str, float] = field(default_factory=dict)
+    expected: int = 0  # records the topic held (what a Delta table should end with); set by the caller
+
+    @property
+    def rate(self) -> float:
+        return self.records / self.seconds if self.ok and self.seconds > 0 else float("nan")
+
+
+def failed(ctx: RunContext, contender: str, error: str, log: Path | None = None) -> RunResult:
+    return RunResult(contender, ctx.phase, ctx.partitions, ctx.members, ok=False, error=error, log=log)
+
+
+def tail(path: Path | None, lines: int = 15) -> str:
+    if path is None or not path.exists():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+_LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
+
+
+def log_time(line: str) -> float | None:
+    """The epoch seconds of a Python logging line (`%(asctime)s`, local time) or None."""
+    m = _LOG_TIME.match(line)
+    if m is None:
+        return None
+    return datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def run_logged(cmd: list[str], log: Path, timeout_s: float, env: dict[str, str] | None = None) -> int:
+    """Run `cmd` in its own process group with output to `log`; on timeout kill the group, return -9."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )  # fmt: skip
+        try:
+            return proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            stop_group(proc)
+            return -9
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:
+    """SIGTERM the process group we started, then SIGKILL it if it is still there after `grace_s`."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue

@@ -1,0 +1,132 @@
+"""Contender (a), Sharelake itself: `./spark-submit.sh jobs/ingest.py` as users run it.
+
+Called by `bench.run` (throughput, scaling and memory phases, until-drained) and by
+`bench.latency` (continuous mode, stopped with SIGTERM). Every run gets a fresh share group
+(`kafka.auto_offset_reset` is `earliest` in conf/local.toml) and a fresh Delta table, with
+`payload.format=json` and the workload's schema. The driver's process tree is sampled for memory
+throughout.
+
+records/s = rows written / (time of the table's last commit - the start of `run_ingest`). The
+start is the `run ended:` log line's time minus RunSummary.seconds (run_ingest's own clock, which
+starts once the SparkSession is up, as for the Spark source contender). The window ends at the
+last Delta commit, so it holds the start-up checks, the group join and the whole drain, but
+neither the JVM start nor the idle timeout that ends an until-drained run.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.paths import PROJECT_ROOT
+from bench.contenders.base import RunContext, RunResult, failed, log_time, stop_group, tail
+from bench.delta_log import data_commits, mean_commit_interval_s, read_commits
+from bench.procmem import MemoryPeak, TreeSampler
+from bench.workload import SCHEMA_DDL
+
+NAME = "sharelake"
+
+
+def sharelake_command(ctx: RunContext, group: str, table: Path, mode: str) -> list[str]:
+    sets = [
+        f"kafka.bootstrap_servers={ctx.bootstrap}",
+        f"kafka.topic={ctx.topic}",
+        f"kafka.group_id={group}",
+        f"delta.table_path={table}",
+        f"run.mode={mode}",
+        f"run.idle_timeout_ms={ctx.settings.idle_timeout_ms}",
+        f"pump.members={ctx.members}",
+        "payload.format=json",
+        f"payload.schema={SCHEMA_DDL}",
+        *ctx.settings.sharelake_sets,
+    ]
+    cmd = [str(PROJECT_ROOT / "spark-submit.sh"), "jobs/ingest.py", "--config", "conf/local.toml"]
+    for s in sets:
+        cmd += ["--set", s]
+    return cmd
+
+
+@dataclass
+class SharelakeJob:
+    """One started job: its process (group leader: the spark-submit JVM), log and memory sampler."""
+
+    proc: subprocess.Popen[bytes]
+    log: Path
+    table: Path
+    sampler: TreeSampler
+
+    def wait(self, timeout_s: float) -> int:
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            stop_group(self.proc)
+            return -9
+        finally:
+            self.sampler.stop()
+
+    def kill(self) -> None:
+        stop_group(self.proc)
+        self.sampler.stop()
+
+
+def start_sharelake(ctx: RunContext, mode: str) -> SharelakeJob:
+    ctx.run_dir.mkdir(parents=True, exist_ok=True)
+    table, log = ctx.run_dir / "table", ctx.run_dir / "sharelake.log"
+    cmd = sharelake_command(ctx, ctx.group(NAME), table, mode)
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            cmd, cwd=PROJECT_ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own group: a stop reaches the JVM and the Python driver
+        )  # fmt: skip
+    sampler = TreeSampler(proc.pid)
+    sampler.start()
+    return SharelakeJob(proc, log, table, sampler)
+
+
+@dataclass
+class JobLog:
+    started: float | None  # epoch seconds when run_ingest started: the "run ended:" line - seconds
+    summary: dict[str, float]  # the "run ended:" counters (RunSummary), {} when missing
+
+
+def parse_job_log(log: Path) -> JobLog:
+    started, summary = None, {}
+    for line in log.read_text(errors="replace").splitlines():
+        m = re.search(r"run ended: (.*)", line)
+        if m:
+            summary = {k: float(v) for k, v in (kv.split("=", 1) for kv in m.group(1).split())}
+            ended = log_time(line)
+            started = ended - summary["seconds"] if ended is not None and "seconds" in summary else None
+    return JobLog(started, summary)
+
+
+def memory_details(peak: MemoryPeak) -> dict[str, float]:
+    return {"jvm_rss_mib": peak.jvm_mib, "python_rss_mib": peak.python_mib, "tree_rss_mib": peak.total_mib}
+
+
+def result_of(ctx: RunContext, job: SharelakeJob, code: int, expect_exit: tuple[int, ...] = (0,)) -> RunResult:
+    """The RunResult of a finished job, from its exit code, log and table."""
+    parsed = parse_job_log(job.log)
+    if code not in expect_exit:
+        why = "timed out" if code == -9 else f"exit code {code}"
+        return failed(ctx, NAME, f"{why}: {tail(job.log, 8)}", job.log)
+    commits = data_commits(read_commits(job.table))
+    if parsed.started is None or not parsed.summary or not commits:
+        return failed(ctx, NAME, f"no run summary in the log or no commit in the table: {tail(job.log, 8)}", job.log)
+    window = commits[-1].timestamp_ms / 1000 - parsed.started
+    details = {
+        **parsed.summary,
+        **memory_details(job.sampler.peak),
+        "mean_commit_interval_s": mean_commit_interval_s(commits) or float("nan"),
+        "data_commits": float(len(commits)),
+    }
+    rows = int(parsed.summary.get("rows_written", 0))
+    return RunResult(NAME, ctx.phase, ctx.partitions, ctx.members, True, rows, window, "", job.table, job.log, details)
+
+
+def run_sharelake(ctx: RunContext) -> RunResult:
+    job = start_sharelake(ctx, "until-drained")
+    code = job.wait(ctx.settings.run_timeout_s)
+    return result_of(ctx, job, code)

@@ -1,0 +1,75 @@
+"""Turns the runs into the report's numbers: median/min/max records/s per contender and partition
+count, the pairwise ratios of Sharelake to each peer, and the scaling cells.
+
+Called by `bench.run` before the report and charts; pure functions over `RunResult`s.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from bench.contenders.base import RunResult
+
+BASE = "sharelake"
+
+
+@dataclass
+class Spread:
+    """The records/s of the successful runs of one cell, and why the others failed."""
+
+    rates: list[float] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.rates) if self.rates else math.nan
+
+    @property
+    def low(self) -> float:
+        return min(self.rates) if self.rates else math.nan
+
+    @property
+    def high(self) -> float:
+        return max(self.rates) if self.rates else math.nan
+
+
+def spreads(results: list[RunResult], phase: str) -> dict[tuple[str, int, int], Spread]:
+    """(contender, partitions, members) -> Spread, over the runs of one phase."""
+    out: dict[tuple[str, int, int], Spread] = defaultdict(Spread)
+    for r in results:
+        if r.phase != phase:
+            continue
+        cell = out[(r.contender, r.partitions, r.members)]
+        if r.ok and math.isfinite(r.rate):
+            cell.rates.append(r.rate)
+        else:
+            cell.failures.append(r.error or "no number")
+    return dict(out)
+
+
+def pairwise_ratios(results: list[RunResult], peer: str, partitions: int) -> Spread:
+    """Sharelake / peer for each round of the throughput phase (run i of one against run i of the other)."""
+
+    def rates(name: str) -> list[float]:
+        return [
+            r.rate for r in results if r.phase == "throughput" and r.contender == name and r.partitions == partitions
+        ]
+
+    ratios = Spread()
+    for a, b in zip(rates(BASE), rates(peer), strict=False):
+        if math.isfinite(a) and math.isfinite(b) and b > 0:
+            ratios.rates.append(a / b)
+        else:
+            ratios.failures.append("a run of either side failed")
+    return ratios
+
+
+def fmt_rate(x: float) -> str:
+    return "failed" if not math.isfinite(x) else f"{x:,.0f}"
+
+
+def fmt(x: float | None, digits: int = 1) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{x:,.{digits}f}"

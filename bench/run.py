@@ -1,0 +1,153 @@
+"""The benchmark's one command: `python -m bench.run [--smoke] [sizes...]` (`make bench`).
+
+Starts the embedded Kafka broker, produces the workload topics, runs every contender in turn
+(throughput rounds interleaved run by run, then Sharelake's scaling, memory and latency phases),
+stops the broker, checks every Delta table with one SparkSession, and writes the report:
+bench/results/<date>-<size>.md with its PNG charts and a .json of the raw numbers.
+Each phase lives in its own module; this one only orders them and keeps going when a run fails.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from app.embedded.kafka_broker import EmbeddedKafka
+from bench.contenders import CONTENDERS, RunContext, RunResult
+from bench.contenders.base import failed
+from bench.latency import LatencyRun, run_latency
+from bench.machine import machine_facts
+from bench.report import Outcome, TableRow, write_report
+from bench.settings import BenchSettings, settings_from_args
+from bench.share_bound import max_record_locks
+from bench.verify import check_table, open_spark, sharelake_latency
+from bench.workload import produce_backlog
+
+log = logging.getLogger("bench")
+
+
+class Topics:
+    """Workload topics, created and filled once per (partitions, records) and shared by the runs."""
+
+    def __init__(self, kafka: EmbeddedKafka, s: BenchSettings) -> None:
+        self.kafka, self.s = kafka, s
+        self.made: dict[tuple[int, int], str] = {}
+        self.produce_rates: dict[str, float] = {}
+
+    def get(self, partitions: int, records: int) -> str:
+        if (partitions, records) not in self.made:
+            name = f"bench-p{partitions}-n{records}"
+            self.kafka.create_topic(name, partitions=partitions)
+            log.info("producing %d records to %s", records, name)
+            stats = produce_backlog(self.kafka.bootstrap, name, records, self.s.producer_batch_bytes)
+            self.produce_rates[name] = records / stats.seconds if stats.seconds else math.nan
+            log.info("produced %s in %.1fs", name, stats.seconds)
+            self.made[(partitions, records)] = name
+        return self.made[(partitions, records)]
+
+
+def run_one(name: str, ctx: RunContext) -> RunResult:
+    log.info("%s: %s on %d partition(s), %d member(s)", ctx.phase, name, ctx.partitions, ctx.members)
+    try:
+        r = CONTENDERS[name](ctx)
+    except Exception as e:
+        log.exception("%s failed", name)
+        r = failed(ctx, name, f"raised {e!r}")
+    r.expected = ctx.records
+    log.info(
+        "  -> %s", f"{r.rate:,.0f} records/s ({r.records} in {r.seconds:.1f}s)" if r.ok else f"FAILED: {r.error[:300]}"
+    )
+    return r
+
+
+def throughput_phase(kafka: EmbeddedKafka, s: BenchSettings, topics: Topics, work: Path) -> list[RunResult]:
+    results = []
+    for p in s.partitions:
+        topic = topics.get(p, s.records)
+        for i in range(s.runs):
+            for name in s.contenders:  # interleaved: run i of every contender sees the same machine state
+                ctx = RunContext(kafka.bootstrap, topic, p, s.records, s.members, work / f"tp-p{p}-{name}-{i}", s)
+                results.append(run_one(name, ctx))
+    return results
+
+
+def scaling_phase(kafka: EmbeddedKafka, s: BenchSettings, topics: Topics, work: Path) -> list[RunResult]:
+    """Sharelake per (partitions, members); cells the throughput phase already ran are not run again."""
+    results = []
+    for p in s.scaling_partitions:
+        for m in s.scaling_members:
+            if m == s.members and p in s.partitions and "sharelake" in s.contenders:
+                continue  # bench.report takes the throughput runs for this cell
+            topic = topics.get(p, s.records)
+            for i in range(s.scaling_runs):
+                ctx = RunContext(kafka.bootstrap, topic, p, s.records, m, work / f"sc-p{p}-m{m}-{i}", s, "scaling")
+                results.append(run_one("sharelake", ctx))
+    return results
+
+
+def memory_phase(kafka: EmbeddedKafka, s: BenchSettings, topics: Topics, work: Path) -> list[RunResult]:
+    if s.memory_records <= 0:
+        return []
+    topic = topics.get(s.memory_partitions, s.memory_records)
+    ctx = RunContext(
+        kafka.bootstrap, topic, s.memory_partitions, s.memory_records, s.members, work / "memory", s, "memory"
+    )
+    return [run_one("sharelake", ctx)]
+
+
+def verify_tables(results: list[RunResult], latency: LatencyRun | None, outcome: Outcome) -> None:
+    """Row counts and duplicates of every Delta table, and the latency figures (one SparkSession)."""
+    spark = open_spark()
+    try:
+        for r in results:
+            if r.table is None or not r.ok:
+                continue
+            check = check_table(spark, r.table)
+            outcome.tables.append(TableRow(r, check.rows, check.duplicates))
+        if latency is not None and latency.result.ok and latency.result.table is not None:
+            outcome.latency = sharelake_latency(spark, latency.result.table, latency.warmup_records)
+    finally:
+        spark.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    s = settings_from_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    stamp = time.strftime("%Y-%m-%d-%H%M%S")
+    work = s.work_dir / f"{stamp}-{s.size}"
+    outcome = Outcome(settings=s, started=time.strftime("%Y-%m-%d %H:%M:%S %Z"), machine=machine_facts())
+    began = time.monotonic()
+    try:
+        with EmbeddedKafka(work / "broker", heap="1g") as kafka:
+            outcome.locks, outcome.locks_source = max_record_locks(kafka.bootstrap)
+            topics = Topics(kafka, s)
+            outcome.results += throughput_phase(kafka, s, topics, work / "runs")
+            if "sharelake" in s.contenders:
+                outcome.results += scaling_phase(kafka, s, topics, work / "runs")
+                outcome.results += memory_phase(kafka, s, topics, work / "runs")
+                log.info(
+                    "latency: %d records/s for %gs (+%gs warm-up)",
+                    s.latency_rate,
+                    s.latency_seconds,
+                    s.latency_warmup_seconds,
+                )
+                outcome.latency_run = run_latency(kafka, s, work / "runs" / "latency")
+                outcome.results.append(outcome.latency_run.result)
+            outcome.produce_rates = topics.produce_rates
+        verify_tables(outcome.results, outcome.latency_run, outcome)
+        outcome.seconds = time.monotonic() - began
+        report = write_report(outcome, s.results_dir / f"{stamp}-{s.size}.md")
+    finally:
+        if not s.keep_work:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"bench: report written to {report}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

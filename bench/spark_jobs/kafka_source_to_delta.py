@@ -1,0 +1,56 @@
+"""spark-submit job for contender (b): Spark's built-in Kafka source -> from_json -> Delta append.
+
+Submitted by `bench.contenders.spark_kafka_source` through ./spark-submit.sh with the Kafka source
+jars on the driver classpath. It reads the topic from the earliest offsets with
+Trigger.AvailableNow (everything present at start, then stop), keeps the same columns as
+Sharelake's json table (topic, partition, offset, key, kafka_timestamp + the parsed fields), and
+appends to Delta with a checkpoint. It prints one line, `bench-started: <epoch seconds>`, taken
+after the SparkSession is up and before the query is defined.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    for name in ("--bootstrap", "--topic", "--table", "--checkpoint", "--schema"):
+        p.add_argument(name, required=True)
+    args = p.parse_args()
+    spark = SparkSession.builder.appName("bench-spark-kafka-source").getOrCreate()
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    print(f"bench-started: {time.time():.3f}", flush=True)
+    records = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", args.bootstrap)
+        .option("subscribe", args.topic)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    rows = records.select(
+        "topic",
+        "partition",
+        "offset",
+        "key",
+        F.col("timestamp").alias("kafka_timestamp"),
+        F.from_json(F.col("value").cast("string"), args.schema).alias("v"),
+    ).select("topic", "partition", "offset", "key", "kafka_timestamp", "v.*")
+    query = (
+        rows.writeStream.format("delta")
+        .option("checkpointLocation", args.checkpoint)
+        .outputMode("append")
+        .trigger(availableNow=True)
+        .start(args.table)
+    )
+    query.awaitTermination()
+    print(f"bench-finished: {time.time():.3f}", flush=True)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""The benchmark workload: ~250-byte JSON records with a declared schema, produced as fast as the
+broker takes them (a backlog) or at a fixed rate (the latency phase).
+
+Called by `bench.run` (topics for the throughput, scaling and memory phases) and `bench.latency`
+(the offered load). Unlike `app.embedded.sample_data`, nothing is kept per record, so millions of
+records cost no memory; the broker's delivery reports are only counted.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, Message, Producer
+
+# The value's fields as a Spark DDL string (Sharelake's payload.schema, the Spark job's from_json)
+SCHEMA_DDL = "id long, user string, ts string, amount double, kind string, tags array<string>, note string"
+VALUE_BYTES = 250  # every value is padded to this length with its `note`
+KINDS = ("view", "click", "buy", "refund")
+TAGS = ("mobile", "web", "promo", "eu", "us", "returning", "new")
+_EPOCH_2026 = 1_767_225_600  # the `ts` field counts seconds from 2026-01-01T00:00:00Z
+
+
+def record_value(i: int) -> bytes:
+    """Record `i`'s JSON value, exactly VALUE_BYTES long (the `note` pads it)."""
+    fields = {
+        "id": i,
+        "user": f"user-{i % 9973:05d}",
+        "ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_EPOCH_2026 + i)),
+        "amount": round((i * 7919) % 1_000_000 / 100, 2),
+        "kind": KINDS[i % len(KINDS)],
+        "tags": [TAGS[i % 7], TAGS[(i // 7) % 7]],
+        "note": "",
+    }
+    bare = json.dumps(fields, separators=(",", ":"))
+    pad = max(0, VALUE_BYTES - len(bare))
+    return bare.replace('"note":""', '"note":"' + "x" * pad + '"').encode()
+
+
+def record_key(i: int) -> bytes:
+    return f"k-{i}".encode()
+
+
+@dataclass
+class ProduceStats:
+    records: int = 0
+    failures: int = 0
+    seconds: float = 0.0
+    first_error: str = ""
+
+
+class _Counter:
+    """Counts delivery reports (called from the producer's poll, in the producing thread)."""
+
+    def __init__(self, stats: ProduceStats) -> None:
+        self.stats = stats
+
+    def __call__(self, err: KafkaError | None, msg: Message) -> None:
+        if err is None:
+            self.stats.records += 1
+        else:
+            self.stats.failures += 1
+            self.stats.first_error = self.stats.first_error or str(err)
+
+
+def _producer(bootstrap: str, batch_bytes: int) -> Producer:
+    return Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 5,
+            "batch.size": batch_bytes,
+            "enable.idempotence": True,
+            "queue.buffering.max.messages": 500_000,
+        }
+    )
+
+
+def _send(producer: Producer, topic: str, i: int, on_delivery: _Counter) -> None:
+    while True:
+        try:
+            producer.produce(topic, key=record_key(i), value=record_value(i), on_delivery=on_delivery)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+def produce_backlog(bootstrap: str, topic: str, count: int, batch_bytes: int = 16384, start: int = 0) -> ProduceStats:
+    """Produce records start..start+count-1 as fast as possible and wait until all are delivered."""
+    stats = ProduceStats()
+    producer, on_delivery = _producer(bootstrap, batch_bytes), _Counter(stats)
+    t0 = time.monotonic()
+    for i in range(start, start + count):
+        _send(producer, topic, i, on_delivery)
+        if i % 1000 == 0:
+            producer.poll(0)
+    remaining = producer.flush(120)
+    stats.seconds = time.monotonic() - t0
+    if stats.failures or remaining or stats.records != count:
+        raise RuntimeError(
+            f"producing {count} records to {topic} failed: {stats.failures} errors ({stats.first_error}), "
+            f"{remaining} undelivered"
+        )
+    return stats
+
+
+class RateProducer(threading.Thread):
+    """Produces ids 0, 1, 2, ... at `rate` records/s in a background thread until `stop()`.
+
+    Each record's Kafka timestamp is its produce() call (CreateTime), which the latency phase
+    compares with the Delta commit that holds the row. `sent` is the next id (records handed to
+    the client so far); `stats.records` counts the delivered ones once the thread has ended.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, rate: int, batch_bytes: int = 16384):
+        super().__init__(name="bench-rate-producer", daemon=True)
+        self.topic, self.rate = topic, rate
+        self.stats = ProduceStats()
+        self.sent = 0
+        self.lag_s = 0.0  # how far the producer fell behind its schedule at most
+        self._producer = _producer(bootstrap, batch_bytes)
+        self._halt = threading.Event()
+        self.failure: BaseException | None = None
+
+    def stop(self) -> None:
+        self._halt.set()
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as e:  # noqa: BLE001 - reported to the caller
+            self.failure = e
+
+    def _run(self) -> None:
+        on_delivery = _Counter(self.stats)
+        t0 = time.monotonic()
+        while not self._halt.is_set():
+            due = t0 + self.sent / self.rate
+            now = time.monotonic()
+            if due > now:
+                time.sleep(due - now)
+            else:
+                self.lag_s = max(self.lag_s, now - due)
+            _send(self._producer, self.topic, self.sent, on_delivery)
+            self._producer.poll(0)
+            self.sent += 1
+        self._producer.flush(60)
+        self.stats.seconds = time.monotonic() - t0
