@@ -32,6 +32,10 @@ class KafkaConfig(_Section):
     auto_offset_reset: Literal["earliest", "latest", "unchanged"] = "earliest"
     # Set the group's share.record.lock.duration.ms at start; None leaves the group's value.
     record_lock_duration_ms: int | None = Field(default=None, ge=1000)
+    # Set the group's share.partition.max.record.locks at start: how many records of one partition
+    # may be in flight (acquired, undecided) at once; None leaves the group's value (2000 default).
+    # With few partitions it bounds throughput: locks x partitions per batch cycle.
+    partition_max_record_locks: int | None = Field(default=None, ge=100)
     # Extra librdkafka settings for the share consumers (security.protocol, sasl.*, ...).
     client: dict[str, str | int | float | bool] = Field(default_factory=dict)
 

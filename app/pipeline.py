@@ -86,7 +86,8 @@ def log_banner(cfg: SharelakeConfig, group_settings: dict[str, str], lock_ms: in
     members = f"{pump.members}" if pump.lowest == pump.highest else f"{pump.members} ({pump.lowest}..{pump.highest})"
     log.info(
         "Sharelake starting: pyspark %s, delta-spark %s, confluent-kafka %s (librdkafka %s)\n"
-        "  topic %s, share group %s (record lock %d ms, delivery limit %s; client RENEW %s)\n"
+        "  topic %s, share group %s (record lock %d ms, delivery limit %s, record locks per partition %s; "
+        "client RENEW %s)\n"
         "  table %s, dead letters %s, payload %s\n"
         "  mode %s, members %s, max_poll_records %d, batch.max_records %d",
         version("pyspark"),
@@ -97,6 +98,7 @@ def log_banner(cfg: SharelakeConfig, group_settings: dict[str, str], lock_ms: in
         cfg.kafka.group_id,
         lock_ms,
         group_settings.get("share.delivery.count.limit", "?"),
+        group_settings.get("share.partition.max.record.locks", "?"),
         "available" if RENEW_SUPPORTED else "not available: each poll must be decided within the lock",
         cfg.delta.table_path,
         cfg.dead_letter_path,

@@ -61,7 +61,8 @@ def check_kafka(admin: AdminClient, cfg: SharelakeConfig) -> dict[str, str]:
         keys = ", ".join(f"{name}={value}" for name, value in settings.items())
         raise ConfigError(
             f"kafka.group_id = {k.group_id!r}: the broker refused the share-group settings ({keys}): "
-            f"{_reason(e)}; fix kafka.auto_offset_reset / kafka.record_lock_duration_ms, or check the "
+            f"{_reason(e)}; fix kafka.auto_offset_reset / kafka.record_lock_duration_ms / "
+            "kafka.partition_max_record_locks, or check the "
             "broker's group.share.* bounds and ACLs"
         ) from None
 

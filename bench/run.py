@@ -125,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with EmbeddedKafka(work / "broker", heap="1g") as kafka:
             outcome.locks, outcome.locks_source = max_record_locks(kafka.bootstrap)
+            for item in s.sharelake_sets:  # Sharelake sets the group's own limit at start
+                if item.startswith("kafka.partition_max_record_locks="):
+                    outcome.locks, outcome.locks_source = int(item.split("=", 1)[1]), f"--set {item}"
             topics = Topics(kafka, s)
             outcome.results += throughput_phase(kafka, s, topics, work / "runs")
             if "sharelake" in s.contenders:

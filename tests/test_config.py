@@ -71,3 +71,23 @@ def test_secrets_never_appear_in_config_errors() -> None:
     with pytest.raises(ConfigError) as e:
         load_config(None, [*REQUIRED, "kafka.client.sasl.password=[1, 2]"])  # a list: wrong type
     assert "1, 2" not in str(e.value) and "<hidden>" in str(e.value)
+
+
+def test_group_settings_the_job_owns() -> None:
+    from app.consume.group_settings import desired_group_settings
+
+    base = load_config(None, REQUIRED).kafka
+    assert desired_group_settings(base) == {"share.auto.offset.reset": "earliest"}
+    tuned = load_config(
+        None,
+        [
+            *REQUIRED,
+            "kafka.auto_offset_reset=unchanged",
+            "kafka.record_lock_duration_ms=15000",
+            "kafka.partition_max_record_locks=8000",
+        ],
+    ).kafka
+    assert desired_group_settings(tuned) == {
+        "share.record.lock.duration.ms": "15000",
+        "share.partition.max.record.locks": "8000",
+    }

@@ -2,7 +2,8 @@
 
 Called once by `app.pipeline` at start. The group's `share.auto.offset.reset` defaults to `latest`
 on the broker, which would silently skip every record produced before the group first existed, so
-the job sets it (unless configured `unchanged`); the record lock duration can be set the same way.
+the job sets it (unless configured `unchanged`); the record lock duration and the in-flight record
+cap per partition can be set the same way.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ def desired_group_settings(cfg: KafkaConfig) -> dict[str, str]:
         settings["share.auto.offset.reset"] = cfg.auto_offset_reset
     if cfg.record_lock_duration_ms is not None:
         settings["share.record.lock.duration.ms"] = str(cfg.record_lock_duration_ms)
+    if cfg.partition_max_record_locks is not None:
+        settings["share.partition.max.record.locks"] = str(cfg.partition_max_record_locks)
     return settings
 
 

@@ -44,6 +44,10 @@ SINGLE_NODE_SETTINGS: dict[str, str] = {
     # a killed member leaves the group after 6 s instead of 45 s, so the survivors get its partitions
     "group.share.session.timeout.ms": "6000",
     "group.share.min.session.timeout.ms": "6000",
+    # let a group raise share.partition.max.record.locks (default 2000) for throughput on few
+    # partitions (kafka.partition_max_record_locks): 10000 is the most the broker accepts (its
+    # default bound refused 10000)
+    "group.share.max.partition.max.record.locks": "10000",
     "auto.create.topics.enable": "false",
     "num.partitions": "1",
     "log.flush.interval.messages": "9223372036854775807",
