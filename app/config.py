@@ -8,6 +8,7 @@ and exit with code 2. Every key is documented in `conf/local.toml`.
 
 from __future__ import annotations
 
+import logging
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -38,6 +39,14 @@ class KafkaConfig(_Section):
     partition_max_record_locks: int | None = Field(default=None, ge=100)
     # Extra librdkafka settings for the share consumers (security.protocol, sasl.*, ...).
     client: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+    def client_config(self) -> dict[str, Any]:
+        """librdkafka settings every client of the job starts from: kafka.client + the broker + logging."""
+        return {
+            **self.client,
+            "bootstrap.servers": self.bootstrap_servers,
+            "logger": logging.getLogger("sharelake.kafka.client"),  # librdkafka logs into Python logging
+        }
 
     @field_validator("client", mode="before")
     @classmethod

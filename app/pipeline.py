@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from importlib.metadata import version
-from typing import Any
 
 import confluent_kafka
 from confluent_kafka import AcknowledgeType, ShareConsumer
@@ -125,12 +124,7 @@ def run_ingest(
     stop_event = stop_event or threading.Event()
     started = time.monotonic()
     check_not_spark_connect(spark)
-    admin_config: dict[str, Any] = {
-        **cfg.kafka.client,
-        "bootstrap.servers": cfg.kafka.bootstrap_servers,
-        "logger": logging.getLogger("sharelake.kafka.client"),  # librdkafka logs into Python logging
-    }
-    admin = AdminClient(admin_config)
+    admin = AdminClient(cfg.kafka.client_config())
     group_settings = check_kafka(admin, cfg)  # raises ConfigError: one line, exit code 2
     check_dead_letter_cap(cfg, group_settings)
     check_table_path(spark, cfg.delta.table_path)

@@ -64,13 +64,7 @@ def replay_dead_letters(
     )
 
     producer = Producer(
-        {
-            **cfg.kafka.client,
-            "bootstrap.servers": cfg.kafka.bootstrap_servers,
-            "enable.idempotence": True,
-            "message.max.bytes": MAX_MESSAGE_BYTES,
-            "logger": logging.getLogger("sharelake.kafka.client"),
-        }
+        {**cfg.kafka.client_config(), "enable.idempotence": True, "message.max.bytes": MAX_MESSAGE_BYTES}
     )
     failures: list[KafkaError] = []
 

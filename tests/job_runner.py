@@ -26,7 +26,7 @@ class JobSpec:
     lock_ms: int = 3000
     checkpoint: Path | None = None  # keep Spark's batch ids across restarts (the re-run window)
 
-    def args(self, *extra: str) -> list[str]:
+    def args(self, *extra: str, job: str = "ingest.py") -> list[str]:
         sets = [
             f"kafka.bootstrap_servers={self.broker.bootstrap}",
             f"kafka.topic={self.topic}",
@@ -40,7 +40,7 @@ class JobSpec:
         ]
         out = [
             str(ROOT / "spark-submit.sh"),
-            str(ROOT / "jobs" / "ingest.py"),
+            str(ROOT / "jobs" / job),
             "--config",
             str(ROOT / "conf" / "local.toml"),
         ]

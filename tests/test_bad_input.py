@@ -23,7 +23,7 @@ from app.embedded.sample_data import produce_json_events, produce_records
 from app.pipeline import run_ingest
 from app.replay import replay_dead_letters
 from tests.ingest_config import ingest_config
-from tests.job_runner import ROOT
+from tests.job_runner import JobSpec
 from tests.kafka_helpers import share_receive
 
 SCHEMA = "id long, user string, amount double, kind string"
@@ -135,7 +135,7 @@ def test_replay_after_a_schema_fix_lands_the_records_once_even_run_twice(
     first = replay_dead_letters(spark, before, where="error_class = 'schema_mismatch'")
     assert first.published == 20 and first.topics == (topic,)
     # the second run, as users run it: the job under spark-submit; nothing is left to replay
-    second = run_replay_job(before, tmp_path / "replay.log")
+    second = run_replay_job(JobSpec(broker, topic, group, table), tmp_path / "replay.log")
     assert "replay ended: published=0" in second
 
     after = ingest_config(broker, topic, group, table, "payload.format=json", "payload.schema=id long, qty long")
@@ -148,21 +148,8 @@ def test_replay_after_a_schema_fix_lands_the_records_once_even_run_twice(
     assert len(produced) == 300
 
 
-def run_replay_job(cfg: SharelakeConfig, log: Path) -> str:
-    sets = [
-        f"kafka.bootstrap_servers={cfg.kafka.bootstrap_servers}",
-        f"kafka.topic={cfg.kafka.topic}",
-        f"kafka.group_id={cfg.kafka.group_id}",
-        f"delta.table_path={cfg.delta.table_path}",
-    ]
-    args = [
-        str(ROOT / "spark-submit.sh"),
-        str(ROOT / "jobs" / "replay_dlq.py"),
-        "--config",
-        str(ROOT / "conf" / "local.toml"),
-    ]
-    for s in sets:
-        args += ["--set", s]
+def run_replay_job(spec: JobSpec, log: Path) -> str:
+    args = spec.args(job="replay_dlq.py")
     proc = subprocess.run([*args, "--where", "error_class = 'schema_mismatch'"], capture_output=True, timeout=300)
     out = proc.stdout.decode(errors="replace") + proc.stderr.decode(errors="replace")
     log.write_text(out)

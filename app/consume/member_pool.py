@@ -30,13 +30,11 @@ log = logging.getLogger(__name__)
 
 def consumer_config(kafka: KafkaConfig, pump: PumpConfig, member_id: int) -> dict[str, Any]:
     return {
-        **kafka.client,
-        "bootstrap.servers": kafka.bootstrap_servers,
+        **kafka.client_config(),
         "group.id": kafka.group_id,
         "client.id": f"sharelake-{kafka.group_id}-{member_id}",
         "share.acknowledgement.mode": "explicit",
         "max.poll.records": pump.max_poll_records,
-        "logger": logging.getLogger("sharelake.kafka.client"),  # librdkafka logs into Python logging
     }
 
 

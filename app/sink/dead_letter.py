@@ -15,19 +15,13 @@ from datetime import datetime
 
 import pyarrow as pa
 
-from app.bridge.arrow_rows import HEADER_TYPE, PolledRecord, records_to_arrow
+from app.bridge.arrow_rows import ROW_SCHEMA, PolledRecord, records_to_arrow
 from app.sink.payload import BadRecord
 
+RECORD_COLUMNS = ("topic", "partition", "offset", "key", "value", "headers", "kafka_timestamp", "delivery_count")
 DEAD_LETTER_SCHEMA = pa.schema(
     [
-        pa.field("topic", pa.string(), nullable=False),
-        pa.field("partition", pa.int32(), nullable=False),
-        pa.field("offset", pa.int64(), nullable=False),
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("headers", pa.list_(HEADER_TYPE)),
-        pa.field("kafka_timestamp", pa.timestamp("ms", tz="UTC")),
-        pa.field("delivery_count", pa.int32()),
+        *(ROW_SCHEMA.field(name) for name in RECORD_COLUMNS),  # the record, raw, as in the main table
         pa.field("error_class", pa.string(), nullable=False),
         pa.field("error_message", pa.string()),
         pa.field("first_seen", pa.timestamp("us", tz="UTC"), nullable=False),

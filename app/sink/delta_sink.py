@@ -249,11 +249,13 @@ class DeltaSink:
         if not self.reader.needs_spark or rest.num_rows == 0:
             return spark.createDataFrame(rest)
         classified = self.reader.classify(spark.createDataFrame(rest))
-        index = {key: n for n, key in enumerate(keys)}
-        verdicts = classified.where(F.col(ERROR_CLASS).isNotNull()).select(
-            "topic", "partition", "offset", ERROR_CLASS, ERROR_MESSAGE
+        verdicts = (
+            classified.where(F.col(ERROR_CLASS).isNotNull())
+            .select("topic", "partition", "offset", ERROR_CLASS, ERROR_MESSAGE)
+            .collect()
         )
-        for row in verdicts.collect():
+        index = {key: n for n, key in enumerate(keys)} if verdicts else {}
+        for row in verdicts:
             n = index[(row["topic"], int(row["partition"]), int(row["offset"]))]
             bad[n] = BadRecord(n, row[ERROR_CLASS], row[ERROR_MESSAGE])
         return self.reader.main_rows(classified.where(F.col(ERROR_CLASS).isNull()))
