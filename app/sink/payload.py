@@ -67,7 +67,7 @@ class BadRecord:
 def precheck(table: pa.Table, cfg: PayloadConfig, max_delivery_count: int) -> list[BadRecord]:
     """The rows of `table` (in `arrow_rows.ROW_SCHEMA`) that fail the driver-side checks."""
     value = table.column("value")
-    no_value = pc.is_null(value) if not cfg.allow_null_value else pc.equal(pc.is_null(value), False)
+    no_value = pc.and_(pc.is_null(value), not cfg.allow_null_value)
     lengths = pc.binary_length(value)
     too_large = pc.fill_null(pc.greater(lengths, cfg.max_value_bytes), False)
     exhausted = pc.fill_null(pc.greater_equal(table.column("delivery_count"), max_delivery_count), False)
@@ -163,15 +163,18 @@ class PayloadReader:
         missing = F.concat_ws(
             ", ", *(F.when(F.col("_parsed")[name].isNull(), F.lit(name)) for name in self.cfg.required_fields)
         )
+        kept_null = F.col("value").isNull()  # only reaches Spark when payload.allow_null_value is set
         error_class = (
-            F.when(~valid_utf8, F.lit("invalid_utf8"))
+            F.when(kept_null, F.lit(None).cast("string"))
+            .when(~valid_utf8, F.lit("invalid_utf8"))
             .when(F.col("_variant").isNull(), F.lit("malformed_json"))
             .when(~kind.startswith("OBJECT"), F.lit("schema_mismatch"))
             .when(F.col("_parsed")[_CORRUPT].isNotNull(), F.lit("schema_mismatch"))
             .when(missing != "", F.lit("missing_required_field"))
         )
         message = (
-            F.when(~valid_utf8, F.lit("the value is not valid UTF-8"))
+            F.when(kept_null, F.lit(None).cast("string"))
+            .when(~valid_utf8, F.lit("the value is not valid UTF-8"))
             .when(F.col("_variant").isNull(), F.concat(F.lit("not valid JSON: "), shown))
             .when(
                 ~kind.startswith("OBJECT"),

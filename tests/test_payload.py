@@ -1,0 +1,43 @@
+"""Payload classification on real Spark: tombstones kept when `payload.allow_null_value` is set.
+
+The end-to-end dead-letter tests (test_bad_input.py) cover each error class against the broker;
+this pins the one switch they leave at its default.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from app.bridge.arrow_rows import records_to_arrow
+from app.config import PayloadConfig
+from app.sink.payload import ERROR_CLASS, PayloadReader, parse_schema, precheck
+from tests.test_concurrent_writers import Rec
+
+
+class Valued(Rec):
+    def __init__(self, off: int, value: bytes | None):
+        super().__init__(off)
+        self._value = value
+
+    def value(self) -> Any:
+        return self._value
+
+
+RECORDS: Any = [Valued(0, b'{"id": 1}'), Valued(1, None)]
+
+
+def test_a_tombstone_is_dead_lettered_unless_null_values_are_allowed(spark: SparkSession) -> None:
+    table = records_to_arrow(RECORDS, 0, datetime.now(UTC))
+    strict = PayloadConfig(format="json", schema="id long")
+    assert [(b.index, b.error_class) for b in precheck(table, strict, 4)] == [(1, "null_value")]
+
+    lenient = PayloadConfig(format="json", schema="id long", allow_null_value=True)
+    assert precheck(table, lenient, 4) == []
+    reader = PayloadReader(lenient, parse_schema(spark, lenient))
+    classified = reader.classify(spark.createDataFrame(table))
+    assert [r[ERROR_CLASS] for r in classified.orderBy("offset").collect()] == [None, None]
+    rows = reader.main_rows(classified).orderBy("offset").select("offset", "id").collect()
+    assert [(r["offset"], r["id"]) for r in rows] == [(0, 1), (1, None)]  # the tombstone lands, fields null
