@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Producer
 
 from app.consume.group_settings import read_group_settings
+from app.embedded import kafka_broker
 from app.embedded.kafka_broker import EmbeddedKafka
 from tests.kafka_helpers import share_receive
 
@@ -47,3 +50,21 @@ def test_start_share_round_trip_stop_restart_same_data(tmp_path: Path) -> None:
     finally:
         kafka.stop()
     assert (tmp_path / "kafka" / "logs" / "server.log").stat().st_size > 0
+
+
+def test_cluster_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 0xF8 encodes to '-' as the first base64 character: one random id in 64 starts so
+    draws = iter([uuid.UUID(bytes=b"\xf8" + b"\x00" * 15), uuid.UUID(bytes=b"\x01" * 16)])
+    monkeypatch.setattr(kafka_broker.uuid, "uuid4", lambda: next(draws))
+    assert kafka_broker.cluster_id() == "AQEBAQEBAQEBAQEBAQEBAQ"
+
+
+def test_broker_formats_and_starts_with_a_dash_cluster_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the id a CI run once drew at random failed the storage tool's argument parsing
+    monkeypatch.setattr(kafka_broker, "cluster_id", lambda: "-AECAwQFBgcICQoLDA0ODw")
+    with EmbeddedKafka(tmp_path / "kafka") as kafka:
+        assert kafka.is_running()
+        meta = (tmp_path / "kafka" / "kraft" / "meta.properties").read_text()
+        assert "cluster.id=-AECAwQFBgcICQoLDA0ODw" in meta
+        kafka.create_topic("dash", partitions=1)
+        produce(kafka.bootstrap, "dash", [b"one"])

@@ -76,8 +76,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+def cluster_id() -> str:
+    """A random KRaft cluster id: 16 random bytes, URL-safe base64, as Kafka's `Uuid.randomUuid()`.
+
+    Like Kafka, never one that starts with '-': the storage tool's argument parser would read it
+    as an option (1 id in 64 did, and failed a CI run).
+    """
+    while True:
+        candidate = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not candidate.startswith("-"):
+            return candidate
 
 
 @dataclass
@@ -204,7 +212,10 @@ class EmbeddedKafka:
         ]  # fmt: skip
 
     def _format(self, props: Path) -> None:
-        cmd = self._java("kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(props), "--standalone")
+        # `--cluster-id=<id>` in one argument: an id is never read as an option, whatever it starts with
+        cmd = self._java(
+            "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id()}", "-c", str(props), "--standalone"
+        )
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         (self.data_dir / "logs" / "format.out").write_text(done.stdout + done.stderr)
         if done.returncode != 0:
