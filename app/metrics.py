@@ -45,6 +45,12 @@ class Snapshot:
     members_active: int
     buffer_records: int
     buffer_capacity: int
+    # seconds the sink spent per step (app.sink.delta_sink.PHASES), summed since the start
+    drain_s: float = 0.0
+    plan_s: float = 0.0
+    classify_s: float = 0.0
+    write_s: float = 0.0
+    decide_s: float = 0.0
 
 
 COUNTERS = {
@@ -60,6 +66,7 @@ COUNTERS = {
     "rows_written": "rows written to the main table",
     "late_accepts": "records ACCEPTed after their lock duration",
 }
+PHASES = ("drain", "plan", "classify", "write", "decide")  # Snapshot.<phase>_s: app.sink.delta_sink.PHASES
 GAUGES = {
     "members_active": "share-group members polling",
     "buffer_records": "records waiting in the buffer",
@@ -89,7 +96,7 @@ class ProgressListener(StreamingQueryListener):  # type: ignore[misc]
         fill = 100 * now.buffer_records / max(1, now.buffer_capacity)
         log.info(
             "batch %d: in=%d accepted=%d released=%d rejected=%d dedup_hits=%d expired_locks=%d "
-            "duration_ms=%d members=%d buffer=%d (%.0f%%) total_accepted=%d",
+            "duration_ms=%d (classify %d, write %d) members=%d buffer=%d (%.0f%%) total_accepted=%d",
             progress.batchId,
             d["records_in"],
             d["accepted"],
@@ -98,6 +105,8 @@ class ProgressListener(StreamingQueryListener):  # type: ignore[misc]
             d["dedup_hits"],
             d["expired_locks"],
             duration,
+            1000 * d["classify_s"],
+            1000 * d["write_s"],
             now.members_active,
             now.buffer_records,
             fill,
@@ -121,6 +130,12 @@ class _SnapshotCollector(Collector):
             yield CounterMetricFamily(f"sharelake_{name}", doc, value=getattr(s, name))
         for name, doc in GAUGES.items():
             yield GaugeMetricFamily(f"sharelake_{name}", doc, value=getattr(s, name))
+        phases = CounterMetricFamily(
+            "sharelake_sink_phase_seconds", "seconds the sink spent per step of its micro-batches", labels=["phase"]
+        )
+        for phase in PHASES:
+            phases.add_metric([phase], getattr(s, f"{phase}_s"))
+        yield phases
         yield GaugeMetricFamily("sharelake_scrape_timestamp_seconds", "when this scrape was taken", value=time.time())
 
 

@@ -73,6 +73,12 @@ class RunSummary:
     last_version: int
     max_cycle_s: float
     mean_cycle_s: float
+    # where the sink's time went, summed over the run (app.sink.delta_sink.PHASES)
+    drain_s: float
+    plan_s: float
+    classify_s: float
+    write_s: float
+    decide_s: float
     seconds: float
 
     def line(self) -> str:
@@ -181,6 +187,11 @@ def run_ingest(
             members_active=pool.size,
             buffer_records=buffer.records,
             buffer_capacity=buffer.max_records,
+            drain_s=sink.stats.phase_s["drain"],
+            plan_s=sink.stats.phase_s["plan"],
+            classify_s=sink.stats.phase_s["classify"],
+            write_s=sink.stats.phase_s["write"],
+            decide_s=sink.stats.phase_s["decide"],
         )
 
     listener = ProgressListener(query_name, snapshot) if cfg.metrics.progress_log else None
@@ -240,6 +251,11 @@ def run_ingest(
         last_version=main.stats.last_version,
         max_cycle_s=st.max_cycle_s,
         mean_cycle_s=st.cycle_s_sum / max(1, st.cycles),
+        drain_s=st.phase_s["drain"],
+        plan_s=st.phase_s["plan"],
+        classify_s=st.phase_s["classify"],
+        write_s=st.phase_s["write"],
+        decide_s=st.phase_s["decide"],
         seconds=time.monotonic() - started,
     )
     if error is not None:

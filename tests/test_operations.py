@@ -34,8 +34,10 @@ from tests.table_checks import assert_exactly_once
 
 
 def scrape(port: int) -> dict[str, float]:
+    """sharelake_<name> -> value; a labelled one as <name>{<label value>} (e.g. sink_phase_seconds{write})."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    return {m[2]: float(m[3]) for m in re.finditer(r"^(sharelake_(\w+?)(?:_total)?) ([0-9.e+-]+)$", text, re.M)}
+    line = r'^sharelake_(\w+?)(?:_total)?(?:\{\w+="(\w+)"\})? ([0-9.e+-]+)$'
+    return {f"{m[1]}{{{m[2]}}}" if m[2] else m[1]: float(m[3]) for m in re.finditer(line, text, re.M)}
 
 
 def test_progress_lines_and_prometheus_counters_match_the_table(
@@ -70,6 +72,10 @@ def test_progress_lines_and_prometheus_counters_match_the_table(
     final = scrapes[-1]
     assert final["accepted"] == final["rows_written"] == final["polled"] == len(produced), final
     assert final["buffer_capacity"] == cfg.pump.buffer_max_records and final["members_active"] == cfg.pump.members
+    # where the sink's time went: every step timed, the write and classify steps took time
+    phases = {p: final[f"sink_phase_seconds{{{p}}}"] for p in ("drain", "plan", "classify", "write", "decide")}
+    assert phases["write"] > 0 and phases["classify"] > 0, phases
+    assert phases["write"] == pytest.approx(summary.write_s, abs=0.5), (phases, summary)
     # the progress lines: one per micro-batch with records, adding up to the run's totals
     lines = [r.getMessage() for r in caplog.records if r.name == "sharelake.progress" and "batch " in r.getMessage()]
     assert lines, "no progress line"
@@ -77,6 +83,8 @@ def test_progress_lines_and_prometheus_counters_match_the_table(
     assert sum(int(f["accepted"]) for f in fields) == summary.accepted == len(produced)
     assert sum(int(f["in"]) for f in fields) == len(produced)
     assert all(int(f["duration_ms"]) >= 0 and "members" in f for f in fields)
+    writes = [int(m) for ln in lines for m in re.findall(r"write (\d+)\)", ln)]
+    assert len(writes) == len(lines) and sum(writes) > 0, lines
 
 
 def test_elastic_members_grow_and_shrink_mid_stream_without_a_pause(

@@ -31,10 +31,13 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import pyarrow as pa
+from confluent_kafka import Message
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
@@ -55,6 +58,16 @@ RecordKey = tuple[str, int, int]
 FIRST_SEEN_MAX = 100_000  # records remembered from failed attempts, for the dead-letter first_seen
 
 
+# the steps of one attempt, in order, that `SinkStats.phase_s` times
+PHASES = (
+    "drain",  # waiting for the buffer's polls
+    "plan",  # refreshing the dedup caches and sorting records (present / parked / copies / candidates)
+    "classify",  # records -> Arrow, the driver checks, and Spark's pass for text and JSON
+    "write",  # the Delta append(s), finding our commit in the log, and any repair
+    "decide",  # ACCEPT / REJECT commands to the members
+)
+
+
 @dataclass
 class SinkStats:
     dedup_hits: int = 0  # records already in the table: ACCEPTed without a write
@@ -70,6 +83,17 @@ class SinkStats:
     cycle_s_sum: float = 0.0  # of last_cycle_s over the micro-batches with records ...
     cycles: int = 0  # ... and how many (mean_cycle_s = cycle_s_sum / cycles)
     records_in: int = 0  # records drained into micro-batches (attempts that failed included)
+    # seconds spent per step of an attempt, summed (see PHASES): where a batch cycle goes
+    phase_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+
+
+@contextmanager
+def _timed(stats: SinkStats, phase: str) -> Iterator[None]:
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        stats.phase_s[phase] += time.perf_counter() - start
 
 
 @dataclass
@@ -138,7 +162,8 @@ class DeltaSink:
             return
         self.main.retry_own_repairs(spark)
         self.dead.retry_own_repairs(spark)
-        batches = self.buffer.drain(self.batch.max_records, self.batch.max_wait_ms / 1000)
+        with _timed(self.stats, "drain"):
+            batches = self.buffer.drain(self.batch.max_records, self.batch.max_wait_ms / 1000)
         if not batches:
             self.stats.empty_batches += 1
             return
@@ -154,13 +179,28 @@ class DeltaSink:
             raise
 
     def _decide(self, spark: SparkSession, batches: list[PollBatch], batch_id: int) -> None:
-        self.main.cache.refresh()
-        self.dead.cache.refresh()
-        plan = self._plan(batches)
+        with _timed(self.stats, "plan"):
+            self.main.cache.refresh()
+            self.dead.cache.refresh()
+            plan = self._plan(batches)
         outcome: dict[RecordKey, CommitProof] = {}
         accepted: set[RecordKey] = set()
         if plan.candidates:
             outcome, accepted = self._write(spark, plan, batch_id)
+        with _timed(self.stats, "decide"):
+            self._decide_all(batches, plan, outcome, accepted)
+        if faults.active("after_accept"):
+            for b in batches:
+                b.acks_committed.wait(30)
+            faults.hit("after_accept")
+
+    def _decide_all(
+        self,
+        batches: list[PollBatch],
+        plan: _Plan,
+        outcome: dict[RecordKey, CommitProof],
+        accepted: set[RecordKey],
+    ) -> None:
         decisions: dict[tuple[PollBatch, CommitProof, bool], list[int]] = {}  # one command per poll and proof
         for b, i, key in (*plan.candidates, *plan.copies):
             decisions.setdefault((b, outcome[key], key in accepted), []).append(i)
@@ -178,10 +218,6 @@ class DeltaSink:
             else:
                 b.reject(proof, indices)
         self._account_locks(batches)
-        if faults.active("after_accept"):
-            for b in batches:
-                b.acks_committed.wait(30)
-            faults.hit("after_accept")
 
     def _plan(self, batches: list[PollBatch]) -> _Plan:
         plan = _Plan()
@@ -210,10 +246,23 @@ class DeltaSink:
         records = [b.records[i] for b, i, _ in plan.candidates]
         keys = [key for _, _, key in plan.candidates]
         stamp = datetime.now(UTC)
-        table = records_to_arrow(records, batch_id, stamp)
-        bad = {b.index: b for b in precheck(table, self.reader.cfg, self.max_delivery_count)}
-        good_rows = self._classify(spark, table, keys, bad)
+        with _timed(self.stats, "classify"):
+            table = records_to_arrow(records, batch_id, stamp)
+            bad = {b.index: b for b in precheck(table, self.reader.cfg, self.max_delivery_count)}
+            good_rows = self._classify(spark, table, keys, bad)
+        with _timed(self.stats, "write"):
+            return self._append(spark, records, keys, good_rows, bad, batch_id, stamp)
 
+    def _append(
+        self,
+        spark: SparkSession,
+        records: list[Message],
+        keys: list[RecordKey],
+        good_rows: DataFrame,
+        bad: dict[int, BadRecord],
+        batch_id: int,
+        stamp: datetime,
+    ) -> tuple[dict[RecordKey, CommitProof], set[RecordKey]]:
         good = [k for n, k in enumerate(keys) if n not in bad]
         outcome: dict[RecordKey, CommitProof] = {}
         if good:
