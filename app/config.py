@@ -122,6 +122,10 @@ class DeltaConfig(_Section):
     checkpoint_path: str | None = None
     # how many recent commits the dedup cache loads at start (see docs/ARCHITECTURE.md)
     dedup_lookback_commits: int = Field(default=1000, ge=1)
+    # Delta writes a checkpoint every this many commits, inside the commit that reaches it (seconds
+    # on a small driver, while the batch's records stay locked). Applies to the tables Sharelake
+    # creates (main and dead-letter); an existing table keeps its own `delta.checkpointInterval`.
+    checkpoint_interval: int = Field(default=100, ge=1)
 
 
 class PayloadConfig(_Section):

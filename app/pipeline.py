@@ -44,6 +44,8 @@ from app.sink.dedup_table import DedupTable
 from app.sink.delta_sink import DeltaSink
 from app.sink.payload import PayloadReader, parse_schema
 
+CHECKPOINT_INTERVAL_DEFAULT_CONF = "spark.databricks.delta.properties.defaults.checkpointInterval"
+
 log = logging.getLogger(__name__)
 
 
@@ -135,6 +137,8 @@ def run_ingest(
     check_dead_letter_cap(cfg, group_settings)
     check_table_path(spark, cfg.delta.table_path)
     check_table_path(spark, cfg.dead_letter_path, key="dead_letter.table_path")
+    # a table created by our first append gets this interval (main and dead-letter alike)
+    spark.conf.set(CHECKPOINT_INTERVAL_DEFAULT_CONF, str(cfg.delta.checkpoint_interval))
     reader = PayloadReader(cfg.payload, parse_schema(spark, cfg.payload))
     lock_ms = int(group_settings.get("share.record.lock.duration.ms") or DEFAULT_LOCK_MS)
     log_banner(cfg, group_settings, lock_ms)
