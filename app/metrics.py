@@ -24,6 +24,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from pyspark.sql.streaming import StreamingQueryListener
 
+from app.sink.delta_sink import PHASES  # Snapshot.<phase>_s
+
 log = logging.getLogger("sharelake.progress")
 
 
@@ -66,7 +68,6 @@ COUNTERS = {
     "rows_written": "rows written to the main table",
     "late_accepts": "records ACCEPTed after their lock duration",
 }
-PHASES = ("drain", "plan", "classify", "write", "decide")  # Snapshot.<phase>_s: app.sink.delta_sink.PHASES
 GAUGES = {
     "members_active": "share-group members polling",
     "buffer_records": "records waiting in the buffer",

@@ -11,14 +11,14 @@ after the same graceful drain (app/shutdown.py).
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the app package, in local runs
 
-from app.config import ConfigError, load_config
+from app.config import ConfigError
+from app.job_cli import config_failure, job_config, job_parser, start_logging
 from app.pipeline import IngestError, run_ingest
 from app.preflight import check_not_spark_connect
 from app.shutdown import GracefulShutdown
@@ -29,24 +29,15 @@ log = logging.getLogger("sharelake.ingest")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True, help="TOML config file (see conf/local.toml)")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a key")
+    parser = job_parser(__doc__)
     parser.add_argument("--summary", action="store_true", help="print a summary of the Delta table at the end")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    start_logging()
     try:
-        cfg = load_config(args.config, args.set)
-    except ConfigError as e:
-        print(f"sharelake: {e}", file=sys.stderr)
-        return 2
-
-    try:
+        cfg = job_config(args)
         check_not_spark_connect()  # before a session is built: under Spark Connect it would be remote
     except ConfigError as e:
-        print(f"sharelake: {e}", file=sys.stderr)
-        return 2
+        return config_failure(e)
     spark = build_spark(cfg.run.app_name)
     shutdown = GracefulShutdown(cfg.run.stop_timeout_s)
     shutdown.install(spark)
@@ -54,8 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = run_ingest(spark, cfg, shutdown.stop_requested)
         log.info("run ended: %s", summary.line())
     except ConfigError as e:
-        print(f"sharelake: {e}", file=sys.stderr)
-        return 2
+        return config_failure(e)
     except IngestError as e:
         log.error("run failed: %s", e)
         return 1

@@ -12,14 +12,14 @@ configuration or the filter is wrong (one line on stderr).
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the app package, in local runs
 
-from app.config import ConfigError, load_config
+from app.config import ConfigError
+from app.job_cli import config_failure, job_config, job_parser, start_logging
 from app.replay import ReplayError, replay_dead_letters
 from app.spark_session import build_spark
 
@@ -27,25 +27,20 @@ log = logging.getLogger("sharelake.replay")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True, help="TOML config file (see conf/local.toml)")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a key")
+    parser = job_parser(__doc__)
     parser.add_argument("--where", help="Spark SQL filter on the dead-letter table's columns")
     parser.add_argument("--to-topic", help="publish here instead of each record's original topic")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    start_logging()
     try:
-        cfg = load_config(args.config, args.set)
+        cfg = job_config(args)
     except ConfigError as e:
-        print(f"sharelake: {e}", file=sys.stderr)
-        return 2
+        return config_failure(e)
     spark = build_spark(f"{cfg.run.app_name}-replay")
     try:
         result = replay_dead_letters(spark, cfg, args.where, args.to_topic)
     except ConfigError as e:
-        print(f"sharelake: {e}", file=sys.stderr)
-        return 2
+        return config_failure(e)
     except ReplayError as e:
         log.error("replay failed: %s", e)
         return 1

@@ -15,7 +15,7 @@ from datetime import datetime
 
 import pyarrow as pa
 
-from app.bridge.arrow_rows import ROW_SCHEMA, PolledRecord, records_to_arrow
+from app.bridge.arrow_rows import ROW_SCHEMA
 from app.sink.payload import BadRecord
 
 RECORD_COLUMNS = ("topic", "partition", "offset", "key", "value", "headers", "kafka_timestamp", "delivery_count")
@@ -36,16 +36,15 @@ STAMP_COLUMN = "last_seen"
 
 
 def dead_letter_rows(
-    records: Sequence[PolledRecord],
+    records: pa.Table,
     verdicts: Sequence[BadRecord],
     first_seen: Sequence[datetime],
     written_at: datetime,
     job: str,
-    batch_id: int,
 ) -> pa.Table:
-    n = len(records)
-    base = records_to_arrow(records, batch_id, written_at)
-    columns = {name: base.column(name) for name in base.column_names}
+    """The dead-letter rows of `records` (rows of `arrow_rows.ROW_SCHEMA`, as the sink built them)."""
+    n = records.num_rows
+    columns = {name: records.column(name) for name in records.column_names}
     columns |= {
         "error_class": pa.array([v.error_class for v in verdicts], pa.string()),
         "error_message": pa.array([v.message for v in verdicts], pa.string()),

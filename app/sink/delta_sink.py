@@ -224,7 +224,7 @@ class DeltaSink:
         seen: set[RecordKey] = set()
         for b in batches:
             for i, r in enumerate(b.records):
-                key = (str(r.topic()), int(r.partition() or 0), int(r.offset() or 0))
+                key = _record_key(r)
                 if self.main.contains(*key):
                     plan.present.append((b, i))
                 elif self.dead.contains(*key):
@@ -251,12 +251,12 @@ class DeltaSink:
             bad = {b.index: b for b in precheck(table, self.reader.cfg, self.max_delivery_count)}
             good_rows = self._classify(spark, table, keys, bad)
         with _timed(self.stats, "write"):
-            return self._append(spark, records, keys, good_rows, bad, batch_id, stamp)
+            return self._append(spark, table, keys, good_rows, bad, batch_id, stamp)
 
     def _append(
         self,
         spark: SparkSession,
-        records: list[Message],
+        table: pa.Table,
         keys: list[RecordKey],
         good_rows: DataFrame,
         bad: dict[int, BadRecord],
@@ -271,14 +271,14 @@ class DeltaSink:
             )
             outcome.update(dict.fromkeys(good, proof))
         if bad:
-            parked = [keys[n] for n in sorted(bad)]
+            order = sorted(bad)
+            parked = [keys[n] for n in order]
             rows = dead_letter_rows(
-                [records[n] for n in sorted(bad)],
-                [bad[n] for n in sorted(bad)],
-                [self._first_seen.pop(keys[n], stamp) for n in sorted(bad)],
+                table.take(pa.array(order, pa.int64())),
+                [bad[n] for n in order],
+                [self._first_seen.pop(keys[n], stamp) for n in order],
                 stamp,
                 self.job_name,
-                batch_id,
             )
             proof = self.dead.append(spark, spark.createDataFrame(rows), _offsets(parked), batch_id, stamp)
             outcome.update(dict.fromkeys(parked, proof))
@@ -313,7 +313,7 @@ class DeltaSink:
         """Records of a failed attempt come back later; the dead-letter row says when we first saw them."""
         for b in batches:
             for r in b.records:
-                self._first_seen.setdefault((str(r.topic()), int(r.partition() or 0), int(r.offset() or 0)), drained_at)
+                self._first_seen.setdefault(_record_key(r), drained_at)
         while len(self._first_seen) > FIRST_SEEN_MAX:
             del self._first_seen[next(iter(self._first_seen))]
 
@@ -332,6 +332,10 @@ class DeltaSink:
                 oldest,
                 self.lock_duration_s,
             )
+
+
+def _record_key(record: Message) -> RecordKey:
+    return (str(record.topic()), int(record.partition() or 0), int(record.offset() or 0))
 
 
 def _offsets(keys: list[RecordKey]) -> dict[PartitionKey, list[int]]:
