@@ -37,6 +37,7 @@ def test_overrides_are_typed_and_win() -> None:
         ([*REQUIRED, "payload.schema=id long"], "payload.schema and payload.required_fields apply to format = 'json'"),
         ([*REQUIRED, "payload.format=xml"], "config key payload.format = 'xml'"),
         ([*REQUIRED, "dead_letter.max_delivery_count=0"], "config key dead_letter.max_delivery_count = 0"),
+        ([*REQUIRED, "delta.checkpoint_interval=0"], "config key delta.checkpoint_interval = 0: Input should be"),
     ],
 )
 def test_bad_config_gives_one_line_naming_the_key(overrides: list[str], message: str) -> None:
