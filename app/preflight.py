@@ -8,6 +8,7 @@ Messages never include `kafka.client` values (they hold credentials).
 from __future__ import annotations
 
 import os
+import uuid
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
@@ -17,6 +18,7 @@ from app.config import ConfigError, SharelakeConfig
 from app.consume.group_settings import apply_group_settings, desired_group_settings, read_group_settings
 
 BROKER_TIMEOUT_S = 15.0  # how long start-up waits for a broker to answer
+PROBE_PREFIX = "_sharelake_write_probe"  # the file written (and deleted) to check a table path is writable
 DELIVERY_LIMIT = "share.delivery.count.limit"  # the group config (broker default 5)
 
 
@@ -89,12 +91,15 @@ def check_table_path(spark: SparkSession, table_path: str, key: str = "delta.tab
         fs = path.getFileSystem(sc._jsc.hadoopConfiguration())
         log_dir = jvm.org.apache.hadoop.fs.Path(path, "_delta_log")
         if fs.exists(path) and not fs.exists(log_dir):
-            if fs.getFileStatus(path).isFile() or len(fs.listStatus(path)) > 0:
+            # another job starting on the same new table may be probing it right now: its probe is not data
+            held = [s for s in fs.listStatus(path) if PROBE_PREFIX not in s.getPath().getName()]
+            if fs.getFileStatus(path).isFile() or held:
                 raise ConfigError(
                     f"{key} = {table_path!r}: the path holds data but is not a Delta table; "
                     "point it at a Delta table or at a new, empty path"
                 )
-        probe = jvm.org.apache.hadoop.fs.Path(path, "_sharelake_write_probe")
+        # a name of its own: jobs starting together on one table never touch each other's probe
+        probe = jvm.org.apache.hadoop.fs.Path(path, f"{PROBE_PREFIX}-{uuid.uuid4().hex}")
         fs.mkdirs(path)
         fs.create(probe, True).close()
         fs.delete(probe, False)

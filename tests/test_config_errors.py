@@ -7,6 +7,7 @@ real entry point (spark-submit) for the exit code, with a canary secret that mus
 from __future__ import annotations
 
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,26 @@ def test_entry_point_exits_2_and_never_shows_secrets(broker: EmbeddedKafka, tmp_
     ]
     assert canary not in output
     assert "Traceback" not in output
+
+
+def _check_path(spark: SparkSession, path: str, errors: list[BaseException]) -> None:
+    try:
+        preflight.check_table_path(spark, path)
+    except BaseException as e:  # noqa: BLE001 - collected for the assertion
+        errors.append(e)
+
+
+def test_jobs_starting_together_on_one_new_table_pass_the_path_check(spark: SparkSession, tmp_path: Path) -> None:
+    # replicas of a job start at the same moment on the same new table (a CI run of the two-jobs
+    # test once failed job 2 here: "not writable", while job 1 held the write probe)
+    for round_ in range(30):
+        path = str(tmp_path / f"t{round_}")
+        errors: list[BaseException] = []
+
+        threads = [threading.Thread(target=_check_path, args=(spark, path, errors)) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [], f"round {round_}: {errors}"
+        assert list(Path(path).iterdir()) == []  # no probe left behind
