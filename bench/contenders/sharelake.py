@@ -15,6 +15,7 @@ neither the JVM start nor the idle timeout that ends an until-drained run.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from dataclasses import dataclass
@@ -29,7 +30,10 @@ from bench.workload import SCHEMA_DDL
 NAME = "sharelake"
 
 
-def sharelake_command(ctx: RunContext, group: str, table: Path, mode: str) -> list[str]:
+def sharelake_command(
+    ctx: RunContext, group: str, table: Path, mode: str, extra_sets: tuple[str, ...] = ()
+) -> list[str]:
+    """The job's command line: the run's topic, group and table, plus `--set`s (members: 0 keeps the default)."""
     sets = [
         f"kafka.bootstrap_servers={ctx.bootstrap}",
         f"kafka.topic={ctx.topic}",
@@ -37,10 +41,11 @@ def sharelake_command(ctx: RunContext, group: str, table: Path, mode: str) -> li
         f"delta.table_path={table}",
         f"run.mode={mode}",
         f"run.idle_timeout_ms={ctx.settings.idle_timeout_ms}",
-        f"pump.members={ctx.members}",
+        *([f"pump.members={ctx.members}"] if ctx.members > 0 else []),
         "payload.format=json",
         f"payload.schema={SCHEMA_DDL}",
         *ctx.settings.sharelake_sets,
+        *extra_sets,
     ]
     cmd = [str(PROJECT_ROOT / "spark-submit.sh"), "jobs/ingest.py", "--config", "conf/local.toml"]
     for s in sets:
@@ -71,14 +76,17 @@ class SharelakeJob:
         self.sampler.stop()
 
 
-def start_sharelake(ctx: RunContext, mode: str) -> SharelakeJob:
+def start_sharelake(
+    ctx: RunContext, mode: str, extra_sets: tuple[str, ...] = (), env: dict[str, str] | None = None
+) -> SharelakeJob:
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
     table, log = ctx.run_dir / "table", ctx.run_dir / "sharelake.log"
-    cmd = sharelake_command(ctx, ctx.group(NAME), table, mode)
+    cmd = sharelake_command(ctx, ctx.group(NAME), table, mode, extra_sets)
     with log.open("wb") as out:
         proc = subprocess.Popen(
             cmd, cwd=PROJECT_ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own group: a stop reaches the JVM and the Python driver
+            env={**os.environ, **(env or {})},
         )  # fmt: skip
     sampler = TreeSampler(proc.pid)
     sampler.start()

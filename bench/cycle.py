@@ -1,0 +1,283 @@
+"""The cycle breakdown: where one Sharelake micro-batch's time goes, step by step.
+
+Called by `bench.run` (the `cycle` phase: once with the shipped defaults, once with the tuned
+settings) and standalone: `python -m bench.cycle --records 100000 --partitions 4 [--set k=v ...]`.
+It runs the ingest job (until-drained, JSON payload) with Spark's event log on and py-spy
+sampling the Python driver, then joins, per micro-batch with records:
+
+- the sink's own steps, from the job's progress lines (`sink_ms drain=.. plan=.. ...`);
+- Spark's own steps of the trigger clock's micro-batch (`spark_ms walCommit=.. commitOffsets=..`)
+  and the whole trigger (`duration_ms`);
+- every Spark job of the batch, from the event log (jobs carry their micro-batch id in
+  `spark.job.description`; the SQL execution they run under says what they were: a Delta append,
+  a collect, a DELETE), so the append's time splits into its Spark jobs and the driver's part
+  (planning, the Delta commit protocol and post-commit work);
+- the members' acknowledge + commit_sync time per poll (run summary `acks_s` / polls);
+- the Python driver's profile: the functions py-spy found on the CPU most often.
+
+Medians over the batches with records; the report prints them next to the per-batch total.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from bench.contenders.base import RunContext, RunResult, tail
+from bench.contenders.sharelake import result_of, start_sharelake
+from bench.settings import BenchSettings, settings_from_args
+from bench.workload import produce_backlog
+
+log = logging.getLogger("bench.cycle")
+
+PYSPY = Path(sys.executable).parent / "py-spy"
+PROGRESS = re.compile(
+    r"batch (?P<batch>\d+): in=(?P<records>\d+) .*?duration_ms=(?P<duration>\d+) .*?\| sink_ms (?P<sink>[^|]*)"
+    r"\| spark_ms (?P<spark>.*)$"
+)
+SPARK_STEPS = {"walCommit": "offset log (walCommit)", "commitOffsets": "commit log (commitOffsets)"}
+
+
+@dataclass
+class CycleRun:
+    """One measured run: its result, the per-batch steps (ms) and the driver's hottest functions."""
+
+    label: str
+    sets: tuple[str, ...]
+    result: RunResult
+    batches: list[dict[str, float]] = field(default_factory=list)
+    profile: list[tuple[str, float]] = field(default_factory=list)  # (function, share of samples)
+    profile_samples: int = 0
+    ack_ms_per_poll: float = float("nan")
+
+    def median(self, step: str) -> float:
+        values = [b[step] for b in self.batches if step in b]
+        return statistics.median(values) if values else float("nan")
+
+    @property
+    def steps(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for b in self.batches:
+            seen.update(dict.fromkeys(b))
+        return list(seen)
+
+
+def _pairs(text: str) -> dict[str, float]:
+    return {k: float(v) for k, v in re.findall(r"(\w+)=(\d+)", text)}
+
+
+def progress_batches(job_log: Path) -> dict[int, dict[str, float]]:
+    """batch id -> {records, total, spark.<step>, sink.<step>} from the job's progress lines."""
+    out: dict[int, dict[str, float]] = {}
+    for line in job_log.read_text(errors="replace").splitlines():
+        m = PROGRESS.search(line)
+        if m is None:
+            continue
+        row = {"records": float(m["records"]), "total": float(m["duration"])}
+        row |= {f"sink.{k}": v for k, v in _pairs(m["sink"]).items()}
+        spark = _pairs(m["spark"])
+        row |= {f"spark.{k}": v for k, v in spark.items() if k in SPARK_STEPS}
+        row["spark.other"] = sum(v for k, v in spark.items() if k not in SPARK_STEPS)
+        out[int(m["batch"])] = row
+    return out
+
+
+def _command_kind(node: str) -> str | None:
+    """What a command execution (its plan root is `Execute <Command>`) does, or None if not a command."""
+    if not node.startswith("Execute "):
+        return None
+    if "SaveIntoDataSource" in node or "Append" in node or "WriteIntoDelta" in node:
+        return "append"
+    return "delete" if "Delete" in node else "command"
+
+
+def event_log_jobs(event_dir: Path) -> dict[int, dict[str, float]]:
+    """batch id -> {jobs.<kind>: ms summed, jobs.<kind>.count} from Spark's event log.
+
+    A job's kind is the command whose execution was open when it started (an append's data job
+    runs in an execution of its own, under the `Execute SaveIntoDataSourceCommand` one), else
+    `query` (a collect); jobs outside any micro-batch (start-up, background checkpoints) go to -1.
+    """
+    root_of: dict[int, int] = {}
+    open_commands: dict[int, list[tuple[int, str]]] = defaultdict(list)  # root execution -> open commands
+    started: dict[int, tuple[int, int | None, str]] = {}  # job -> (submitted, batch, kind)
+    out: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for path in sorted(event_dir.rglob("events_*")):
+        for line in path.open(errors="replace"):
+            e = json.loads(line)
+            event = e["Event"]
+            if event.endswith("SQLExecutionStart"):
+                execution = int(e["executionId"])
+                root_of[execution] = int(e.get("rootExecutionId", execution))
+                kind = _command_kind(str((e.get("sparkPlanInfo") or {}).get("nodeName", "")))
+                if kind is not None:
+                    open_commands[root_of[execution]].append((execution, kind))
+            elif event.endswith("SQLExecutionEnd"):
+                execution = int(e["executionId"])
+                commands = open_commands[root_of.get(execution, execution)]
+                commands[:] = [c for c in commands if c[0] != execution]
+            elif event == "SparkListenerJobStart":
+                props = e.get("Properties") or {}
+                m = re.search(r"batch = (\d+)", props.get("spark.job.description") or "")
+                of = props.get("spark.sql.execution.id")
+                commands = open_commands[root_of.get(int(of), int(of))] if of is not None else []
+                kind = commands[-1][1] if commands else "query"
+                started[e["Job ID"]] = (int(e["Submission Time"]), int(m.group(1)) if m else None, kind)
+            elif event == "SparkListenerJobEnd" and e["Job ID"] in started:
+                submitted, batch, kind = started.pop(e["Job ID"])
+                key = batch if batch is not None else -1
+                out[key][f"jobs.{kind}"] += int(e["Completion Time"]) - submitted
+                out[key][f"jobs.{kind}.count"] += 1
+    return {b: dict(v) for b, v in out.items()}
+
+
+def profile_top(
+    raw: Path, ours: tuple[str, ...] = ("app/", "jobs/"), top: int = 12
+) -> tuple[list[tuple[str, float]], int]:
+    """The functions most often on the CPU in py-spy's raw (collapsed) output, by own samples.
+
+    A stack's own function is its innermost frame; frames inside the project are named by file
+    and function, others by function (module) as py-spy prints them.
+    """
+    own: Counter[str] = Counter()
+    total = 0
+    if not raw.exists():
+        return [], 0
+    for line in raw.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        frames = stack.split(";")
+        n = int(count)
+        total += n
+        leaf = frames[-1]
+        caller = next((f for f in reversed(frames) if any(o in f for o in ours)), None)
+        name = leaf if caller is None or caller == leaf else f"{leaf} <- {caller}"
+        own[name] += n
+    return [(name, n / total) for name, n in own.most_common(top)], total
+
+
+def _is_python_driver(proc: psutil.Process) -> bool:
+    try:
+        return "python" in proc.name().lower() and any(a.endswith("ingest.py") for a in proc.cmdline())
+    except psutil.Error:
+        return False
+
+
+class _Profiler:
+    """py-spy on the job's Python driver (a child of the spark-submit JVM), once it appears."""
+
+    def __init__(self, root_pid: int, out: Path) -> None:
+        self.root_pid, self.out = root_pid, out
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def attach(self, timeout_s: float = 120) -> None:
+        if not PYSPY.exists():
+            log.warning("no py-spy in the venv: the cycle breakdown has no Python profile")
+            return
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                kids = psutil.Process(self.root_pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                return
+            driver = next((k for k in kids if _is_python_driver(k)), None)
+            if driver is not None:
+                cmd = [str(PYSPY), "record", "--pid", str(driver.pid), "--format", "raw", "--rate", "50"]
+                cmd += ["--threads", "--nonblocking", "-o", str(self.out)]
+                with (self.out.parent / "py-spy.log").open("wb") as err:
+                    self.proc = subprocess.Popen(cmd, stdout=err, stderr=subprocess.STDOUT)
+                return
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            try:
+                self.proc.wait(30)  # py-spy ends with the process it records
+            except subprocess.TimeoutExpired:
+                self.proc.terminate()
+
+
+def run_cycle(ctx: RunContext, label: str, sets: tuple[str, ...]) -> CycleRun:
+    """One until-drained Sharelake run with the event log and the profiler on; its breakdown."""
+    ctx.run_dir.mkdir(parents=True, exist_ok=True)
+    conf_dir, events = ctx.run_dir / "spark-conf", ctx.run_dir / "events"
+    conf_dir.mkdir(exist_ok=True)
+    events.mkdir(exist_ok=True)
+    (conf_dir / "spark-defaults.conf").write_text(
+        f"spark.eventLog.enabled true\nspark.eventLog.dir file://{events}\nspark.eventLog.compress false\n"
+    )
+    job = start_sharelake(ctx, "until-drained", extra_sets=sets, env={"SPARK_CONF_DIR": str(conf_dir)})
+    profiler = _Profiler(job.proc.pid, ctx.run_dir / "py-spy.txt")
+    profiler.attach()
+    code = job.wait(ctx.settings.run_timeout_s)
+    profiler.stop()
+    result = result_of(ctx, job, code)
+    run = CycleRun(label, sets, result)
+    if not result.ok:
+        log.warning("cycle run %s failed: %s", label, result.error[:500])
+        return run
+    batches = progress_batches(job.log)
+    jobs = event_log_jobs(events)
+    for batch, row in sorted(batches.items()):
+        if row["records"] <= 0:
+            continue
+        row = dict(row)
+        row.update(jobs.get(batch, {}))
+        if "sink.write" in row:  # the append's driver side: the write step minus its Spark jobs
+            row["write.driver"] = row["sink.write"] - row.get("jobs.append", 0.0)
+        run.batches.append(row)
+    polls = max(1.0, result.details.get("polls", 0.0))
+    run.ack_ms_per_poll = 1000 * result.details.get("acks_s", float("nan")) / polls
+    run.profile, run.profile_samples = profile_top(ctx.run_dir / "py-spy.txt")
+    log.info("cycle %s: %d batches with records, log %s", label, len(run.batches), tail(job.log, 0))
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Standalone: one broker, one topic, the defaults and the tuned run; prints the medians."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--label", action="append", default=[], help="label=set1,set2 (repeatable); default: defaults")
+    args, rest = p.parse_known_args(argv)
+    s: BenchSettings = settings_from_args(rest)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from app.embedded.kafka_broker import EmbeddedKafka
+
+    work = s.work_dir / f"cycle-{time.strftime('%Y%m%d-%H%M%S')}"
+    configs = [(lbl.split("=", 1)[0], tuple(x for x in lbl.split("=", 1)[1].split(",") if x)) for lbl in args.label]
+    configs = configs or [("defaults", ())]
+    try:
+        with EmbeddedKafka(work / "broker", heap="1g") as kafka:
+            part = s.partitions[0]
+            topic = f"cycle-p{part}"
+            kafka.create_topic(topic, partitions=part)
+            produce_backlog(kafka.bootstrap, topic, s.records, s.producer_batch_bytes)
+            for label, sets in configs:
+                ctx = RunContext(kafka.bootstrap, topic, part, s.records, s.members, work / label, s, "cycle")
+                run = run_cycle(ctx, label, sets)
+                print(f"== {label} {sets}: {run.result.rate:,.0f} records/s, {len(run.batches)} batches")
+                for step in run.steps:
+                    print(f"  {step:28s} {run.median(step):10.1f}")
+                print(f"  ack+commit_sync per poll     {run.ack_ms_per_poll:10.1f}")
+                for name, share in run.profile:
+                    print(f"  {share:6.1%} {name}")
+    finally:
+        if not s.keep_work:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
