@@ -11,13 +11,16 @@ from __future__ import annotations
 import logging
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class ConfigError(ValueError):
     """A configuration problem, as one line naming the key and the fix."""
+
+
+MAX_RECORD_LOCKS = 10_000  # Kafka's bound on share.partition.max.record.locks, whatever the broker allows
 
 
 class _Section(BaseModel):
@@ -34,9 +37,11 @@ class KafkaConfig(_Section):
     # Set the group's share.record.lock.duration.ms at start; None leaves the group's value.
     record_lock_duration_ms: int | None = Field(default=None, ge=1000)
     # Set the group's share.partition.max.record.locks at start: how many records of one partition
-    # may be in flight (acquired, undecided) at once; None leaves the group's value (2000 default).
-    # With few partitions it bounds throughput: locks x partitions per batch cycle.
-    partition_max_record_locks: int | None = Field(default=None, ge=100)
+    # may be in flight (acquired, undecided) at once. "max" (default) raises it to what the broker
+    # allows (its group.share.max.partition.max.record.locks, at most Kafka's 10,000); a number sets
+    # it; "unchanged" keeps the group's (2000 unless set). It bounds throughput: locks x partitions
+    # per batch cycle.
+    partition_max_record_locks: Annotated[int, Field(ge=100, le=MAX_RECORD_LOCKS)] | Literal["max", "unchanged"] = "max"
     # Extra librdkafka settings for the share consumers (security.protocol, sasl.*, ...).
     client: dict[str, str | int | float | bool] = Field(default_factory=dict)
 

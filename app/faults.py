@@ -9,9 +9,11 @@ comma-separated rules, read at every hit so a test can change it in-process:
     delay@before_delta_commit=3.5  sleep 3.5 s at every hit
     delay@before_delta_commit#3=20 sleep 20 s at the third hit only
 
-Points: before_delta_commit, after_delta_commit (committed, not yet ACCEPTed), before_repair
-(about to delete duplicate rows another writer committed first), after_accept (ACCEPTs committed
-to Kafka, foreachBatch not yet returned: Spark will re-run this batch id).
+Points: before_delta_commit, after_delta_commit (committed, not yet ACCEPTed), delta_post_commit
+(committed and decided; Delta's post-commit work done, Sharelake's own not begun), the same three
+for the dead-letter table (before_dead_letter_commit, ...), before_repair (about to delete
+duplicate rows another writer committed first), after_accept (ACCEPTs committed to Kafka,
+foreachBatch not yet returned: Spark will re-run this batch id).
 """
 
 from __future__ import annotations
@@ -21,10 +23,13 @@ import signal
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 ENV = "SHARELAKE_FAULTS"
 _hits: Counter[str] = Counter()
 _lock = threading.Lock()
+_suspended = threading.local()  # per thread: the warm-up's own writes are not the ones under test
 
 
 class InjectedFault(RuntimeError):
@@ -33,10 +38,22 @@ class InjectedFault(RuntimeError):
 
 def active(point: str) -> bool:
     """Whether any rule names `point` (so callers can skip work only a fault needs)."""
-    return any(name == point for _, name, _, _ in _rules())
+    return not getattr(_suspended, "on", False) and any(name == point for _, name, _, _ in _rules())
+
+
+@contextmanager
+def suspended() -> Iterator[None]:
+    """No fault point fires, or counts a hit, in this thread meanwhile (the start-up warm-up)."""
+    _suspended.on = True
+    try:
+        yield
+    finally:
+        _suspended.on = False
 
 
 def hit(point: str) -> None:
+    if getattr(_suspended, "on", False):
+        return
     rules = [r for r in _rules() if r[1] == point]
     if not rules:
         return

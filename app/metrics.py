@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -48,11 +48,7 @@ class Snapshot:
     buffer_records: int
     buffer_capacity: int
     # seconds the sink spent per step (app.sink.delta_sink.PHASES), summed since the start
-    drain_s: float = 0.0
-    plan_s: float = 0.0
-    classify_s: float = 0.0
-    write_s: float = 0.0
-    decide_s: float = 0.0
+    phase_s: dict[str, float] = field(default_factory=dict)
 
 
 COUNTERS = {
@@ -75,10 +71,21 @@ GAUGES = {
 }
 
 
+# Spark's own steps of a micro-batch (StreamingQueryProgress.durationMs) besides foreachBatch
+# (`addBatch`): the trigger clock's offset log (walCommit), its commit log (commitOffsets), ...
+SPARK_STEPS = ("latestOffset", "getBatch", "queryPlanning", "walCommit", "commitOffsets")
+
+
 class ProgressListener(StreamingQueryListener):  # type: ignore[misc]
-    def __init__(self, query_name: str, snapshot: Callable[[], Snapshot]):
+    def __init__(
+        self,
+        query_name: str,
+        snapshot: Callable[[], Snapshot],
+        cycle: Callable[[int], dict[str, float] | None] = lambda batch_id: None,
+    ):
         self.query_name = query_name
         self._snapshot = snapshot
+        self._cycle = cycle  # the sink's seconds per step of a batch id
         self._last = snapshot()
 
     def onQueryStarted(self, event: Any) -> None:
@@ -89,15 +96,19 @@ class ProgressListener(StreamingQueryListener):  # type: ignore[misc]
         if progress.name != self.query_name:
             return
         now = self._snapshot()
-        d = {k: v - getattr(self._last, k) for k, v in asdict(now).items()}
+        d = {k: v - getattr(self._last, k) for k, v in asdict(now).items() if k != "phase_s"}
         self._last = now
         if not d["records_in"] and not d["accepted"] and not d["released"] and not d["rejected"]:
             return  # an empty tick of the trigger clock
-        duration = (progress.durationMs or {}).get("triggerExecution", 0)
+        durations = dict(progress.durationMs or {})
+        duration = durations.get("triggerExecution", 0)
         fill = 100 * now.buffer_records / max(1, now.buffer_capacity)
+        steps = self._cycle(progress.batchId) or {}
+        sink_ms = " ".join(f"{k}={1000 * v:.0f}" for k, v in steps.items())
+        spark_ms = " ".join(f"{k}={durations.get(k, 0)}" for k in SPARK_STEPS)
         log.info(
             "batch %d: in=%d accepted=%d released=%d rejected=%d dedup_hits=%d expired_locks=%d "
-            "duration_ms=%d (classify %d, write %d) members=%d buffer=%d (%.0f%%) total_accepted=%d",
+            "duration_ms=%d members=%d buffer=%d (%.0f%%) total_accepted=%d | sink_ms %s | spark_ms %s",
             progress.batchId,
             d["records_in"],
             d["accepted"],
@@ -106,12 +117,12 @@ class ProgressListener(StreamingQueryListener):  # type: ignore[misc]
             d["dedup_hits"],
             d["expired_locks"],
             duration,
-            1000 * d["classify_s"],
-            1000 * d["write_s"],
             now.members_active,
             now.buffer_records,
             fill,
             now.accepted,
+            sink_ms,
+            spark_ms,
         )
 
     def onQueryIdle(self, event: Any) -> None:
@@ -135,7 +146,7 @@ class _SnapshotCollector(Collector):
             "sharelake_sink_phase_seconds", "seconds the sink spent per step of its micro-batches", labels=["phase"]
         )
         for phase in PHASES:
-            phases.add_metric([phase], getattr(s, f"{phase}_s"))
+            phases.add_metric([phase], s.phase_s.get(phase, 0.0))
         yield phases
         yield GaugeMetricFamily("sharelake_scrape_timestamp_seconds", "when this scrape was taken", value=time.time())
 

@@ -28,23 +28,26 @@ import confluent_kafka
 from confluent_kafka import AcknowledgeType, ShareConsumer
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from app.bridge.clock_stream import clock_stream
 from app.bridge.record_buffer import RecordBuffer
-from app.config import SharelakeConfig
+from app.config import MAX_RECORD_LOCKS, SharelakeConfig
 from app.consume.elastic import ElasticSizer
+from app.consume.group_settings import BROKER_LOCK_CAP, GROUP_LOCKS
 from app.consume.member_pool import MemberPool
 from app.consume.share_member import ConsumerFactory
 from app.metrics import ProgressListener, Snapshot, serve_metrics
-from app.preflight import check_dead_letter_cap, check_kafka, check_not_spark_connect, check_table_path
+from app.preflight import KafkaFacts, check_dead_letter_cap, check_kafka, check_not_spark_connect, check_table_path
 from app.sink.commit_log import DeltaCommitLog
-from app.sink.dead_letter import STAMP_COLUMN
+from app.sink.dead_letter import STAMP_COLUMN as DEAD_LETTER_STAMP
+from app.sink.dead_letter import STATS_COLUMNS as DEAD_LETTER_STATS
 from app.sink.dedup_cache import DedupCache
 from app.sink.dedup_table import DedupTable
 from app.sink.delta_sink import DeltaSink
+from app.sink.delta_writer import DeltaWriter
 from app.sink.payload import PayloadReader, parse_schema
-
-CHECKPOINT_INTERVAL_DEFAULT_CONF = "spark.databricks.delta.properties.defaults.checkpointInterval"
+from app.sink.warm_up import warm_up
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +60,7 @@ DEFAULT_LOCK_MS = 30_000  # the broker's group.share.record.lock.duration.ms def
 
 @dataclass
 class RunSummary:
+    polls: int  # polls that returned records
     polled: int
     accepted: int
     released: int
@@ -75,26 +79,45 @@ class RunSummary:
     last_version: int
     max_cycle_s: float
     mean_cycle_s: float
-    # where the sink's time went, summed over the run (app.sink.delta_sink.PHASES)
-    drain_s: float
-    plan_s: float
-    classify_s: float
-    write_s: float
-    decide_s: float
+    acks_s: float  # the members' acknowledge + commit_sync time, summed over polls
     seconds: float
+    # where the sink's time went, summed over the run (app.sink.delta_sink.PHASES): `<phase>_s` in the line
+    phase_s: dict[str, float]
 
     def line(self) -> str:
-        return " ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in asdict(self).items())
+        fields = {k: v for k, v in asdict(self).items() if k != "phase_s"}
+        fields |= {f"{phase}_s": spent for phase, spent in self.phase_s.items()}
+        return " ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in fields.items())
 
 
-def log_banner(cfg: SharelakeConfig, group_settings: dict[str, str], lock_ms: int) -> None:
+def lock_note(cfg: SharelakeConfig, facts: KafkaFacts) -> str:
+    """What bounds the records in flight per partition, for the banner."""
+    locks = facts.group_settings.get(GROUP_LOCKS, "?")
+    wanted = cfg.kafka.partition_max_record_locks
+    cap = facts.broker_lock_cap
+    if wanted == "max" and cap is None:
+        return f"{locks} (the broker's {BROKER_LOCK_CAP} could not be read: kept the group's)"
+    if wanted == "max" and cap is not None and cap < MAX_RECORD_LOCKS:
+        return (
+            f"{locks}: the broker's cap {BROKER_LOCK_CAP} = {cap} binds; raising it toward "
+            f"{MAX_RECORD_LOCKS} lets more records per partition be in flight (throughput on few partitions)"
+        )
+    if wanted == "max":
+        return f"{locks} (the most Kafka allows)"
+    return (
+        f"{locks} ({'kept the group' + chr(39) + 's' if wanted == 'unchanged' else 'kafka.partition_max_record_locks'})"
+    )
+
+
+def log_banner(cfg: SharelakeConfig, facts: KafkaFacts, lock_ms: int) -> None:
     """One block at start: versions, what is read, where it goes, and how."""
+    group_settings = facts.group_settings
     pump = cfg.pump
     members = f"{pump.members}" if pump.lowest == pump.highest else f"{pump.members} ({pump.lowest}..{pump.highest})"
     log.info(
         "Sharelake starting: pyspark %s, delta-spark %s, confluent-kafka %s (librdkafka %s)\n"
-        "  topic %s, share group %s (record lock %d ms, delivery limit %s, record locks per partition %s; "
-        "client RENEW %s)\n"
+        "  topic %s (%d partitions), share group %s (record lock %d ms, delivery limit %s; client RENEW %s)\n"
+        "  record locks per partition %s\n"
         "  table %s, dead letters %s, payload %s\n"
         "  mode %s, members %s, max_poll_records %d, batch.max_records %d",
         version("pyspark"),
@@ -102,11 +125,12 @@ def log_banner(cfg: SharelakeConfig, group_settings: dict[str, str], lock_ms: in
         confluent_kafka.version(),
         confluent_kafka.libversion()[0],
         cfg.kafka.topic,
+        facts.partitions,
         cfg.kafka.group_id,
         lock_ms,
         group_settings.get("share.delivery.count.limit", "?"),
-        group_settings.get("share.partition.max.record.locks", "?"),
         "available" if RENEW_SUPPORTED else "not available: each poll must be decided within the lock",
+        lock_note(cfg, facts),
         cfg.delta.table_path,
         cfg.dead_letter_path,
         cfg.payload.format,
@@ -121,6 +145,16 @@ class IngestError(RuntimeError):
     """The run could not go on (a member or the streaming query failed)."""
 
 
+QUERY_READY_TIMEOUT_S = 120.0
+
+
+def _wait_for_first_trigger(query: StreamingQuery, timeout_s: float) -> None:
+    """Until the clock query has run one micro-batch (its start-up is then paid), or failed, or the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while query.lastProgress is None and query.isActive and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def run_ingest(
     spark: SparkSession,
     cfg: SharelakeConfig,
@@ -133,21 +167,24 @@ def run_ingest(
     started = time.monotonic()
     check_not_spark_connect(spark)
     admin = AdminClient(cfg.kafka.client_config())
-    group_settings = check_kafka(admin, cfg)  # raises ConfigError: one line, exit code 2
+    facts = check_kafka(admin, cfg)  # raises ConfigError: one line, exit code 2
+    group_settings = facts.group_settings
     check_dead_letter_cap(cfg, group_settings)
     check_table_path(spark, cfg.delta.table_path)
     check_table_path(spark, cfg.dead_letter_path, key="dead_letter.table_path")
-    # a table created by our first append gets this interval (main and dead-letter alike)
-    spark.conf.set(CHECKPOINT_INTERVAL_DEFAULT_CONF, str(cfg.delta.checkpoint_interval))
     reader = PayloadReader(cfg.payload, parse_schema(spark, cfg.payload))
     lock_ms = int(group_settings.get("share.record.lock.duration.ms") or DEFAULT_LOCK_MS)
-    log_banner(cfg, group_settings, lock_ms)
+    log_banner(cfg, facts, lock_ms)
 
     main, dead = (
-        DedupTable(path, DedupCache(DeltaCommitLog(spark, path), cfg.delta.dedup_lookback_commits), stamp, prefix)
-        for path, stamp, prefix in (
-            (cfg.delta.table_path, "ingested_at", "delta"),
-            (cfg.dead_letter_path, STAMP_COLUMN, "dead_letter"),
+        DedupTable(
+            DeltaWriter(spark, path, name, cfg.delta.checkpoint_interval, stats),
+            DedupCache(DeltaCommitLog(spark, path, stamp), cfg.delta.dedup_lookback_commits),
+            stamp,
+        )
+        for path, stamp, name, stats in (
+            (cfg.delta.table_path, "ingested_at", "delta", reader.stats_columns()),
+            (cfg.dead_letter_path, DEAD_LETTER_STAMP, "dead_letter", DEAD_LETTER_STATS),
         )
     )
     main.cache.load()
@@ -158,7 +195,8 @@ def run_ingest(
     sink = DeltaSink(
         buffer, main, dead, cfg.batch, reader, cfg.dead_letter.max_delivery_count, lock_ms / 1000, job_name
     )
-    sink.repair_pending(spark)  # duplicates a writer that died before repairing them left behind
+    sink.repair_pending()  # duplicates a writer that died before repairing them left behind
+    warm_up_s = warm_up(spark, reader, cfg.dead_letter.max_delivery_count, job_name)  # before any lock is taken
     query_name = f"sharelake-{cfg.kafka.group_id}"
     temp_checkpoint = None if cfg.delta.checkpoint_path else tempfile.mkdtemp(prefix="sharelake-clock-")
     try:
@@ -191,14 +229,10 @@ def run_ingest(
             members_active=pool.size,
             buffer_records=buffer.records,
             buffer_capacity=buffer.max_records,
-            drain_s=sink.stats.phase_s["drain"],
-            plan_s=sink.stats.phase_s["plan"],
-            classify_s=sink.stats.phase_s["classify"],
-            write_s=sink.stats.phase_s["write"],
-            decide_s=sink.stats.phase_s["decide"],
+            phase_s=dict(sink.stats.phase_s),
         )
 
-    listener = ProgressListener(query_name, snapshot) if cfg.metrics.progress_log else None
+    listener = ProgressListener(query_name, snapshot, sink.stats.recent.get) if cfg.metrics.progress_log else None
     if listener is not None:
         spark.streams.addListener(listener)
     stop_metrics = (
@@ -207,7 +241,14 @@ def run_ingest(
         else None
     )
     sizer = ElasticSizer(pool, cfg.pump.lowest, cfg.pump.highest, lock_ms / 1000, lambda: sink.stats.last_cycle_s)
+    _wait_for_first_trigger(query, QUERY_READY_TIMEOUT_S)  # the clock's first micro-batch, before any lock
     pool.start()
+    log.info(
+        "share group members started: %d (start-up took %.1fs, warm-up %.1fs)",
+        pool.size,
+        time.monotonic() - started,
+        warm_up_s,
+    )
     if on_pool_started is not None:
         on_pool_started(pool)
     drain_mode = cfg.run.mode in ("until-drained", "available-now")
@@ -229,6 +270,7 @@ def run_ingest(
         pool.stop(cfg.run.stop_timeout_s)
         sink.close()
         query.stop()
+        sink.finish()
         if listener is not None:
             spark.streams.removeListener(listener)
         if stop_metrics is not None:
@@ -237,6 +279,7 @@ def run_ingest(
             shutil.rmtree(temp_checkpoint, ignore_errors=True)
     t, st = pool.totals(), sink.stats
     summary = RunSummary(
+        polls=t.polls,
         polled=t.records,
         accepted=t.accepted,
         released=t.released,
@@ -255,12 +298,9 @@ def run_ingest(
         last_version=main.stats.last_version,
         max_cycle_s=st.max_cycle_s,
         mean_cycle_s=st.cycle_s_sum / max(1, st.cycles),
-        drain_s=st.phase_s["drain"],
-        plan_s=st.phase_s["plan"],
-        classify_s=st.phase_s["classify"],
-        write_s=st.phase_s["write"],
-        decide_s=st.phase_s["decide"],
+        acks_s=t.acks_s,
         seconds=time.monotonic() - started,
+        phase_s=dict(st.phase_s),
     )
     if error is not None:
         raise error

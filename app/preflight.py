@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import os
 import uuid
+from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
 from app.config import ConfigError, SharelakeConfig
-from app.consume.group_settings import apply_group_settings, desired_group_settings, read_group_settings
+from app.consume.group_settings import (
+    apply_group_settings,
+    desired_group_settings,
+    read_broker_lock_cap,
+    read_group_settings,
+)
 
 BROKER_TIMEOUT_S = 15.0  # how long start-up waits for a broker to answer
 PROBE_PREFIX = "_sharelake_write_probe"  # the file written (and deleted) to check a table path is writable
@@ -39,8 +45,17 @@ def check_not_spark_connect(spark: SparkSession | None = None) -> None:
         raise ConfigError(SPARK_CONNECT_MESSAGE)
 
 
-def check_kafka(admin: AdminClient, cfg: SharelakeConfig) -> dict[str, str]:
-    """Broker reachable, topic present, group settings accepted; returns the group's settings."""
+@dataclass(frozen=True)
+class KafkaFacts:
+    """What start-up learned of the broker: the group's effective settings, the broker's lock cap."""
+
+    group_settings: dict[str, str]
+    broker_lock_cap: int | None  # group.share.max.partition.max.record.locks, None if unreadable
+    partitions: int  # of the topic
+
+
+def check_kafka(admin: AdminClient, cfg: SharelakeConfig) -> KafkaFacts:
+    """Broker reachable, topic present, group settings accepted; what the job needs to know of them."""
     k = cfg.kafka
     try:
         metadata = admin.list_topics(timeout=BROKER_TIMEOUT_S)
@@ -55,10 +70,13 @@ def check_kafka(admin: AdminClient, cfg: SharelakeConfig) -> dict[str, str]:
         raise ConfigError(
             f"kafka.topic = {k.topic!r}: no such topic on {k.bootstrap_servers}; create it or fix the name"
         )
-    settings = desired_group_settings(k)
+    cap = (
+        read_broker_lock_cap(admin, next(iter(metadata.brokers), 1)) if k.partition_max_record_locks == "max" else None
+    )
+    settings = desired_group_settings(k, cap)
     try:
         apply_group_settings(admin, k.group_id, settings)
-        return read_group_settings(admin, k.group_id)
+        return KafkaFacts(read_group_settings(admin, k.group_id), cap, len(topic.partitions))
     except KafkaException as e:
         keys = ", ".join(f"{name}={value}" for name, value in settings.items())
         raise ConfigError(

@@ -22,6 +22,8 @@ from app.embedded.kafka_broker import EmbeddedKafka
 from app.embedded.sample_data import produce_json_events, produce_records
 from app.pipeline import run_ingest
 from app.replay import replay_dead_letters
+from app.sink.commit_log import DeltaCommitLog
+from app.sink.dedup_cache import DedupCache
 from tests.ingest_config import ingest_config
 from tests.job_runner import JobSpec
 from tests.kafka_helpers import share_receive
@@ -155,3 +157,34 @@ def run_replay_job(spec: JobSpec, log: Path) -> str:
     log.write_text(out)
     assert proc.returncode == 0, out[-3000:]
     return out
+
+
+def test_one_bad_record_among_thousands_is_the_only_one_dead_lettered(
+    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
+) -> None:
+    """The write job parses each value once and drops the bad ones from the same job: the commit
+    holding the good records claims the bad record's offset too, and must not make it look landed."""
+    topic, group = f"one-bad-{unique}", f"g-{unique}"
+    broker.create_topic(topic, partitions=1)  # one partition: the bad record sits inside the good ones' range
+    good = produce_json_events(broker.bootstrap, topic, 3000)
+    (bad,) = produce_records(broker.bootstrap, topic, [(b"bad", b'{"id": "not a number", "user": "u"}')])
+    good += produce_json_events(broker.bootstrap, topic, 3000, start=3000)
+    cfg = ingest_config(broker, topic, group, tmp_path / "t", *JSON, "batch.max_records=100000")
+    summary = run_ingest(spark, cfg)
+
+    actual = spark.read.format("delta").load(str(tmp_path / "t")).select("partition", "offset")
+    assert sorted((r["partition"], r["offset"]) for r in actual.collect()) == sorted(
+        (p.partition, p.offset) for p in good
+    )
+    parked = dead_letters(spark, cfg)
+    assert list(parked) == [(bad.partition, bad.offset)]
+    assert parked[(bad.partition, bad.offset)]["error_class"] == "schema_mismatch"
+    assert summary.accepted == 6000 and summary.rejected == 1 and summary.dead_lettered == 1
+    # a restarted job reads the partial commit back from the table: the bad offset is not in it
+    restarted = DedupCache(DeltaCommitLog(spark, str(tmp_path / "t")))
+    restarted.load()
+    assert not restarted.contains(topic, bad.partition, bad.offset)
+    assert restarted.contains(topic, bad.partition, bad.offset - 1) and restarted.contains(
+        topic, bad.partition, bad.offset + 1
+    )
+    assert share_receive(broker, topic, group, seconds=5) == []

@@ -1,7 +1,9 @@
 """The benchmark harness at smoke size (`python -m bench.run --smoke`): it must keep working.
 
 No timing is asserted: the numbers of a smoke run mean nothing. The run must write its report,
-give every contender a number, and leave Delta tables with exactly the records of their topic.
+give every contender a number, leave Delta tables with exactly the records of their topic, and
+give both latency contenders (Sharelake and Spark's Kafka source) their figures from their tables:
+every measured row matched to the Delta version that added its file, and the per-window series.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTENDERS = {"sharelake", "spark-kafka-source", "share-consumer-drain", "perf-tool"}
+LATENCY_CONTENDERS = {"sharelake", "spark-kafka-source"}
 
 
 @pytest.mark.timeout(600)
@@ -56,5 +59,14 @@ def test_bench_smoke_writes_a_report_with_every_contender(tmp_path: Path) -> Non
     assert {t["contender"] for t in tables} >= {"sharelake", "spark-kafka-source"}
     assert all(t["rows"] == t["expected"] and t["duplicates"] == 0 for t in tables), tables
     latency = data["latency"]
-    assert latency is not None and latency["samples"] > 0 and latency["unmatched"] == 0
-    assert (report.parent / f"{report.stem}-charts" / "throughput.png").exists()
+    assert latency is not None and set(latency["contenders"]) == LATENCY_CONTENDERS
+    for name, lat in latency["contenders"].items():
+        assert lat["ok"], f"{name}: {lat['error'][:500]}"
+        assert lat["samples"] > 0 and lat["unmatched"] == 0, (name, lat)
+        assert lat["samples"] == lat["measured_records"], (name, lat)
+        assert 0 < lat["p50_ms"] <= lat["p99_ms"] <= lat["max_ms"], (name, lat)
+        assert sum(w["rows"] for w in lat["windows"]) == lat["samples"], (name, lat["windows"])
+    charts = report.parent / f"{report.stem}-charts"
+    for png in ("throughput.png", "latency-windows.png", "latency-cdf.png"):
+        assert (charts / png).exists(), png
+    assert "Latency: produce -> Delta commit" in report.read_text()

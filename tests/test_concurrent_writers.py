@@ -28,6 +28,7 @@ from app.sink.commit_log import DeltaCommitLog
 from app.sink.dedup_cache import DedupCache
 from app.sink.dedup_table import DedupTable
 from app.sink.delta_sink import DeltaSink
+from app.sink.delta_writer import DeltaWriter
 from app.sink.payload import PayloadReader
 from tests.table_checks import assert_exactly_once
 
@@ -77,9 +78,13 @@ class Writer:
         self.buffer = RecordBuffer(100_000)
         self.cache = DedupCache(DeltaCommitLog(spark, str(table)))
         self.cache.load()
-        self.table = DedupTable(str(table), self.cache, "ingested_at", "delta")
+        self.table = DedupTable(DeltaWriter(spark, str(table), "delta", 100), self.cache, "ingested_at")
         dead_path = f"{table}_dead_letter"
-        dead = DedupTable(dead_path, DedupCache(DeltaCommitLog(spark, dead_path)), "last_seen", "dead_letter")
+        dead = DedupTable(
+            DeltaWriter(spark, dead_path, "dead_letter", 100),
+            DedupCache(DeltaCommitLog(spark, dead_path, "last_seen")),
+            "last_seen",
+        )
         self.sink = DeltaSink(
             self.buffer,
             self.table,
@@ -192,6 +197,31 @@ def test_duplicates_left_by_a_writer_that_died_before_repairing_are_deleted_at_t
     monkeypatch.delenv(faults.ENV)
     restarted = Writer(spark, table)  # the next start, of either job
     assert [r.count() for r in restarted.cache.repairs()] == [40]
-    restarted.sink.repair_pending(spark)
+    restarted.sink.repair_pending()
     assert restarted.table.stats.duplicates_repaired == 40
     assert_exactly_once(spark, table, produced(range(0, 120)))
+
+
+def test_another_writers_commit_between_two_of_ours_is_folded_before_the_next_decision(
+    spark: SparkSession, tmp_path: Path, before_commit: Callable[[Callable[[], None]], None]
+) -> None:
+    """Our writer learns its own commits locally; another writer's commit in between (a version gap)
+    must still reach the dedup cache, so a redelivery of one of its records is not written again."""
+    table = tmp_path / "t"
+    a, b = Writer(spark, table), Writer(spark, table)
+    a.poll(range(0, 100))
+    a.micro_batch()  # v0, A's own: known without reading the log
+    a.poll(range(100, 200))
+    b.poll(range(200, 300))
+    before_commit(b.micro_batch)  # B commits v1 after A planned: A's commit becomes v2, a gap at v1
+    a.micro_batch()
+    assert a.cache.version == 2 and a.cache.contains(TOPIC, 0, 250)  # the gap was read when A committed v2
+
+    # B's records come back to A (say B's ACCEPTs were lost): decided from the cache, not written
+    a_poll = a.poll(range(250, 300))
+    rows_before = a.table.stats.rows
+    a.micro_batch()
+    assert a.sink.stats.dedup_hits == 50 and a.table.stats.rows == rows_before
+    assert states(a_poll) == {RecordState.ACCEPTED}
+    assert a.table.stats.concurrent_duplicates == 0
+    assert_exactly_once(spark, table, produced(range(0, 300)))

@@ -74,9 +74,9 @@ class StubLog:
     def recent(self, limit: int) -> tuple[int, list[SharelakeCommit]]:
         return (self.commits[-1].version if self.commits else -1), self.commits[-limit:]
 
-    def after(self, version: int) -> Iterator[tuple[int, SharelakeCommit | None]]:
+    def after(self, version: int, until: int | None = None) -> Iterator[tuple[int, SharelakeCommit | None]]:
         for c in self.commits:
-            if c.version > version:
+            if c.version > version and (until is None or c.version <= until):
                 yield c.version, c
 
 

@@ -42,13 +42,12 @@ def test_two_jobs_on_one_partition_share_it_and_land_each_record_once_even_racin
             time.sleep(0.5)
 
     producer = threading.Thread(target=produce_steadily)
-    # produce only once both drivers are up (their dedup caches loaded: members start right after)
-    deadline = time.monotonic() + 120
+    # produce only once both drivers' members have started (after their caches and the warm-up)
+    deadline = time.monotonic() + 180
     while time.monotonic() < deadline and not all(
-        "dedup cache:" in (tmp_path / f"job{i}.log").read_text(errors="replace") for i in (1, 2)
+        "share group members started" in (tmp_path / f"job{i}.log").read_text(errors="replace") for i in (1, 2)
     ):
         time.sleep(0.5)
-    time.sleep(3)  # and their members have joined the group
     producer.start()
     producer.join()
     rcs = [j.wait(300) for j in jobs]

@@ -24,15 +24,21 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
 from confluent_kafka import Message
+
+from app.bridge.arrow_rows import PolledRecord, poll_rows
 
 
 class RecordState(enum.Enum):
-    ACQUIRED = "acquired"
-    ACCEPTED = "accepted"
-    RELEASED = "released"
-    REJECTED = "rejected"
+    ACQUIRED = 0
+    ACCEPTED = 1
+    RELEASED = 2
+    REJECTED = 3
 
 
 class Decision(enum.Enum):
@@ -77,7 +83,7 @@ class PollBatch:
     def __init__(self, member_id: int, records: Sequence[Message], commands: queue.Queue[AckCommand]):
         self.member_id = member_id
         self.records = records
-        self._states = [RecordState.ACQUIRED] * len(records)
+        self._states = np.full(len(records), RecordState.ACQUIRED.value, dtype=np.int8)
         self._undecided = len(records)
         self._commands = commands
         self._lock = threading.Lock()
@@ -88,9 +94,16 @@ class PollBatch:
     def __len__(self) -> int:
         return len(self.records)
 
+    @cached_property
+    def rows(self) -> pa.Table:
+        """The records as Arrow rows (`app.bridge.arrow_rows.RECORD_SCHEMA`), built once: the member
+        builds them right after its poll, in its own thread."""
+        records: Sequence[PolledRecord] = self.records
+        return poll_rows(records)
+
     def state(self, index: int) -> RecordState:
         with self._lock:
-            return self._states[index]
+            return RecordState(int(self._states[index]))
 
     @property
     def undecided(self) -> int:
@@ -101,17 +114,17 @@ class PollBatch:
     def all_decided(self) -> bool:
         return self.undecided == 0
 
-    def accept(self, proof: CommitProof, indices: Iterable[int] | None = None) -> None:
+    def accept(self, proof: CommitProof, indices: Iterable[int] | npt.NDArray[np.intp] | None = None) -> None:
         """ACCEPT records held by the Delta commit `proof` (INVARIANT 1)."""
         if not isinstance(proof, CommitProof):
             raise IllegalTransition("ACCEPT needs the CommitProof of the Delta commit that holds the records")
         self._decide(Decision.ACCEPT, indices, proof)
 
-    def release(self, indices: Iterable[int] | None = None) -> None:
+    def release(self, indices: Iterable[int] | npt.NDArray[np.intp] | None = None) -> None:
         """RELEASE records for redelivery (a transient failure, or shutdown)."""
         self._decide(Decision.RELEASE, indices, None)
 
-    def reject(self, proof: CommitProof, indices: Iterable[int] | None = None) -> None:
+    def reject(self, proof: CommitProof, indices: Iterable[int] | npt.NDArray[np.intp] | None = None) -> None:
         """REJECT records for good: `proof` is the dead-letter table's commit that holds them (INVARIANT 1)."""
         if not isinstance(proof, CommitProof):
             raise IllegalTransition("REJECT needs the CommitProof of the dead-letter commit that holds the records")
@@ -120,30 +133,37 @@ class PollBatch:
     def release_undecided(self) -> int:
         """RELEASE every record still ACQUIRED; returns how many (used on shutdown, INVARIANT 2)."""
         with self._lock:
-            pending = [i for i, s in enumerate(self._states) if s is RecordState.ACQUIRED]
+            pending = np.flatnonzero(self._states == RecordState.ACQUIRED.value)
             self._apply(Decision.RELEASE, pending)
         return len(pending)
 
-    def _decide(self, decision: Decision, indices: Iterable[int] | None, proof: CommitProof | None) -> None:
+    def _decide(
+        self, decision: Decision, indices: Iterable[int] | npt.NDArray[np.intp] | None, proof: CommitProof | None
+    ) -> None:
+        if indices is None:
+            chosen = np.arange(len(self.records), dtype=np.intp)
+        elif isinstance(indices, np.ndarray):
+            chosen = indices.astype(np.intp, copy=False)
+        else:
+            chosen = np.fromiter(indices, dtype=np.intp)
         with self._lock:
-            chosen = list(range(len(self.records))) if indices is None else list(indices)
-            if len(set(chosen)) != len(chosen):
+            if np.unique(chosen).size != chosen.size:
                 raise IllegalTransition(f"{decision.name} names a record twice in one decision")
-            for i in chosen:
-                if self._states[i] is not RecordState.ACQUIRED:
-                    rec = self.records[i]
-                    raise IllegalTransition(
-                        f"{decision.name} of {rec.topic()}/{rec.partition()}@{rec.offset()}: "
-                        f"already {self._states[i].name} (INVARIANT 3)"
-                    )
+            decided = np.flatnonzero(self._states[chosen] != RecordState.ACQUIRED.value)
+            if decided.size:
+                i = int(chosen[decided[0]])
+                rec = self.records[i]
+                raise IllegalTransition(
+                    f"{decision.name} of {rec.topic()}/{rec.partition()}@{rec.offset()}: "
+                    f"already {RecordState(int(self._states[i])).name} (INVARIANT 3)"
+                )
             if proof is not None:
                 self.proofs.append(proof)
             self._apply(decision, chosen)
 
-    def _apply(self, decision: Decision, indices: list[int]) -> None:
-        if not indices:
+    def _apply(self, decision: Decision, indices: npt.NDArray[np.intp]) -> None:
+        if not indices.size:
             return
-        for i in indices:
-            self._states[i] = decision.value
-        self._undecided -= len(indices)
-        self._commands.put(AckCommand(self, tuple(indices), decision))
+        self._states[indices] = decision.value.value
+        self._undecided -= int(indices.size)
+        self._commands.put(AckCommand(self, tuple(indices.tolist()), decision))

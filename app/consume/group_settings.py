@@ -2,26 +2,45 @@
 
 Called once by `app.pipeline` at start. The group's `share.auto.offset.reset` defaults to `latest`
 on the broker, which would silently skip every record produced before the group first existed, so
-the job sets it (unless configured `unchanged`); the record lock duration and the in-flight record
-cap per partition can be set the same way.
+the job sets it (unless configured `unchanged`). The in-flight record cap per partition bounds the
+throughput on few partitions (locks x partitions per batch cycle): by default the job raises it to
+what the broker allows (`read_broker_lock_cap`). The record lock duration can be set the same way.
 """
 
 from __future__ import annotations
 
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
-from app.config import KafkaConfig
+from app.config import MAX_RECORD_LOCKS, KafkaConfig
+
+BROKER_LOCK_CAP = "group.share.max.partition.max.record.locks"  # the broker's bound on the group setting
+GROUP_LOCKS = "share.partition.max.record.locks"
 
 
-def desired_group_settings(cfg: KafkaConfig) -> dict[str, str]:
+def desired_group_settings(cfg: KafkaConfig, broker_lock_cap: int | None = None) -> dict[str, str]:
+    """The group configs to set; `broker_lock_cap` is the broker's BROKER_LOCK_CAP when it could be read."""
     settings: dict[str, str] = {}
     if cfg.auto_offset_reset != "unchanged":
         settings["share.auto.offset.reset"] = cfg.auto_offset_reset
     if cfg.record_lock_duration_ms is not None:
         settings["share.record.lock.duration.ms"] = str(cfg.record_lock_duration_ms)
-    if cfg.partition_max_record_locks is not None:
-        settings["share.partition.max.record.locks"] = str(cfg.partition_max_record_locks)
+    locks = cfg.partition_max_record_locks
+    if locks == "max" and broker_lock_cap is not None:
+        settings[GROUP_LOCKS] = str(min(MAX_RECORD_LOCKS, broker_lock_cap))
+    elif isinstance(locks, int):
+        settings[GROUP_LOCKS] = str(locks)
     return settings
+
+
+def read_broker_lock_cap(admin: AdminClient, broker_id: int, timeout_s: float = 30) -> int | None:
+    """The broker's BROKER_LOCK_CAP; None when it cannot be read (e.g. no DESCRIBE_CONFIGS on the cluster)."""
+    try:
+        (future,) = admin.describe_configs([ConfigResource(ResourceType.BROKER, str(broker_id))]).values()
+        entry = future.result(timeout=timeout_s).get(BROKER_LOCK_CAP)
+        return int(entry.value) if entry is not None and entry.value else None
+    except (KafkaException, ValueError):
+        return None
 
 
 def apply_group_settings(admin: AdminClient, group_id: str, settings: dict[str, str], timeout_s: float = 30) -> None:

@@ -112,6 +112,7 @@ class MemberPool:
             t.rejected += s.rejected
             t.ack_errors += s.ack_errors
             t.poll_errors += s.poll_errors
+            t.acks_s += s.acks_s
         return t
 
     def busy_members(self) -> int:

@@ -1,7 +1,8 @@
 """One share-group member: a thread that exclusively owns one `confluent_kafka.ShareConsumer`.
 
 Started and stopped by `app.consume.member_pool.MemberPool`. Its loop is the explicit-mode cycle:
-poll -> wrap the records in a `PollBatch` and put it in the RecordBuffer -> apply the AckCommands
+poll -> wrap the records in a `PollBatch`, build their Arrow rows (here, so that the next batch's
+rows are ready while the sink writes the current one) and put it in the RecordBuffer -> apply the AckCommands
 that deciders (the Delta sink, or shutdown) send for that batch -> once every record is
 acknowledged, `commit_sync` -> poll again. The consumer is never touched from another thread
 (it is not thread-safe); other threads only talk to the member through its command queue and flags.
@@ -44,6 +45,7 @@ class MemberStats:
     rejected: int = 0
     ack_errors: int = 0  # acknowledgements the broker refused (e.g. the record lock had expired)
     poll_errors: int = 0
+    acks_s: float = 0.0  # seconds from a poll's first acknowledgement to its commit_sync returning, summed
     # time.monotonic() since which every poll of this member came back empty; None while it has
     # records (a member waiting for decisions is not idle: it cannot poll)
     idle_since: float | None = None
@@ -69,6 +71,7 @@ class ShareMember(threading.Thread):
         self._commands: queue.Queue[AckCommand] = queue.Queue()
         self._current: PollBatch | None = None
         self._acked_in_current = 0
+        self._acks_started = 0.0  # perf_counter() of the current poll's first acknowledgement
         self._stop_polling = threading.Event()
         self._abandon = threading.Event()
         self.stats = MemberStats()
@@ -146,6 +149,7 @@ class ShareMember(threading.Thread):
         self.stats.records += len(records)
         self.stats.idle_since = None
         batch = PollBatch(self.member_id, records, self._commands)
+        batch.rows  # noqa: B018 - build the poll's Arrow rows here, in this thread, while the sink writes
         self._current, self._acked_in_current = batch, 0
         while not self._buffer.put(batch, timeout_s=0.2):
             if self._abandon.is_set():
@@ -164,6 +168,7 @@ class ShareMember(threading.Thread):
         self._drain_commands(consumer)
         if self._acked_in_current == len(self._current):
             self._commit(consumer)
+            self.stats.acks_s += time.perf_counter() - self._acks_started
             self._current.acks_committed.set()
             self._current = None
 
@@ -177,6 +182,8 @@ class ShareMember(threading.Thread):
     def _apply(self, consumer: ShareConsumer, cmd: AckCommand) -> None:
         if cmd.batch is not self._current:
             raise RuntimeError(f"member {self.member_id}: command for a poll it no longer holds")
+        if self._acked_in_current == 0:
+            self._acks_started = time.perf_counter()
         ack_type = ACK_TYPES[cmd.decision]
         for i in cmd.indices:
             try:

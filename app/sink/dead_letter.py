@@ -15,13 +15,12 @@ from datetime import datetime
 
 import pyarrow as pa
 
-from app.bridge.arrow_rows import ROW_SCHEMA
+from app.bridge.arrow_rows import RECORD_SCHEMA
 from app.sink.payload import BadRecord
 
-RECORD_COLUMNS = ("topic", "partition", "offset", "key", "value", "headers", "kafka_timestamp", "delivery_count")
 DEAD_LETTER_SCHEMA = pa.schema(
     [
-        *(ROW_SCHEMA.field(name) for name in RECORD_COLUMNS),  # the record, raw, as in the main table
+        *RECORD_SCHEMA,  # the record, raw, as in the main table
         pa.field("error_class", pa.string(), nullable=False),
         pa.field("error_message", pa.string()),
         pa.field("first_seen", pa.timestamp("us", tz="UTC"), nullable=False),
@@ -33,6 +32,8 @@ DEAD_LETTER_SCHEMA = pa.schema(
     ]
 )
 STAMP_COLUMN = "last_seen"
+# the columns Delta keeps file statistics on: not the raw key, value, headers or the long message
+STATS_COLUMNS = tuple(f.name for f in DEAD_LETTER_SCHEMA if f.name not in ("key", "value", "headers", "error_message"))
 
 
 def dead_letter_rows(
@@ -41,8 +42,9 @@ def dead_letter_rows(
     first_seen: Sequence[datetime],
     written_at: datetime,
     job: str,
+    batch_id: int,
 ) -> pa.Table:
-    """The dead-letter rows of `records` (rows of `arrow_rows.ROW_SCHEMA`, as the sink built them)."""
+    """The dead-letter rows of `records` (rows of `arrow_rows.RECORD_SCHEMA`, as the members built them)."""
     n = records.num_rows
     columns = {name: records.column(name) for name in records.column_names}
     columns |= {
@@ -51,6 +53,7 @@ def dead_letter_rows(
         "first_seen": pa.array(first_seen, pa.timestamp("us", tz="UTC")),
         "last_seen": pa.array([written_at] * n, pa.timestamp("us", tz="UTC")),
         "job": pa.array([job] * n, pa.string()),
+        "batch_id": pa.array([batch_id] * n, pa.int64()),
         "replayed_at": pa.nulls(n, pa.timestamp("us", tz="UTC")),
         "replayed_to": pa.nulls(n, pa.string()),
     }

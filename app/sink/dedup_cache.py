@@ -16,15 +16,23 @@ Duplicate detection: a Sharelake append that holds offsets an earlier commit alr
 duplicate (two writers acquired the same record, one after the other's lock expired, and both
 wrote it before either saw the other's commit). The cache records such a commit as a pending
 `Repair` (which of its offsets to delete) until a repair commit for it is folded in.
+
+Partial commits (an append whose unreadable rows Spark filtered out, see `app.sink.commit_log`)
+are folded with the offsets they really hold: the writer knows them (`fold(commit, written)`),
+any other reader asks the table once (`DeltaCommitLog.written_offsets`).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
-from app.sink.commit_log import DeltaCommitLog, PartitionKey, SharelakeCommit
-from app.sink.offset_ranges import OffsetRanges
+import numpy as np
+import numpy.typing as npt
+
+from app.sink.commit_log import DeltaCommitLog, SharelakeCommit
+from app.sink.offset_ranges import BatchOffsets, OffsetRanges, Offsets, PartitionKey
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +42,7 @@ class Repair:
     """Delete the rows of `commit` at `duplicates`: an earlier commit holds those offsets."""
 
     commit: SharelakeCommit
-    duplicates: dict[PartitionKey, OffsetRanges]
+    duplicates: Mapping[PartitionKey, OffsetRanges]
 
     def count(self) -> int:
         return sum(r.count() for r in self.duplicates.values())
@@ -62,23 +70,32 @@ class DedupCache:
             len(self._repairs),
         )
 
-    def refresh(self) -> list[SharelakeCommit]:
-        """Fold in every commit after `version`; returns the Sharelake ones (oldest first)."""
+    def refresh(self, until: int | None = None) -> list[SharelakeCommit]:
+        """Fold in every commit after `version` (up to `until`); returns the Sharelake ones (oldest first)."""
         if self._log is None:
             return []
         new = []
-        for v, commit in self._log.after(self.version):
+        for v, commit in self._log.after(self.version, until):
             self.version = v
             if commit is not None:
                 self.fold(commit)
                 new.append(commit)
         return new
 
-    def fold(self, commit: SharelakeCommit) -> None:
-        """Add a commit's offsets, noting a Repair if an earlier commit already holds some of them."""
+    def fold(self, commit: SharelakeCommit, written: BatchOffsets | None = None) -> None:
+        """Add a commit's offsets, noting a Repair if an earlier commit already holds some of them.
+
+        `written`: the offsets the commit really holds, when the caller knows them (its writer);
+        otherwise a partial commit's are read from the table.
+        """
+        self.version = max(self.version, commit.version)
         if commit.repair_of is not None:
             self._repairs.pop(commit.repair_of, None)
             return
+        if written is None and commit.partial and self._log is not None:
+            written = self._log.written_offsets(commit)
+        if written is not None:
+            commit = replace(commit, ranges=written)
         dups: dict[PartitionKey, OffsetRanges] = {}
         for key, r in commit.ranges.items():
             held = self._ranges.get(key)
@@ -89,6 +106,10 @@ class DedupCache:
             self._repairs[commit.version] = Repair(commit, dups)
         self.add(commit.ranges)
 
+    def written_offsets(self, commit: SharelakeCommit) -> BatchOffsets:
+        """What an append of ours holds in the table, read back (see `DeltaCommitLog.written_offsets`)."""
+        return self._log.written_offsets(commit) if self._log is not None else BatchOffsets(commit.ranges)
+
     def repairs(self) -> list[Repair]:
         """Duplicate commits not repaired yet, oldest first."""
         return [self._repairs[v] for v in sorted(self._repairs)]
@@ -96,13 +117,18 @@ class DedupCache:
     def repaired(self, version: int) -> None:
         self._repairs.pop(version, None)
 
-    def add(self, ranges: dict[PartitionKey, OffsetRanges]) -> None:
+    def add(self, ranges: Mapping[PartitionKey, OffsetRanges]) -> None:
         for key, r in ranges.items():
             self._ranges.setdefault(key, OffsetRanges()).update(r)
 
     def contains(self, topic: str, partition: int, offset: int) -> bool:
         r = self._ranges.get((topic, partition))
         return r is not None and offset in r
+
+    def contains_many(self, key: PartitionKey, offsets: Offsets) -> npt.NDArray[np.bool_]:
+        """Which of `offsets` (of one topic-partition) the table holds."""
+        r = self._ranges.get(key)
+        return r.contains_many(offsets) if r is not None else np.zeros(len(offsets), dtype=np.bool_)
 
     def size(self) -> int:
         """Ranges held (the cache's memory)."""

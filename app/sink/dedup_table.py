@@ -1,12 +1,15 @@
 """One Delta table that Sharelake appends Kafka records to, deduplicated by (topic, partition, offset).
 
 Used by the Delta sink (`app.sink.delta_sink`) twice: for the main table and for the dead-letter
-table. It owns the table's DedupCache and makes every append a provable, repairable commit:
+table. It sits above the table's `DeltaWriter` (which writes) and keeps the table's DedupCache
+current, so every append is a provable, repairable commit:
 
-1. the append's `userMetadata` carries a `write_id`, the offset ranges written and the write's
-   stamp (every row's `stamp_column`, to the microsecond);
-2. after `save()` returns, our commit is found in the log by `write_id`: its version is the
-   `CommitProof` the records are decided with (INVARIANT 1);
+1. the append's `userMetadata` carries a `write_id`, the offsets it claims and the write's stamp
+   (every row's `stamp_column`, to the microsecond);
+2. the writer returns the commit's `CommitProof` as soon as it is durable; the cache then folds
+   the commits of other writers that came before ours (only when the version shows a gap: they
+   are read from the log) and our own from what we know, with the offsets the commit really holds
+   (`written`: fewer than claimed when Spark filtered unreadable rows out of the same job);
 3. if another writer committed some of the same offsets first (a second job acquired them after
    our record locks expired), our copies are deleted again before anyone decides the records:
    one DELETE keyed on offset and our stamp, retried alone on Delta conflicts. A writer that dies
@@ -17,28 +20,41 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from pyspark.sql import DataFrame, SparkSession
+import numpy as np
+import numpy.typing as npt
+from pyspark.sql import DataFrame
 from tenacity import Retrying, stop_after_attempt, wait_exponential_jitter
 
 from app import faults
 from app.acknowledge.lifecycle import CommitProof
-from app.sink.commit_log import PartitionKey, repair_metadata_json, user_metadata_json
+from app.sink.commit_log import SharelakeCommit, repair_metadata_json, user_metadata_json
 from app.sink.dedup_cache import DedupCache, Repair
-from app.sink.offset_ranges import OffsetRanges
+from app.sink.delta_writer import DeltaWriter
+from app.sink.offset_ranges import BatchOffsets, OffsetRanges, Offsets, PartitionKey
 
 log = logging.getLogger(__name__)
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 REPAIR_ATTEMPTS = 8
 
 
 def micros(t: datetime) -> int:
     """Exact microseconds since the epoch (integer arithmetic: names a write's rows in a DELETE)."""
     return (t - EPOCH) // timedelta(microseconds=1)
+
+
+@dataclass(frozen=True)
+class Appended:
+    """A durable commit of ours, not yet folded into the cache (`DedupTable.settle`)."""
+
+    proof: CommitProof
+    write_id: str
+    claim: BatchOffsets
+    stamp_us: int
 
 
 @dataclass
@@ -51,55 +67,64 @@ class TableStats:
 
 
 class DedupTable:
-    def __init__(self, table_path: str, cache: DedupCache, stamp_column: str, fault_prefix: str):
-        self.table_path = table_path
+    def __init__(self, writer: DeltaWriter, cache: DedupCache, stamp_column: str):
+        self.writer = writer
+        self.table_path = writer.table_path
         self.cache = cache
         self.stamp_column = stamp_column
-        self.fault_prefix = fault_prefix  # fault points: before_<prefix>_commit, after_<prefix>_commit
         self.stats = TableStats()
         self._own_repairs: set[int] = set()  # versions of our commits whose duplicates are not deleted yet
 
     def contains(self, topic: str, partition: int, offset: int) -> bool:
         return self.cache.contains(topic, partition, offset)
 
+    def contains_many(self, key: PartitionKey, offsets: Offsets) -> npt.NDArray[np.bool_]:
+        return self.cache.contains_many(key, offsets)
+
     def proof_of_presence(self) -> CommitProof:
         """For records the cache already holds: the table version the cache has read up to."""
         return CommitProof(self.table_path, self.cache.version, already_present=True)
 
     def append(
-        self,
-        spark: SparkSession,
-        rows: DataFrame,
-        offsets: dict[PartitionKey, list[int]],
-        batch_id: int,
-        stamp: datetime,
-        merge_schema: bool = False,
-    ) -> CommitProof:
-        """Append `rows` (every row's `stamp_column` == `stamp`) as one commit; its proof, repaired."""
-        ranges = {k: OffsetRanges.of(v) for k, v in offsets.items()}
-        write_id = uuid.uuid4().hex
-        faults.hit(f"before_{self.fault_prefix}_commit")
-        writer = rows.write.format("delta").mode("append")
-        if merge_schema:
-            writer = writer.option("mergeSchema", "true")
-        writer.option("userMetadata", user_metadata_json(write_id, batch_id, ranges, micros(stamp))).save(
-            self.table_path
-        )
-        version = self._find_commit(write_id)
-        faults.hit(f"after_{self.fault_prefix}_commit")
-        self._repair_own(spark, version)
-        self.stats.commits += 1
-        self.stats.rows += sum(len(v) for v in offsets.values())
-        self.stats.last_version = version
-        return CommitProof(table=self.table_path, version=version)
+        self, rows: DataFrame, claim: BatchOffsets, batch_id: int, stamp: datetime, merge_schema: bool = False
+    ) -> Appended | None:
+        """Append `rows` (every row's `stamp_column` == `stamp`, offsets within `claim`) as one commit.
 
-    def retry_own_repairs(self, spark: SparkSession) -> None:
+        Returns as soon as the commit is durable (None when Delta recorded no commit: nothing was
+        written); `settle` must follow before the records are decided.
+        """
+        write_id = uuid.uuid4().hex
+        metadata = user_metadata_json(write_id, batch_id, claim, micros(stamp))
+        proof = self.writer.append(rows, metadata, batch_id, merge_schema=merge_schema)
+        return Appended(proof, write_id, claim, micros(stamp)) if proof is not None else None
+
+    def settle(self, appended: Appended, written: BatchOffsets) -> CommitProof:
+        """Fold our commit (holding `written` of its claim) and any other writer's before it; repair.
+
+        Returns the proof the records in `written` are decided with.
+        """
+        version = appended.proof.version
+        self.cache.refresh(until=version - 1)  # other writers' commits before ours: the gap, read from the log
+        commit = SharelakeCommit(version, appended.write_id, appended.claim, ingested_at_us=appended.stamp_us)
+        self.cache.fold(commit, written=written)
+        self._repair_own(version)
+        self.stats.commits += 1
+        self.stats.rows += written.count()
+        self.stats.last_version = version
+        return appended.proof
+
+    def written_offsets(self, appended: Appended) -> BatchOffsets:
+        """What our commit holds, read back from the table (only when Spark's two counts disagree)."""
+        commit = SharelakeCommit(appended.proof.version, appended.write_id, appended.claim, appended.stamp_us)
+        return self.cache.written_offsets(commit)
+
+    def retry_own_repairs(self) -> None:
         """Repairs of our own commits that failed in an earlier attempt: done before the next write."""
         for repair in self.cache.repairs():
             if repair.commit.version in self._own_repairs:
-                self._repair(spark, repair)
+                self._repair(repair)
 
-    def repair_pending(self, spark: SparkSession) -> None:
+    def repair_pending(self) -> None:
         """At start: delete the duplicates of commits whose writer died before repairing them."""
         for repair in self.cache.repairs():
             log.warning(
@@ -109,16 +134,9 @@ class DedupTable:
                 repair.commit.version,
                 repair.count(),
             )
-            self._repair(spark, repair)
+            self._repair(repair)
 
-    def _find_commit(self, write_id: str) -> int:
-        """Our commit's version, read from the log (folding other writers' commits before it)."""
-        ours = [c for c in self.cache.refresh() if c.write_id == write_id]
-        if not ours:
-            raise RuntimeError(f"Delta append returned but no commit in {self.table_path} carries write {write_id}")
-        return ours[0].version
-
-    def _repair_own(self, spark: SparkSession, version: int) -> None:
+    def _repair_own(self, version: int) -> None:
         repair = next((r for r in self.cache.repairs() if r.commit.version == version), None)
         if repair is None:
             return
@@ -131,9 +149,9 @@ class DedupTable:
             self.table_path,
         )
         self._own_repairs.add(version)
-        self._repair(spark, repair)
+        self._repair(repair)
 
-    def _repair(self, spark: SparkSession, repair: Repair) -> None:
+    def _repair(self, repair: Repair) -> None:
         """One DELETE of `repair.commit`'s rows at the duplicate offsets; its commit says what it repaired.
 
         The rows are named by offset and by the commit's stamp (one value per write, to the
@@ -146,14 +164,9 @@ class DedupTable:
             self.cache.repaired(commit.version)
             return
         faults.hit("before_repair")
-        by_partition = " OR ".join(
-            f"(`topic` = '{_sql_string(topic)}' AND `partition` = {partition} AND ("
-            + " OR ".join(f"`offset` BETWEEN {s} AND {e}" for s, e in spans)
-            + "))"
-            for (topic, partition), spans in sorted(repair.duplicates.items())
+        condition = (
+            f"`{self.stamp_column}` = timestamp_micros({commit.ingested_at_us}) AND ({_where(repair.duplicates)})"
         )
-        condition = f"`{self.stamp_column}` = timestamp_micros({commit.ingested_at_us}) AND ({by_partition})"
-        path = self.table_path.replace("`", "``")
         metadata = repair_metadata_json(uuid.uuid4().hex, commit.version, repair.duplicates)
         # Delta checks a DELETE against every file appended meanwhile (Serializable isolation), so
         # the other writer's appends make it conflict: retry the DELETE alone, briefly
@@ -166,16 +179,21 @@ class DedupTable:
             ),
         ):
             with attempt:
-                spark.conf.set(USER_METADATA_CONF, metadata)
-                try:
-                    deleted = spark.sql(f"DELETE FROM delta.`{path}` WHERE {condition}").collect()
-                finally:
-                    spark.conf.unset(USER_METADATA_CONF)
-        rows = int(deleted[0][0]) if deleted and deleted[0][0] is not None else 0
+                rows = self.writer.delete(condition, metadata)
         self.stats.duplicates_repaired += rows
         self.cache.repaired(commit.version)
         self._own_repairs.discard(commit.version)
         log.warning("repaired version %d of %s: deleted %d duplicate rows", commit.version, self.table_path, rows)
+
+
+def _where(offsets: Mapping[PartitionKey, OffsetRanges]) -> str:
+    """A SQL condition matching `offsets` (by topic, partition and offset ranges)."""
+    return " OR ".join(
+        f"(`topic` = '{_sql_string(topic)}' AND `partition` = {partition} AND ("
+        + " OR ".join(f"`offset` BETWEEN {s} AND {e}" for s, e in spans)
+        + "))"
+        for (topic, partition), spans in sorted(offsets.items())
+    )
 
 
 def _sql_string(text: str) -> str:

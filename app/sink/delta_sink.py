@@ -1,18 +1,18 @@
-"""The foreachBatch function: drain the RecordBuffer, dedup, classify, commit, then ACCEPT / REJECT.
+"""The foreachBatch function: drain the RecordBuffer, dedup, write, then ACCEPT / REJECT.
 
 Spark calls `DeltaSink.__call__` in the driver once per micro-batch of the clock stream (its
 DataFrame is ignored). One attempt:
 
-1. take whole polls from the buffer;
-2. fold both tables' new commits (ours and other writers') into their dedup caches, then sort each
-   record: already in the main table (ACCEPT, no write), already in the dead-letter table (REJECT,
-   no write), a second copy inside this micro-batch (decided like the first), or a candidate;
-3. classify the candidates (`app.sink.payload`: Arrow checks on the driver, then Spark for text
-   and JSON): good ones become main-table rows, bad ones dead-letter rows with their error class;
-4. one append to each table that has rows (`app.sink.dedup_table`: its commit is found by
-   `write_id`, and copies another writer committed first are deleted again);
-5. ACCEPT the good records with the main commit's `CommitProof`, REJECT the bad ones with the
-   dead-letter commit's (INVARIANT 1 holds for both tables); count late ACCEPTs.
+1. take whole polls from the buffer (their Arrow rows were built by the members at poll time);
+2. plan (`app.sink.batch_plan`): fold other writers' new commits into both dedup caches, then sort
+   every row: already in the main table (ACCEPT, no write), already in the dead-letter table
+   (REJECT, no write), a second copy inside this batch (decided like the first), or a candidate;
+3. the driver checks (`app.sink.payload.precheck`: no value, too large, delivery cap) on Arrow;
+4. one Spark job: the candidates' data frame is parsed once, the rows that cannot land are
+   filtered out and counted (`DataFrame.observe`), the rest appended to the main table;
+5. as soon as that commit is durable: ACCEPT what it holds (INVARIANT 1). Only when the job
+   counted bad records: a second Spark job names them and their error class, and they go to the
+   dead-letter table with the driver-check failures, then are REJECTed with that commit's proof.
 
 A failed attempt RELEASEs the attempt's undecided records (never ACCEPTs or REJECTs them) and is
 retried with exponential backoff (tenacity) on whatever the buffer holds then; after
@@ -36,36 +36,44 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
-from confluent_kafka import Message
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from app import faults
 from app.acknowledge.lifecycle import CommitProof, PollBatch
-from app.bridge.arrow_rows import records_to_arrow
+from app.bridge.arrow_rows import stamped
 from app.bridge.record_buffer import RecordBuffer
 from app.config import BatchConfig
-from app.sink.commit_log import PartitionKey
+from app.sink.batch_plan import CANDIDATE, COPY, PARKED, PRESENT, BatchPlan, Indices, plan_batch
 from app.sink.dead_letter import dead_letter_rows
 from app.sink.dedup_table import DedupTable
-from app.sink.payload import ERROR_CLASS, ERROR_MESSAGE, BadRecord, PayloadReader, precheck
+from app.sink.offset_ranges import BatchOffsets, partition_groups
+from app.sink.payload import BAD, ERROR_CLASS, ERROR_MESSAGE, BadRecord, PayloadReader, precheck
 
 log = logging.getLogger(__name__)
 
 RecordKey = tuple[str, int, int]
 FIRST_SEEN_MAX = 100_000  # records remembered from failed attempts, for the dead-letter first_seen
-
+ROW = "_row"  # a candidate's index in the attempt, carried through Spark to name bad records
 
 # the steps of one attempt, in order, that `SinkStats.phase_s` times
 PHASES = (
     "drain",  # waiting for the buffer's polls
-    "plan",  # refreshing the dedup caches and sorting records (present / parked / copies / candidates)
-    "classify",  # records -> Arrow, the driver checks, and Spark's pass for text and JSON
-    "write",  # the Delta append(s), finding our commit in the log, and any repair
+    "plan",  # folding other writers' new commits into the dedup caches; sorting the rows
+    "arrow",  # the candidates' rows, the driver checks, the write stamp, the claimed offsets
+    "frame",  # createDataFrame
+    "wait",  # waiting for a committer: the last two commits' post-commit work (a checkpoint) still running
+    "write",  # the Spark job and the Delta commit, until the commit is durable
+    "fold",  # folding our commit (and any gap before it) into the cache; a repair if another writer won
+    "diagnose",  # batches with bad records only: naming them and their error class (a second job)
+    "dead_letter",  # batches with bad records only: the dead-letter append
     "decide",  # ACCEPT / REJECT commands to the members
 )
+RECENT_CYCLES = 256  # per-batch step times kept for the progress line (by Spark batch id)
 
 
 @dataclass
@@ -85,6 +93,14 @@ class SinkStats:
     records_in: int = 0  # records drained into micro-batches (attempts that failed included)
     # seconds spent per step of an attempt, summed (see PHASES): where a batch cycle goes
     phase_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    # the same per Spark batch id, for the recent batches (the progress line reads them)
+    recent: dict[int, dict[str, float]] = field(default_factory=dict)
+    cycle: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))  # the running one
+
+    def start_cycle(self, batch_id: int) -> None:
+        self.cycle = self.recent.setdefault(batch_id, dict.fromkeys(PHASES, 0.0))
+        while len(self.recent) > RECENT_CYCLES:
+            del self.recent[next(iter(self.recent))]
 
 
 @contextmanager
@@ -93,17 +109,19 @@ def _timed(stats: SinkStats, phase: str) -> Iterator[None]:
     try:
         yield
     finally:
-        stats.phase_s[phase] += time.perf_counter() - start
+        spent = time.perf_counter() - start
+        stats.phase_s[phase] += spent
+        stats.cycle[phase] += spent
 
 
 @dataclass
-class _Plan:
-    """How one attempt decides each drained record."""
+class _Written:
+    """What the main-table write did with the candidates (indices into the attempt's candidates)."""
 
-    candidates: list[tuple[PollBatch, int, RecordKey]] = field(default_factory=list)
-    copies: list[tuple[PollBatch, int, RecordKey]] = field(default_factory=list)
-    present: list[tuple[PollBatch, int]] = field(default_factory=list)
-    parked: list[tuple[PollBatch, int]] = field(default_factory=list)
+    proof: CommitProof | None = None
+    accepted: Indices = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
+    bad: dict[int, BadRecord] = field(default_factory=dict)  # to the dead-letter table
+    unsure: Indices = field(default_factory=lambda: np.zeros(0, dtype=np.intp))  # neither: RELEASEd
 
 
 class DeltaSink:
@@ -134,13 +152,17 @@ class DeltaSink:
         """From now on micro-batches write nothing (used while the job stops)."""
         self._closed.set()
 
-    def repair_pending(self, spark: SparkSession) -> None:
+    def finish(self) -> None:
+        """Once the query has stopped: the last commit's post-commit work and any checkpoint end."""
+        self.main.writer.close()
+        self.dead.writer.close()
+
+    def repair_pending(self) -> None:
         """At start: duplicates that a writer which died before repairing them left in either table."""
-        self.main.repair_pending(spark)
-        self.dead.repair_pending(spark)
+        self.main.repair_pending()
+        self.dead.repair_pending()
 
     def __call__(self, clock_df: DataFrame, batch_id: int) -> None:
-        spark = clock_df.sparkSession
         retrying = Retrying(
             stop=stop_after_attempt(self.batch.write_attempts),
             wait=wait_exponential_jitter(multiplier=0.5, max=30, jitter=0.5),
@@ -155,176 +177,194 @@ class DeltaSink:
         )
         for attempt in retrying:
             with attempt:
-                self._attempt(spark, batch_id)
+                self._attempt(batch_id)
 
-    def _attempt(self, spark: SparkSession, batch_id: int) -> None:
+    def _attempt(self, batch_id: int) -> None:
         if self._closed.is_set():
             return
-        self.main.retry_own_repairs(spark)
-        self.dead.retry_own_repairs(spark)
+        self.stats.start_cycle(batch_id)
+        self.main.retry_own_repairs()
+        self.dead.retry_own_repairs()
         with _timed(self.stats, "drain"):
-            batches = self.buffer.drain(self.batch.max_records, self.batch.max_wait_ms / 1000)
-        if not batches:
+            polls = self.buffer.drain(self.batch.max_records, self.batch.max_wait_ms / 1000)
+        if not polls:
             self.stats.empty_batches += 1
             return
         drained_at = datetime.now(UTC)
-        self.stats.records_in += sum(len(b) for b in batches)
+        self.stats.records_in += sum(len(p) for p in polls)
         try:
-            self._decide(spark, batches, batch_id)
+            self._run(polls, batch_id)
         except BaseException:
             self.stats.failed_attempts += 1
-            for b in batches:
-                b.release_undecided()
-            self._remember_first_seen(batches, drained_at)
+            for p in polls:
+                p.release_undecided()
+            self._remember_first_seen(polls, drained_at)
             raise
 
-    def _decide(self, spark: SparkSession, batches: list[PollBatch], batch_id: int) -> None:
+    def _run(self, polls: list[PollBatch], batch_id: int) -> None:
         with _timed(self.stats, "plan"):
             self.main.cache.refresh()
             self.dead.cache.refresh()
-            plan = self._plan(batches)
-        outcome: dict[RecordKey, CommitProof] = {}
-        accepted: set[RecordKey] = set()
-        if plan.candidates:
-            outcome, accepted = self._write(spark, plan, batch_id)
+            plan = plan_batch(polls, self.main.cache, self.dead.cache)
+        self.stats.dedup_hits += plan.count(PRESENT)
+        self.stats.dead_letter_hits += plan.count(PARKED)
+        self.stats.in_batch_duplicates += plan.count(COPY)
+        candidates = plan.candidates
+        written = self._write_main(plan, candidates, batch_id) if candidates.size else _Written()
         with _timed(self.stats, "decide"):
-            self._decide_all(batches, plan, outcome, accepted)
+            accept = plan.kind == PRESENT
+            self._send(plan, accept, self.main.proof_of_presence(), ACCEPT) if accept.any() else None
+            self._send_for(plan, candidates[written.accepted], written.proof, ACCEPT)
+            self._send_for(plan, candidates[written.unsure], None, RELEASE)
+        dead_proof = self._write_dead_letters(plan, candidates, written.bad, batch_id) if written.bad else None
+        with _timed(self.stats, "decide"):
+            parked = plan.kind == PARKED
+            self._send(plan, parked, self.dead.proof_of_presence(), REJECT) if parked.any() else None
+            bad_rows = candidates[np.fromiter(sorted(written.bad), dtype=np.intp, count=len(written.bad))]
+            self._send_for(plan, bad_rows, dead_proof, REJECT)
+            self._account_locks(polls)
         if faults.active("after_accept"):
-            for b in batches:
-                b.acks_committed.wait(30)
+            for p in polls:
+                p.acks_committed.wait(30)
             faults.hit("after_accept")
 
-    def _decide_all(
-        self,
-        batches: list[PollBatch],
-        plan: _Plan,
-        outcome: dict[RecordKey, CommitProof],
-        accepted: set[RecordKey],
-    ) -> None:
-        decisions: dict[tuple[PollBatch, CommitProof, bool], list[int]] = {}  # one command per poll and proof
-        for b, i, key in (*plan.candidates, *plan.copies):
-            decisions.setdefault((b, outcome[key], key in accepted), []).append(i)
-        if plan.present:
-            proof = self.main.proof_of_presence()
-            for b, i in plan.present:
-                decisions.setdefault((b, proof, True), []).append(i)
-        if plan.parked:
-            proof = self.dead.proof_of_presence()
-            for b, i in plan.parked:
-                decisions.setdefault((b, proof, False), []).append(i)
-        for (b, proof, accept), indices in decisions.items():
-            if accept:
-                b.accept(proof, indices)
-            else:
-                b.reject(proof, indices)
-        self._account_locks(batches)
+    # -- the main table --------------------------------------------------------------------------------
 
-    def _plan(self, batches: list[PollBatch]) -> _Plan:
-        plan = _Plan()
-        seen: set[RecordKey] = set()
-        for b in batches:
-            for i, r in enumerate(b.records):
-                key = _record_key(r)
-                if self.main.contains(*key):
-                    plan.present.append((b, i))
-                elif self.dead.contains(*key):
-                    plan.parked.append((b, i))
-                elif key in seen:
-                    plan.copies.append((b, i, key))
-                else:
-                    seen.add(key)
-                    plan.candidates.append((b, i, key))
-        self.stats.dedup_hits += len(plan.present)
-        self.stats.dead_letter_hits += len(plan.parked)
-        self.stats.in_batch_duplicates += len(plan.copies)
-        return plan
-
-    def _write(
-        self, spark: SparkSession, plan: _Plan, batch_id: int
-    ) -> tuple[dict[RecordKey, CommitProof], set[RecordKey]]:
-        """Classify and append the candidates; the proof each record is decided with, and the good ones."""
-        records = [b.records[i] for b, i, _ in plan.candidates]
-        keys = [key for _, _, key in plan.candidates]
+    def _write_main(self, plan: BatchPlan, candidates: Indices, batch_id: int) -> _Written:
+        """Check, stamp and append the candidates; which of them the commit holds, and the bad ones."""
         stamp = datetime.now(UTC)
-        with _timed(self.stats, "classify"):
-            table = records_to_arrow(records, batch_id, stamp)
-            bad = {b.index: b for b in precheck(table, self.reader.cfg, self.max_delivery_count)}
-            good_rows = self._classify(spark, table, keys, bad)
-        with _timed(self.stats, "write"):
-            return self._append(spark, table, keys, good_rows, bad, batch_id, stamp)
-
-    def _append(
-        self,
-        spark: SparkSession,
-        table: pa.Table,
-        keys: list[RecordKey],
-        good_rows: DataFrame,
-        bad: dict[int, BadRecord],
-        batch_id: int,
-        stamp: datetime,
-    ) -> tuple[dict[RecordKey, CommitProof], set[RecordKey]]:
-        good = [k for n, k in enumerate(keys) if n not in bad]
-        outcome: dict[RecordKey, CommitProof] = {}
-        if good:
-            proof = self.main.append(
-                spark, good_rows, _offsets(good), batch_id, stamp, merge_schema=self.reader.cfg.format == "json"
+        with _timed(self.stats, "arrow"):
+            rows = plan.rows.take(pa.array(candidates, pa.int64()))
+            bad = {b.index: b for b in precheck(rows, self.reader.cfg, self.max_delivery_count)}
+            keep = np.ones(rows.num_rows, dtype=np.bool_)
+            keep[list(bad)] = False
+            kept = np.flatnonzero(keep)
+            to_write = stamped(
+                rows.filter(pa.array(keep)).append_column(ROW, pa.array(kept, pa.int64())), batch_id, stamp
             )
-            outcome.update(dict.fromkeys(good, proof))
-        if bad:
+            claim = BatchOffsets.of_rows(to_write)
+        if to_write.num_rows == 0:
+            return _Written(bad=bad)
+        with _timed(self.stats, "frame"):
+            frame = self.main.writer.frame(to_write)
+        parsed = self.reader.parse(frame)
+        observed = None
+        if self.reader.needs_spark:
+            observed = Observation()
+            parsed = parsed.observe(observed, F.count_if(F.col(BAD)).alias("bad"))
+            main_rows = self.reader.main_rows(parsed.where(~F.col(BAD)))
+        else:
+            main_rows = self.reader.main_rows(parsed)
+        with _timed(self.stats, "wait"):
+            self.main.writer.wait_for_room()
+        with _timed(self.stats, "write"):
+            appended = self.main.append(
+                main_rows, claim, batch_id, stamp, merge_schema=self.reader.cfg.format == "json"
+            )
+        with _timed(self.stats, "diagnose"):
+            counted = int(observed.get["bad"]) if observed is not None and appended is not None else 0
+            unsure_commit = appended is None and observed is not None  # no commit: maybe every row was bad
+            unreadable = self._diagnose(frame) if counted or unsure_commit else {}
+        bad |= unreadable
+        written = claim
+        if unreadable:
+            written = claim.difference(BatchOffsets.of_rows(rows.take(pa.array(sorted(unreadable), pa.int64()))))
+            if len(unreadable) != counted:  # the two jobs disagree: ask the table what the commit holds
+                log.error("the write counted %d unreadable records, the diagnosis %d", counted, len(unreadable))
+                written = self.main.written_offsets(appended) if appended is not None else BatchOffsets()
+        if appended is None:
+            written = BatchOffsets()
+        with _timed(self.stats, "fold"):
+            proof = self.main.settle(appended, written) if appended is not None else None
+        held = _held(rows, written)
+        accepted = np.flatnonzero(held)
+        unsure = np.flatnonzero(~held & ~np.isin(np.arange(rows.num_rows), list(bad)))
+        if unsure.size:
+            log.error("%d records are neither in the commit nor unreadable: RELEASEd", unsure.size)
+        return _Written(proof, accepted, bad, unsure)
+
+    def _diagnose(self, frame: DataFrame) -> dict[int, BadRecord]:
+        """The records the write filtered out, with their error class (a second Spark job, bad batches only)."""
+        verdicts = self.reader.classify(frame).where(F.col(BAD)).select(ROW, ERROR_CLASS, ERROR_MESSAGE).collect()
+        return {int(r[ROW]): BadRecord(int(r[ROW]), r[ERROR_CLASS], r[ERROR_MESSAGE]) for r in verdicts}
+
+    # -- the dead-letter table -------------------------------------------------------------------------
+
+    def _write_dead_letters(
+        self, plan: BatchPlan, candidates: Indices, bad: dict[int, BadRecord], batch_id: int
+    ) -> CommitProof:
+        stamp = datetime.now(UTC)
+        with _timed(self.stats, "dead_letter"):
             order = sorted(bad)
-            parked = [keys[n] for n in order]
+            records = plan.rows.take(pa.array(candidates[order], pa.int64()))
+            keys = list(zip(*(records.column(c).to_pylist() for c in ("topic", "partition", "offset")), strict=True))
             rows = dead_letter_rows(
-                table.take(pa.array(order, pa.int64())),
+                records,
                 [bad[n] for n in order],
-                [self._first_seen.pop(keys[n], stamp) for n in order],
+                [self._first_seen.pop(k, stamp) for k in keys],
                 stamp,
                 self.job_name,
+                batch_id,
             )
-            proof = self.dead.append(spark, spark.createDataFrame(rows), _offsets(parked), batch_id, stamp)
-            outcome.update(dict.fromkeys(parked, proof))
-            self.stats.dead_lettered += len(parked)
-            classes = Counter(b.error_class for b in bad.values())
-            self.stats.error_classes.update(classes)
-            log.warning("dead-lettered %d records: %s", len(parked), ", ".join(f"{c}={n}" for c, n in classes.items()))
-        return outcome, set(good)
+            claim = BatchOffsets.of_rows(rows)
+            appended = self.dead.append(self.dead.writer.frame(rows), claim, batch_id, stamp)
+            if appended is None:
+                raise RuntimeError(f"{self.dead.table_path}: the dead-letter append recorded no commit")
+            proof = self.dead.settle(appended, claim)
+        self.stats.dead_lettered += len(order)
+        classes = Counter(b.error_class for b in bad.values())
+        self.stats.error_classes.update(classes)
+        log.warning("dead-lettered %d records: %s", len(order), ", ".join(f"{c}={n}" for c, n in classes.items()))
+        return proof
 
-    def _classify(
-        self, spark: SparkSession, table: pa.Table, keys: list[RecordKey], bad: dict[int, BadRecord]
-    ) -> DataFrame:
-        """Adds Spark's verdicts to `bad` (text and JSON); returns the main-table rows of the good ones."""
-        rest = (
-            table if not bad else table.take(pa.array([n for n in range(table.num_rows) if n not in bad], pa.int64()))
-        )
-        if not self.reader.needs_spark or rest.num_rows == 0:
-            return spark.createDataFrame(rest)
-        classified = self.reader.classify(spark.createDataFrame(rest))
-        verdicts = (
-            classified.where(F.col(ERROR_CLASS).isNotNull())
-            .select("topic", "partition", "offset", ERROR_CLASS, ERROR_MESSAGE)
-            .collect()
-        )
-        index = {key: n for n, key in enumerate(keys)} if verdicts else {}
-        for row in verdicts:
-            n = index[(row["topic"], int(row["partition"]), int(row["offset"]))]
-            bad[n] = BadRecord(n, row[ERROR_CLASS], row[ERROR_MESSAGE])
-        return self.reader.main_rows(classified.where(F.col(ERROR_CLASS).isNull()))
+    # -- decisions -------------------------------------------------------------------------------------
 
-    def _remember_first_seen(self, batches: list[PollBatch], drained_at: datetime) -> None:
+    def _send_for(self, plan: BatchPlan, rows: Indices, proof: CommitProof | None, decision: str) -> None:
+        """Decide `rows` (plan rows, all candidates) and every in-batch copy of them."""
+        if not rows.size:
+            return
+        chosen = np.zeros(len(plan.kind), dtype=np.bool_)
+        chosen[rows] = True
+        copies = np.flatnonzero(plan.kind == COPY)
+        chosen[copies[chosen[plan.first[copies]]]] = True
+        self._send(plan, chosen, proof, decision)
+
+    @staticmethod
+    def _send(plan: BatchPlan, chosen: npt.NDArray[np.bool_], proof: CommitProof | None, decision: str) -> None:
+        """One command per poll for the chosen rows."""
+        rows = np.flatnonzero(chosen)
+        if not rows.size:
+            return
+        polls = plan.poll_of[rows]
+        for chunk in np.split(rows, np.flatnonzero(np.diff(polls)) + 1):
+            poll = plan.polls[int(plan.poll_of[chunk[0]])]
+            indices = plan.index_in_poll[chunk]
+            if decision == RELEASE:
+                poll.release(indices)
+            elif proof is None:
+                raise RuntimeError(f"{decision} without a commit proof")
+            elif decision == ACCEPT:
+                poll.accept(proof, indices)
+            else:
+                poll.reject(proof, indices)
+
+    def _remember_first_seen(self, polls: list[PollBatch], drained_at: datetime) -> None:
         """Records of a failed attempt come back later; the dead-letter row says when we first saw them."""
-        for b in batches:
-            for r in b.records:
-                self._first_seen.setdefault(_record_key(r), drained_at)
+        for p in polls:
+            columns = (p.rows.column(c).to_pylist() for c in ("topic", "partition", "offset"))
+            for key in zip(*columns, strict=True):
+                self._first_seen.setdefault(key, drained_at)
         while len(self._first_seen) > FIRST_SEEN_MAX:
             del self._first_seen[next(iter(self._first_seen))]
 
-    def _account_locks(self, batches: list[PollBatch]) -> None:
+    def _account_locks(self, polls: list[PollBatch]) -> None:
         now = time.monotonic()
-        oldest = max(now - b.acquired_at for b in batches)
+        oldest = max(now - p.acquired_at for p in polls)
         self.stats.max_cycle_s = max(self.stats.max_cycle_s, oldest)
         self.stats.last_cycle_s = oldest
         self.stats.cycle_s_sum += oldest
         self.stats.cycles += 1
-        self.stats.late_accepts += sum(len(b) for b in batches if now - b.acquired_at >= self.lock_duration_s)
+        self.stats.late_accepts += sum(len(p) for p in polls if now - p.acquired_at >= self.lock_duration_s)
         if oldest > 0.5 * self.lock_duration_s:
             log.warning(
                 "a poll took %.1fs from acquisition to ACCEPT, over half the %.1fs record lock: "
@@ -334,12 +374,16 @@ class DeltaSink:
             )
 
 
-def _record_key(record: Message) -> RecordKey:
-    return (str(record.topic()), int(record.partition() or 0), int(record.offset() or 0))
+ACCEPT, REJECT, RELEASE = "ACCEPT", "REJECT", "RELEASE"
 
 
-def _offsets(keys: list[RecordKey]) -> dict[PartitionKey, list[int]]:
-    out: dict[PartitionKey, list[int]] = {}
-    for topic, partition, offset in keys:
-        out.setdefault((topic, partition), []).append(offset)
+def _held(rows: pa.Table, written: BatchOffsets) -> npt.NDArray[np.bool_]:
+    """Which of `rows` (topic, partition, offset) the offsets `written` hold."""
+    out = np.zeros(rows.num_rows, dtype=np.bool_)
+    for key, (at, offsets) in partition_groups(rows):
+        if key in written:
+            out[at] = written[key].contains_many(offsets)
     return out
+
+
+__all__ = ["CANDIDATE", "PHASES", "DeltaSink", "SinkStats"]

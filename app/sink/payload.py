@@ -1,15 +1,23 @@
 """Reads record values in the configured payload format and sorts out the records that cannot land.
 
 Called by the Delta sink (`app.sink.delta_sink`) inside foreachBatch, and by `app.preflight` to
-check `payload.schema` at start. Two passes, neither a per-record Python loop:
+check `payload.schema` at start. No per-record Python loop:
 
-- `precheck` (driver, Arrow compute on the batch's Arrow table): no value (`null_value`), a value
+- `precheck` (driver, Arrow compute on the batch's Arrow rows): no value (`null_value`), a value
   over `payload.max_value_bytes` (`too_large`), a delivery count at the configured cap
-  (`delivery_count_exceeded`). Enough for `raw`, which needs no Spark job to classify.
-- `PayloadReader.classify` (Spark, for `text` and `json`): `invalid_utf8`; for JSON also
-  `malformed_json` (`try_parse_json` fails), `schema_mismatch` (not an object, or a field that
-  `from_json` could not read as its declared type: named in the message) and
-  `missing_required_field`.
+  (`delivery_count_exceeded`). Enough for `raw`, which needs no Spark pass to classify.
+- `PayloadReader.parse` (Spark, for `text` and `json`, inside the write job itself): each value is
+  parsed once (`from_json` in PERMISSIVE mode with a corrupt-record column), and a cheap `_bad`
+  column says whether the record can land: invalid UTF-8, not readable as `payload.schema` (not
+  JSON, not an object, a field of the wrong type) or a required field null or absent. The write
+  keeps the rows where it is false and counts the others (`DataFrame.observe`).
+- `PayloadReader.classify` (Spark, only for batches that had bad records): the error class and
+  message of each bad record: `invalid_utf8`; for JSON `malformed_json` (`try_parse_json` fails
+  too), `schema_mismatch` (not an object, or a field `from_json` could not read as its declared
+  type: named in the message) and `missing_required_field`.
+
+A JSON object with a key twice is read as `from_json` reads it (the last value wins), as Spark's
+own JSON sources do.
 
 Each class is permanent: the record goes to the dead-letter table and is REJECTed. Transient
 failures (a failed Delta write) never reach this module; the sink RELEASEs and retries those.
@@ -17,6 +25,7 @@ failures (a failed Delta write) never reach this module; the sink RELEASEs and r
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,23 +33,21 @@ import pyarrow as pa
 import pyarrow.compute as _pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType, _parse_datatype_string
+from pyspark.sql.types import (
+    DateType,
+    NumericType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+    _parse_datatype_string,
+)
 
+from app.bridge.arrow_rows import ROW_SCHEMA
 from app.config import ConfigError, PayloadConfig
 
 # the Kafka metadata columns every main-table row carries (JSON fields must not reuse these names)
-METADATA_COLUMNS = (
-    "topic",
-    "partition",
-    "offset",
-    "key",
-    "value",
-    "headers",
-    "kafka_timestamp",
-    "delivery_count",
-    "ingested_at",
-    "batch_id",
-)
+METADATA_COLUMNS = tuple(ROW_SCHEMA.names)
 ERROR_CLASSES = (
     "null_value",
     "too_large",
@@ -52,9 +59,12 @@ ERROR_CLASSES = (
 )
 ERROR_CLASS = "_error_class"
 ERROR_MESSAGE = "_error_message"
+BAD = "_bad"  # true for a record that cannot land (set by PayloadReader.parse)
+PARSED = "_parsed"  # the JSON value read with payload.schema (plus the corrupt-record column)
 _CORRUPT = "_corrupt_record"
 pc: Any = _pc  # pyarrow.compute's kernels are generated at import: untyped
 _SHOWN_CHARS = 200  # of a bad value, in its error message
+_PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # a column name usable in delta.dataSkippingStatsColumns
 
 
 @dataclass(frozen=True)
@@ -75,8 +85,8 @@ def precheck(table: pa.Table, cfg: PayloadConfig, max_delivery_count: int) -> li
     bad: list[BadRecord] = []
     if not pc.any(any_bad).as_py():
         return bad
-    flags = zip(no_value.to_pylist(), too_large.to_pylist(), exhausted.to_pylist(), strict=True)
-    for i, (null, large, spent) in enumerate(flags):  # only builds messages; the test was vectorized
+    for i in pc.indices_nonzero(any_bad).to_pylist():  # only builds messages; the test was vectorized
+        null, large, spent = no_value[i].as_py(), too_large[i].as_py(), exhausted[i].as_py()
         if null:
             bad.append(BadRecord(i, "null_value", "the record has no value; set payload.allow_null_value to keep them"))
         elif large:
@@ -130,84 +140,116 @@ def parse_schema(spark: SparkSession, cfg: PayloadConfig) -> StructType | None:
 
 
 class PayloadReader:
-    """Classifies records in Spark and shapes the main table's rows for one payload format."""
+    """Parses records in Spark, says which cannot land and why, and shapes the main table's rows.
+
+    The column expressions are built once (each is a few py4j calls) and reused for every batch.
+    """
 
     def __init__(self, cfg: PayloadConfig, schema: StructType | None):
         self.cfg = cfg
         self.schema = schema
+        text = F.col("value").cast("string")
+        valid_utf8 = F.expr("is_valid_utf8(cast(value as string))")
+        kept_null = F.col("value").isNull()  # only reaches Spark when payload.allow_null_value is set
+        self._parse: dict[str, Column] = {}
+        if cfg.format == "text":
+            self._parse[BAD] = ~kept_null & ~valid_utf8
+            self._class = F.when(F.col(BAD), F.lit("invalid_utf8"))
+            self._message = F.when(F.col(BAD), F.lit("the value is not valid UTF-8"))
+        elif cfg.format == "json":
+            assert schema is not None
+            with_corrupt = StructType([*schema.fields]).add(_CORRUPT, "string")
+            parsed = F.col(PARSED)
+            missing = F.concat_ws(", ", *(F.when(parsed[name].isNull(), F.lit(name)) for name in cfg.required_fields))
+            unreadable = parsed.isNull() | parsed[_CORRUPT].isNotNull()
+            absent = F.lit(False)
+            for name in cfg.required_fields:
+                absent = absent | parsed[name].isNull()
+            self._parse[PARSED] = F.from_json(
+                text, with_corrupt, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
+            )
+            self._parse[BAD] = ~kept_null & (~valid_utf8 | unreadable | absent)
+            # the diagnosis of bad records only: the variant parse tells malformed JSON from a mismatch
+            variant = F.expr("try_parse_json(cast(value as string))")
+            kind = F.expr("schema_of_variant(try_parse_json(cast(value as string)))")
+            shown = F.substring(text, 1, _SHOWN_CHARS)
+            mismatched = F.concat_ws(", ", *(self._mismatch(f.name, f.dataType.simpleString()) for f in schema.fields))
+            self._class = (
+                F.when(~F.col(BAD), F.lit(None).cast("string"))
+                .when(~valid_utf8, F.lit("invalid_utf8"))
+                .when(variant.isNull(), F.lit("malformed_json"))
+                .when(~kind.startswith("OBJECT"), F.lit("schema_mismatch"))
+                .when(unreadable, F.lit("schema_mismatch"))
+                .when(missing != "", F.lit("missing_required_field"))
+                .otherwise(F.lit("schema_mismatch"))
+            )
+            self._message = (
+                F.when(~F.col(BAD), F.lit(None).cast("string"))
+                .when(~valid_utf8, F.lit("the value is not valid UTF-8"))
+                .when(variant.isNull(), F.concat(F.lit("not valid JSON: "), shown))
+                .when(
+                    ~kind.startswith("OBJECT"),
+                    F.concat(F.lit("the JSON value is "), kind, F.lit(", payload.schema describes an object: "), shown),
+                )
+                .when(
+                    unreadable,
+                    F.concat(
+                        F.lit("fields not matching payload.schema: "),
+                        F.when(mismatched != "", mismatched).otherwise(F.lit("(unknown)")),
+                        F.lit(": "),
+                        shown,
+                    ),
+                )
+                .when(missing != "", F.concat(F.lit("required fields null or absent: "), missing))
+                .otherwise(F.concat(F.lit("not readable as payload.schema: "), shown))
+            )
+        metadata = [F.col(c) for c in METADATA_COLUMNS if c != "value"]
+        if cfg.format == "raw":
+            self._main = [F.col(c) for c in METADATA_COLUMNS]
+        elif cfg.format == "text":
+            self._main = [
+                F.col("value").cast("string").alias("value") if c == "value" else F.col(c) for c in METADATA_COLUMNS
+            ]
+        else:
+            assert schema is not None
+            self._main = [*metadata, *(F.col(PARSED)[f.name].alias(f.name) for f in schema.fields)]
+
+    def stats_columns(self) -> tuple[str, ...]:
+        """The main table's columns Delta keeps file statistics on (data skipping): the record's
+        identity, times and counts, and the JSON fields of simple types; never the raw key, value or
+        headers, whose statistics readers cannot use and writers pay for."""
+        kept = tuple(c for c in METADATA_COLUMNS if c not in ("key", "value", "headers"))
+        if self.schema is None:
+            return kept
+        simple = (NumericType, StringType, DateType, TimestampType, TimestampNTZType)
+        fields = (f.name for f in self.schema.fields if isinstance(f.dataType, simple) and _PLAIN_NAME.match(f.name))
+        return (*kept, *fields)
 
     @property
     def needs_spark(self) -> bool:
-        """Whether classification needs a Spark pass (raw is fully checked by `precheck`)."""
+        """Whether some records can only be judged in Spark (raw is fully checked by `precheck`)."""
         return self.cfg.format != "raw"
 
+    def parse(self, df: DataFrame) -> DataFrame:
+        """`df` (ROW_SCHEMA) with the parsed value and BAD (text and json); raw: `df` as it is."""
+        return df.withColumns(self._parse) if self._parse else df
+
     def classify(self, df: DataFrame) -> DataFrame:
-        """`df` (ROW_SCHEMA) plus ERROR_CLASS / ERROR_MESSAGE (null for a good record) and parsed data."""
-        text = F.col("value").cast("string")
-        valid_utf8 = F.expr("is_valid_utf8(cast(value as string))")
-        if self.cfg.format == "text":
-            return df.withColumns(
-                {
-                    ERROR_CLASS: F.when(~valid_utf8, F.lit("invalid_utf8")),
-                    ERROR_MESSAGE: F.when(~valid_utf8, F.lit("the value is not valid UTF-8")),
-                }
-            )
-        assert self.schema is not None
-        with_corrupt = StructType([*self.schema.fields]).add(_CORRUPT, "string")
-        variant = F.expr("try_parse_json(cast(value as string))")
-        parsed = F.from_json(text, with_corrupt, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT})
-        df = df.withColumns({"_variant": variant, "_parsed": parsed})
-        kind = F.expr("schema_of_variant(_variant)")
-        shown = F.substring(text, 1, _SHOWN_CHARS)
-        mismatched = F.concat_ws(", ", *(self._mismatch(f.name, f.dataType.simpleString()) for f in self.schema.fields))
-        missing = F.concat_ws(
-            ", ", *(F.when(F.col("_parsed")[name].isNull(), F.lit(name)) for name in self.cfg.required_fields)
-        )
-        kept_null = F.col("value").isNull()  # only reaches Spark when payload.allow_null_value is set
-        error_class = (
-            F.when(kept_null, F.lit(None).cast("string"))
-            .when(~valid_utf8, F.lit("invalid_utf8"))
-            .when(F.col("_variant").isNull(), F.lit("malformed_json"))
-            .when(~kind.startswith("OBJECT"), F.lit("schema_mismatch"))
-            .when(F.col("_parsed")[_CORRUPT].isNotNull(), F.lit("schema_mismatch"))
-            .when(missing != "", F.lit("missing_required_field"))
-        )
-        message = (
-            F.when(kept_null, F.lit(None).cast("string"))
-            .when(~valid_utf8, F.lit("the value is not valid UTF-8"))
-            .when(F.col("_variant").isNull(), F.concat(F.lit("not valid JSON: "), shown))
-            .when(
-                ~kind.startswith("OBJECT"),
-                F.concat(F.lit("the JSON value is "), kind, F.lit(", payload.schema describes an object: "), shown),
-            )
-            .when(
-                F.col("_parsed")[_CORRUPT].isNotNull(),
-                F.concat(
-                    F.lit("fields not matching payload.schema: "),
-                    F.when(mismatched != "", mismatched).otherwise(F.lit("(unknown)")),
-                    F.lit(": "),
-                    shown,
-                ),
-            )
-            .when(missing != "", F.concat(F.lit("required fields null or absent: "), missing))
-        )
-        return df.withColumns({ERROR_CLASS: error_class, ERROR_MESSAGE: message})
+        """`df` (ROW_SCHEMA) parsed, plus ERROR_CLASS / ERROR_MESSAGE (null for a good record)."""
+        if not self.needs_spark:
+            return df.withColumns({ERROR_CLASS: F.lit(None).cast("string"), ERROR_MESSAGE: F.lit(None).cast("string")})
+        return self.parse(df).withColumns({ERROR_CLASS: self._class, ERROR_MESSAGE: self._message})
 
     @staticmethod
     def _mismatch(name: str, type_name: str) -> Column:
         """`name (expected type)` when the JSON has a non-null `name` that from_json could not read."""
         if "'" in name or "]" in name:  # not expressible as a variant path: the message says "(unknown)"
             return F.lit(None).cast("string")
-        present = F.call_function("try_variant_get", F.col("_variant"), F.lit(f"$['{name}']"), F.lit("variant"))
-        unread = present.isNotNull() & ~F.call_function("is_variant_null", present) & F.col("_parsed")[name].isNull()
+        variant = F.expr("try_parse_json(cast(value as string))")
+        present = F.call_function("try_variant_get", variant, F.lit(f"$['{name}']"), F.lit("variant"))
+        unread = present.isNotNull() & ~F.call_function("is_variant_null", present) & F.col(PARSED)[name].isNull()
         return F.when(unread, F.lit(f"{name} (expected {type_name})"))
 
-    def main_rows(self, classified_good: DataFrame) -> DataFrame:
-        """The main table's columns for good records: metadata, then the value as the format reads it."""
-        if self.cfg.format == "text":
-            return classified_good.select(
-                *(F.col(c).cast("string").alias(c) if c == "value" else F.col(c) for c in METADATA_COLUMNS)
-            )
-        assert self.schema is not None
-        metadata = [c for c in METADATA_COLUMNS if c != "value"]
-        return classified_good.select(*metadata, *(F.col("_parsed")[f.name].alias(f.name) for f in self.schema.fields))
+    def main_rows(self, parsed: DataFrame) -> DataFrame:
+        """The main table's columns of parsed rows: metadata, then the value as the format reads it."""
+        return parsed.select(*self._main)

@@ -1,0 +1,75 @@
+"""How one micro-batch decides each drained record, computed over the batch's Arrow rows at once.
+
+Called by the Delta sink (`app.sink.delta_sink`) after it drained whole polls from the buffer.
+Every row of the drained polls (concatenated in poll order) is one of:
+
+- PRESENT: the main table already holds its offset (a redelivery after a crash or an expired
+  lock): ACCEPTed with the cache's proof, not written;
+- PARKED: the dead-letter table holds it: REJECTed again, not written;
+- COPY: a second copy of a record inside this batch (redelivered to another member after its
+  lock expired): decided like its first copy;
+- CANDIDATE: to be written.
+
+Membership and copies are numpy operations per topic-partition (partitions are few, records
+many); no per-record Python loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from app.acknowledge.lifecycle import PollBatch
+from app.sink.dedup_cache import DedupCache
+from app.sink.offset_ranges import partition_groups
+
+PRESENT, PARKED, COPY, CANDIDATE = 0, 1, 2, 3
+Indices = npt.NDArray[np.intp]
+
+
+@dataclass
+class BatchPlan:
+    polls: Sequence[PollBatch]
+    rows: pa.Table  # the polls' rows, concatenated in poll order (app.bridge.arrow_rows.RECORD_SCHEMA)
+    kind: npt.NDArray[np.int8]  # per row: PRESENT, PARKED, COPY or CANDIDATE
+    first: Indices  # per row: the row whose decision it takes (itself, or a COPY's first copy)
+    poll_of: Indices  # per row: which poll it came from
+    index_in_poll: Indices  # per row: its index in that poll
+
+    @property
+    def candidates(self) -> Indices:
+        return np.flatnonzero(self.kind == CANDIDATE)
+
+    def count(self, kind: int) -> int:
+        return int(np.count_nonzero(self.kind == kind))
+
+
+def plan_batch(polls: Sequence[PollBatch], main: DedupCache, dead: DedupCache) -> BatchPlan:
+    rows = pa.concat_tables([p.rows for p in polls]) if polls else None
+    assert rows is not None, "a plan needs at least one poll"
+    n = rows.num_rows
+    sizes = np.fromiter((len(p) for p in polls), dtype=np.intp, count=len(polls))
+    poll_of = np.repeat(np.arange(len(polls), dtype=np.intp), sizes)
+    index_in_poll = np.arange(n, dtype=np.intp) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    kind = np.full(n, CANDIDATE, dtype=np.int8)
+    first = np.arange(n, dtype=np.intp)
+    for key, (at, offsets) in partition_groups(rows):
+        present = main.contains_many(key, offsets)
+        parked = dead.contains_many(key, offsets) & ~present
+        kind[at[present]] = PRESENT
+        kind[at[parked]] = PARKED
+        rest = ~(present | parked)
+        if not rest.any():
+            continue
+        rest_at, rest_offsets = at[rest], offsets[rest]
+        # a copy takes the decision of the first row (in batch order) with the same offset
+        _, first_of, inverse = np.unique(rest_offsets, return_index=True, return_inverse=True)
+        leader = rest_at[first_of][inverse]
+        copies = leader != rest_at
+        kind[rest_at[copies]] = COPY
+        first[rest_at[copies]] = leader[copies]
+    return BatchPlan(polls, rows, kind, first, poll_of, index_in_poll)

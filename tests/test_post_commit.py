@@ -1,0 +1,112 @@
+"""ACCEPT as soon as the commit is durable, never before it, and never waiting for post-commit work.
+
+Delta runs post-commit work (its checksum file, a checkpoint when due) inside `save()`, after the
+commit file is written; Sharelake's own checkpoints follow. Records must not stay locked through
+that, and must not be ACCEPTed before the commit file holding them exists. Real broker, real Delta
+table: every ACCEPT is timed by the consumer itself and compared with the commit file's mtime.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from confluent_kafka import AcknowledgeType, Message, ShareConsumer
+from pyspark.sql import SparkSession
+
+from app import faults
+from app.embedded.kafka_broker import EmbeddedKafka
+from app.embedded.sample_data import produce_json_events
+from app.pipeline import run_ingest
+from tests.ingest_config import ingest_config
+from tests.job_runner import JobSpec, drain_job, run_summary
+from tests.kafka_helpers import share_receive
+from tests.table_checks import assert_exactly_once
+
+
+@pytest.fixture(autouse=True)
+def clean_faults(monkeypatch: pytest.MonkeyPatch) -> None:
+    faults.reset()
+    monkeypatch.delenv(faults.ENV, raising=False)
+
+
+class RecordingConsumer(ShareConsumer):  # type: ignore[misc]
+    """A real ShareConsumer that notes when each record was ACCEPTed (wall clock, ns)."""
+
+    accepted_at: ClassVar[dict[tuple[int, int], int]] = {}
+    lock = threading.Lock()
+
+    def acknowledge(self, message: Message, ack_type: Any = AcknowledgeType.ACCEPT) -> None:
+        if ack_type == AcknowledgeType.ACCEPT:
+            with self.lock:
+                self.accepted_at[(int(message.partition() or 0), int(message.offset() or 0))] = time.time_ns()
+        super().acknowledge(message, ack_type)
+
+
+def commit_written_at(table: Path) -> dict[int, int]:
+    """ingested_at (micros, one per append) -> mtime (ns) of the commit file that added those rows."""
+    out = {}
+    for f in (table / "_delta_log").glob("*.json"):
+        for line in f.read_text().splitlines():
+            if '"commitInfo"' in line:
+                meta = json.loads(json.loads(line)["commitInfo"].get("userMetadata") or "{}")
+                stamp = (meta.get("sharelake") or {}).get("ingested_at_us")
+                if stamp is not None:
+                    out[int(stamp)] = f.stat().st_mtime_ns
+    return out
+
+
+def test_accepts_follow_the_durable_commit_and_do_not_wait_for_post_commit_work(
+    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic, group = f"post-commit-{unique}", f"g-{unique}"
+    broker.create_topic(topic, partitions=2)
+    produced = produce_json_events(broker.bootstrap, topic, 6000)
+    # the second commit's post-commit work (as a checkpoint would) takes twice the group's 2 s record lock
+    monkeypatch.setenv(faults.ENV, "delay@delta_post_commit#2=4")
+    RecordingConsumer.accepted_at = {}
+    cfg = ingest_config(
+        broker, topic, group, tmp_path / "t", "kafka.record_lock_duration_ms=2000", "pump.max_poll_records=1000"
+    )
+    summary = run_ingest(spark, cfg, consumer_factory=RecordingConsumer)
+    assert_exactly_once(spark, tmp_path / "t", produced)
+
+    # no lock expired although post-commit work outlasted every lock: the ACCEPTs did not wait for it
+    assert summary.late_accepts == 0 and summary.ack_errors == 0 and summary.dedup_hits == 0, summary
+    assert summary.delta_commits >= 3, summary  # commits after the slow one: the delay really was in the way
+    # ... and each ACCEPT came after the commit file holding its record was written (INVARIANT 1)
+    written = commit_written_at(tmp_path / "t")
+    rows = (
+        spark.read.format("delta")
+        .load(str(tmp_path / "t"))
+        .selectExpr("partition", "offset", "unix_micros(ingested_at) AS s")
+    )
+    early = [
+        (r["partition"], r["offset"])
+        for r in rows.collect()
+        if RecordingConsumer.accepted_at[(r["partition"], r["offset"])] < written[r["s"]]
+    ]
+    assert len(RecordingConsumer.accepted_at) == len(produced) and early == []
+
+
+def test_kill_between_the_commit_and_post_commit_work_then_restart(
+    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
+) -> None:
+    spec = JobSpec(broker, f"post-kill-{unique}", f"g-{unique}", tmp_path / "table")
+    broker.create_topic(spec.topic, partitions=2)
+    produced = produce_json_events(broker.bootstrap, spec.topic, 6000)
+
+    # the second commit is durable, its records maybe ACCEPTed; the driver dies before post-commit work ends
+    rc = drain_job(spec, tmp_path / "run1.log", faults="kill@delta_post_commit#2")
+    assert rc != 0, (tmp_path / "run1.log").read_text()[-2000:]
+    assert len(list((spec.table / "_delta_log").glob("*.json"))) >= 2  # both commits made it
+
+    assert drain_job(spec, tmp_path / "run2.log") == 0, (tmp_path / "run2.log").read_text()[-3000:]
+    second = run_summary(tmp_path / "run2.log")
+    assert_exactly_once(spark, spec.table, produced)
+    assert second["concurrent_duplicates"] == 0 and second["ack_errors"] == 0
+    assert share_receive(broker, spec.topic, spec.group, seconds=5) == []
