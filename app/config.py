@@ -84,12 +84,12 @@ class KafkaConfig(_Section):
 
 
 class PumpConfig(_Section):
-    members: int = Field(default=2, ge=1, le=64)  # members at start
+    members: int = Field(default=4, ge=1, le=64)  # members at start
     # elastic members: the pool grows and shrinks between these bounds from the measured buffer
     # fill and batch time (unset: both equal `members`, a fixed pool)
     min_members: int | None = Field(default=None, ge=1, le=64)
     max_members: int | None = Field(default=None, ge=1, le=64)
-    max_poll_records: int = Field(default=2000, ge=1)
+    max_poll_records: int = Field(default=5000, ge=1)
     poll_timeout_ms: int = Field(default=200, ge=10)
     buffer_max_records: int = Field(default=50_000, ge=1)
 
@@ -112,7 +112,7 @@ class PumpConfig(_Section):
 
 
 class BatchConfig(_Section):
-    max_records: int = Field(default=20_000, ge=1)
+    max_records: int = Field(default=50_000, ge=1)
     max_wait_ms: int = Field(default=200, ge=0)
     # a failed Delta write RELEASEs its records and is retried with backoff; after this many
     # failures in a row the job fails (keep it below the group's delivery count limit, 5)

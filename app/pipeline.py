@@ -60,7 +60,7 @@ DEFAULT_LOCK_MS = 30_000  # the broker's group.share.record.lock.duration.ms def
 
 @dataclass
 class RunSummary:
-    polls: int  # polls that returned records
+    polls: int  # polls that brought records
     polled: int
     accepted: int
     released: int
@@ -80,6 +80,9 @@ class RunSummary:
     max_cycle_s: float
     mean_cycle_s: float
     acks_s: float  # the members' acknowledge + commit_sync time, summed over polls
+    start_s: float  # from the start to the members' start: checks, cache, warm-up, the clock's first batch
+    first_record_s: float  # from the start to the first poll with records (the group join ends there)
+    ingest_s: float  # from the first poll with records to the last commit of the main table
     seconds: float
     # where the sink's time went, summed over the run (app.sink.delta_sink.PHASES): `<phase>_s` in the line
     phase_s: dict[str, float]
@@ -243,10 +246,11 @@ def run_ingest(
     sizer = ElasticSizer(pool, cfg.pump.lowest, cfg.pump.highest, lock_ms / 1000, lambda: sink.stats.last_cycle_s)
     _wait_for_first_trigger(query, QUERY_READY_TIMEOUT_S)  # the clock's first micro-batch, before any lock
     pool.start()
+    members_at = time.monotonic()
     log.info(
         "share group members started: %d (start-up took %.1fs, warm-up %.1fs)",
         pool.size,
-        time.monotonic() - started,
+        members_at - started,
         warm_up_s,
     )
     if on_pool_started is not None:
@@ -299,6 +303,9 @@ def run_ingest(
         max_cycle_s=st.max_cycle_s,
         mean_cycle_s=st.cycle_s_sum / max(1, st.cycles),
         acks_s=t.acks_s,
+        start_s=members_at - started,
+        first_record_s=(t.first_record_at or members_at) - started,
+        ingest_s=max(0.0, (main.stats.last_commit_at or members_at) - (t.first_record_at or members_at)),
         seconds=time.monotonic() - started,
         phase_s=dict(st.phase_s),
     )

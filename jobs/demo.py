@@ -84,12 +84,28 @@ def run_with_progress(cmd: list[str], total: int) -> int:
         elif "run ended:" in line and not bar.disable:
             bar.close()  # the table summary follows: print it below the finished bar
             print(line, end="")
+            print(rate_line(line))
         elif not bar.disable:
             bar.write(line.rstrip("\n"))
         else:
             print(line, end="")
+            if "run ended:" in line:
+                print(rate_line(line))
     bar.close()
     return proc.wait()
+
+
+def rate_line(run_ended: str) -> str:
+    """The ingest rate from the job's `run ended:` counters: records decided / (first poll -> last commit)."""
+    f = {k: float(v) for k, v in re.findall(r"(\w+)=([\d.]+)", run_ended.split("run ended:", 1)[1])}
+    decided = f.get("accepted", 0) + f.get("rejected", 0)
+    ingest = f.get("ingest_s", 0.0)
+    rate = f"{decided / ingest:,.0f} records/s" if ingest > 0 else "n/a"
+    return (
+        f"[demo] ingested {decided:,.0f} records in {ingest:.1f}s from the first poll to the last Delta commit: "
+        f"{rate} (before that: start-up {f.get('start_s', 0):.1f}s, of it the warm-up; the group join "
+        f"{f.get('first_record_s', 0) - f.get('start_s', 0):.1f}s)"
+    )
 
 
 PROGRESS = re.compile(

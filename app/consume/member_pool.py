@@ -113,6 +113,8 @@ class MemberPool:
             t.ack_errors += s.ack_errors
             t.poll_errors += s.poll_errors
             t.acks_s += s.acks_s
+            if s.first_record_at is not None:
+                t.first_record_at = min(s.first_record_at, t.first_record_at or s.first_record_at)
         return t
 
     def busy_members(self) -> int:

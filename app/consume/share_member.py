@@ -38,7 +38,7 @@ ConsumerFactory = Callable[[dict[str, Any]], ShareConsumer]
 class MemberStats:
     """Counters one member keeps (written by its thread only, read by anyone)."""
 
-    polls: int = 0
+    polls: int = 0  # polls that brought records
     records: int = 0
     accepted: int = 0
     released: int = 0
@@ -46,6 +46,7 @@ class MemberStats:
     ack_errors: int = 0  # acknowledgements the broker refused (e.g. the record lock had expired)
     poll_errors: int = 0
     acks_s: float = 0.0  # seconds from a poll's first acknowledgement to its commit_sync returning, summed
+    first_record_at: float | None = None  # time.monotonic() of the first poll that brought records
     # time.monotonic() since which every poll of this member came back empty; None while it has
     # records (a member waiting for decisions is not idle: it cannot poll)
     idle_since: float | None = None
@@ -132,7 +133,6 @@ class ShareMember(threading.Thread):
             time.sleep(min(5.0, 0.2 * 2 ** min(self._failed_polls, 5)))
             return
         self._failed_polls = 0
-        self.stats.polls += 1
         polled_at = time.monotonic()
         records: list[Message] = []
         for m in messages:
@@ -146,8 +146,11 @@ class ShareMember(threading.Thread):
             if self.stats.idle_since is None:
                 self.stats.idle_since = polled_at
             return
+        self.stats.polls += 1
         self.stats.records += len(records)
         self.stats.idle_since = None
+        if self.stats.first_record_at is None:
+            self.stats.first_record_at = polled_at
         batch = PollBatch(self.member_id, records, self._commands)
         batch.rows  # noqa: B018 - build the poll's Arrow rows here, in this thread, while the sink writes
         self._current, self._acked_in_current = batch, 0

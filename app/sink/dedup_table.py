@@ -19,6 +19,7 @@ current, so every append is a provable, repairable commit:
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -64,6 +65,7 @@ class TableStats:
     concurrent_duplicates: int = 0  # offsets another writer committed while we wrote the same
     duplicates_repaired: int = 0  # duplicate rows deleted again (ours and, at start, dead writers')
     last_version: int = -1
+    last_commit_at: float | None = None  # time.monotonic() when our last commit was durable
 
 
 class DedupTable:
@@ -111,6 +113,7 @@ class DedupTable:
         self.stats.commits += 1
         self.stats.rows += written.count()
         self.stats.last_version = version
+        self.stats.last_commit_at = time.monotonic()
         return appended.proof
 
     def written_offsets(self, appended: Appended) -> BatchOffsets:
