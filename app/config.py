@@ -114,6 +114,9 @@ class PumpConfig(_Section):
 class BatchConfig(_Section):
     max_records: int = Field(default=50_000, ge=1)
     max_wait_ms: int = Field(default=200, ge=0)
+    # once a batch has its first poll, wait this long for the other members' polls (they land within
+    # tens of milliseconds of each other): fewer, larger commits for at most this much latency
+    linger_ms: int = Field(default=50, ge=0)
     # a failed Delta write RELEASEs its records and is retried with backoff; after this many
     # failures in a row the job fails (keep it below the group's delivery count limit, 5)
     write_attempts: int = Field(default=4, ge=1)

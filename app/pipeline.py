@@ -198,22 +198,27 @@ def run_ingest(
     sink = DeltaSink(
         buffer, main, dead, cfg.batch, reader, cfg.dead_letter.max_delivery_count, lock_ms / 1000, job_name
     )
-    sink.repair_pending()  # duplicates a writer that died before repairing them left behind
-    warm_up_s = warm_up(spark, reader, cfg.dead_letter.max_delivery_count, job_name)  # before any lock is taken
+    pool.join_group()  # the members join the share group meanwhile; they acquire nothing before they poll
     query_name = f"sharelake-{cfg.kafka.group_id}"
     temp_checkpoint = None if cfg.delta.checkpoint_path else tempfile.mkdtemp(prefix="sharelake-clock-")
     try:
-        query = (
-            clock_stream(spark)
-            .writeStream.foreachBatch(sink)
-            .option("checkpointLocation", cfg.delta.checkpoint_path or temp_checkpoint)
-            .queryName(query_name)
-            .start()
-        )
-    except Exception as e:
+        sink.repair_pending()  # duplicates a writer that died before repairing them left behind
+        warm_up_s = warm_up(spark, reader, cfg.dead_letter.max_delivery_count, job_name)  # before any lock
+        try:
+            query = (
+                clock_stream(spark)
+                .writeStream.foreachBatch(sink)
+                .option("checkpointLocation", cfg.delta.checkpoint_path or temp_checkpoint)
+                .queryName(query_name)
+                .start()
+            )
+        except Exception as e:
+            raise IngestError(f"the streaming query did not start: {str(e).splitlines()[0]}") from e
+    except BaseException:
+        pool.stop(cfg.run.stop_timeout_s)  # the members joined the group: leave it
         if temp_checkpoint:
             shutil.rmtree(temp_checkpoint, ignore_errors=True)
-        raise IngestError(f"the streaming query did not start: {str(e).splitlines()[0]}") from e
+        raise
 
     def snapshot() -> Snapshot:
         t = pool.totals()

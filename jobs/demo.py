@@ -103,8 +103,8 @@ def rate_line(run_ended: str) -> str:
     rate = f"{decided / ingest:,.0f} records/s" if ingest > 0 else "n/a"
     return (
         f"[demo] ingested {decided:,.0f} records in {ingest:.1f}s from the first poll to the last Delta commit: "
-        f"{rate} (before that: start-up {f.get('start_s', 0):.1f}s, of it the warm-up; the group join "
-        f"{f.get('first_record_s', 0) - f.get('start_s', 0):.1f}s)"
+        f"{rate} (before that: {f.get('start_s', 0):.1f}s of start-up, the checks, the warm-up and the group "
+        f"join; the first records came {f.get('first_record_s', 0) - f.get('start_s', 0):.1f}s after polling began)"
     )
 
 

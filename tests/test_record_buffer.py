@@ -57,3 +57,17 @@ def test_an_empty_buffer_takes_a_poll_larger_than_its_bound() -> None:
     assert buf.put(poll_of(50), 0)
     assert buf.take_all()[0].__len__() == 50
     assert buf.records == 0
+
+
+def test_drain_lingers_for_polls_that_land_together_but_not_past_a_full_batch() -> None:
+    buf = RecordBuffer(100)
+    first, second = poll_of(10), poll_of(10)
+    assert buf.put(first, 0)
+    threading.Timer(0.03, lambda: buf.put(second, 1)).start()
+    assert buf.drain(50, max_wait_s=1, linger_s=0.5) == [first, second]  # the second landed during the linger
+
+    full = poll_of(50)
+    assert buf.put(full, 0)
+    t0 = time.monotonic()
+    assert buf.drain(50, max_wait_s=1, linger_s=2) == [full]  # already a full batch: no linger
+    assert time.monotonic() - t0 < 0.5

@@ -42,14 +42,21 @@ class RecordBuffer:
             self._cond.notify_all()
             return True
 
-    def drain(self, max_records: int, max_wait_s: float) -> list[PollBatch]:
-        """Take whole polls up to `max_records` (at least one poll if any arrives within `max_wait_s`)."""
+    def drain(self, max_records: int, max_wait_s: float, linger_s: float = 0.0) -> list[PollBatch]:
+        """Take whole polls up to `max_records` (at least one poll if any arrives within `max_wait_s`).
+
+        Once there is a poll, wait up to `linger_s` more for others (members polling at the same time
+        land within tens of milliseconds of each other): fewer, larger commits.
+        """
         deadline = time.monotonic() + max_wait_s
         with self._cond:
             while not self._polls:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return []
+                self._cond.wait(left)
+            lingered = time.monotonic() + linger_s
+            while self._records < max_records and (left := lingered - time.monotonic()) > 0:
                 self._cond.wait(left)
             taken: list[PollBatch] = []
             count = 0

@@ -57,6 +57,7 @@ class MemberPool:
         for _ in range(pump.members):
             self.members.append(self._new_member())
         self._started = False
+        self._polling = False
 
     def _new_member(self) -> ShareMember:
         i = self._next_id
@@ -70,11 +71,21 @@ class MemberPool:
             self._factory,
         )
 
-    def start(self) -> None:
+    def join_group(self) -> None:
+        """Start the members: they subscribe and join the share group, and acquire nothing yet."""
         with self._lock:
             self._started = True
             for m in self.members:
                 m.start()
+
+    def start(self) -> None:
+        """Let every member poll (joining the group first if `join_group` was not called)."""
+        with self._lock:
+            for m in self.members:
+                if not self._started:
+                    m.start()
+                m.start_polling()
+            self._started = self._polling = True
 
     @property
     def size(self) -> int:
@@ -88,6 +99,8 @@ class MemberPool:
                 self.members.append(m)
                 if self._started:
                     m.start()
+                if self._polling:
+                    m.start_polling()
             while len(self.members) > max(n, 1):
                 m = self.members.pop()  # the newest: its consumer has the least state to lose
                 m.stop_polling()  # finishes its in-flight poll (the sink decides it), commits, closes

@@ -1,6 +1,8 @@
 """One share-group member: a thread that exclusively owns one `confluent_kafka.ShareConsumer`.
 
-Started and stopped by `app.consume.member_pool.MemberPool`. Its loop is the explicit-mode cycle:
+Started and stopped by `app.consume.member_pool.MemberPool`. A started member subscribes at once
+(it joins the share group while the job warms up) and polls only after `start_polling`: a share
+consumer acquires records in poll(), never before. Its loop is the explicit-mode cycle:
 poll -> wrap the records in a `PollBatch`, build their Arrow rows (here, so that the next batch's
 rows are ready while the sink writes the current one) and put it in the RecordBuffer -> apply the AckCommands
 that deciders (the Delta sink, or shutdown) send for that batch -> once every record is
@@ -75,11 +77,17 @@ class ShareMember(threading.Thread):
         self._acks_started = 0.0  # perf_counter() of the current poll's first acknowledgement
         self._stop_polling = threading.Event()
         self._abandon = threading.Event()
+        self._polling = threading.Event()  # set by start_polling: until then the member has joined, not polled
         self.stats = MemberStats()
         self._failed_polls = 0  # consecutive failed polls, for the retry backoff
         self.failure: BaseException | None = None
 
     # -- control, from other threads ---------------------------------------------------------------
+
+    def start_polling(self) -> None:
+        """Begin polling. Before this, the started member has subscribed (the share group assigns it
+        partitions in the background) but acquired nothing: a share consumer fetches only in poll()."""
+        self._polling.set()
 
     def stop_polling(self) -> None:
         """Finish the current poll's decisions, commit, close; poll no more."""
@@ -104,6 +112,9 @@ class ShareMember(threading.Thread):
             return
         try:
             consumer.subscribe([self._topic])
+            while not self._polling.wait(0.1):
+                if self._stop_polling.is_set():
+                    break
             while True:
                 if self._current is None:
                     if self._stop_polling.is_set():

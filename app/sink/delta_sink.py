@@ -186,7 +186,9 @@ class DeltaSink:
         self.main.retry_own_repairs()
         self.dead.retry_own_repairs()
         with _timed(self.stats, "drain"):
-            polls = self.buffer.drain(self.batch.max_records, self.batch.max_wait_ms / 1000)
+            polls = self.buffer.drain(
+                self.batch.max_records, self.batch.max_wait_ms / 1000, self.batch.linger_ms / 1000
+            )
         if not polls:
             self.stats.empty_batches += 1
             return
