@@ -1,5 +1,6 @@
 """The report's PNG charts (matplotlib, no display): throughput per contender and partition count,
-Sharelake's latency distribution, and the members scaling.
+the latency phase's p50/p99 per window over the run and its whole-run distribution (every latency
+contender on one chart), and the members scaling.
 
 Called by `bench.run` after `bench.figures`; each function writes one file and returns its path.
 """
@@ -14,8 +15,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.ticker import FuncFormatter
 
 from bench.figures import Spread
+from bench.verify import Window
 
 
 def throughput_chart(
@@ -50,16 +54,70 @@ def throughput_chart(
     return path
 
 
-def latency_chart(commit_ms: np.ndarray, p50: float, p99: float, title: str, path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    if len(commit_ms):
-        ax.hist(commit_ms, bins=min(100, max(10, len(commit_ms) // 50)), color="tab:blue", alpha=0.8)
-        for q, v, style in (("p50", p50, "--"), ("p99", p99, ":")):
-            ax.axvline(v, color="tab:red", linestyle=style, label=f"{q} {v:,.0f} ms")
-        ax.legend()
-    ax.set_xlabel("produce -> Delta commit (ms)")
-    ax.set_ylabel("records")
+COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red")
+PLAIN = FuncFormatter(lambda v, _: f"{v:g}")  # 0.5, 1, 10 rather than 10^0 on a log axis
+
+
+def _latency_axis(ax: Axes, values_s: list[float]) -> None:
+    """Seconds on the y axis, logarithmic when the values span more than 30x."""
+    positive = [v for v in values_s if math.isfinite(v) and v > 0]
+    if positive and max(positive) / min(positive) > 30:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(PLAIN)
+    else:
+        ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3, which="both")
+
+
+def latency_windows_chart(series: dict[str, list[Window]], window_s: float, title: str, path: Path) -> Path:
+    """p50 (solid) and p99 (dashed) per window of produce time over the run, one colour per contender."""
+    fig, ax = plt.subplots(figsize=(10, 5))
+    seen: list[float] = []
+    ends = [w.end_s for windows in series.values() for w in windows]
+    if ends:
+        ax.set_xlim(0, max(ends))
+    for color, (label, windows) in zip(COLORS, series.items(), strict=False):
+        kept = [w for w in windows if w.rows]
+        x = [(w.start_s + w.end_s) / 2 for w in kept]
+        for q, style, marker in (("p50", "-", "o"), ("p99", "--", "^")):
+            y = [(w.p50_ms if q == "p50" else w.p99_ms) / 1000 for w in kept]
+            ax.plot(x, y, linestyle=style, marker=marker, markersize=3, color=color, label=f"{label} {q}")
+            seen += y
+    _latency_axis(ax, seen)
+    ax.set_xlabel(f"seconds since the first measured record was produced ({window_s:g} s windows, by produce time)")
+    ax.set_ylabel("produce -> Delta commit (s)")
     ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def latency_cdf_chart(samples: dict[str, np.ndarray], title: str, path: Path) -> Path:
+    """The whole run's distribution per contender (share of rows at or below a latency), in seconds."""
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    seen: list[float] = []
+    for color, (label, ms) in zip(COLORS, samples.items(), strict=False):
+        if not len(ms):
+            continue
+        q = np.linspace(0, 100, 1001)
+        x = np.percentile(ms, q) / 1000
+        ax.plot(x, q / 100, color=color, label=label)
+        for pct, style in ((50, ":"), (99, "--")):
+            v = float(np.percentile(ms, pct)) / 1000
+            ax.axvline(v, color=color, linestyle=style, alpha=0.7, label=f"{label} p{pct} {v:,.2f} s")
+        seen += [float(x[0]), float(x[-1])]
+    positive = [v for v in seen if v > 0]
+    if positive and max(positive) / min(positive) > 30:
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(PLAIN)
+    ax.set_xlabel("produce -> Delta commit (s)")
+    ax.set_ylabel("share of measured rows")
+    ax.set_ylim(0, 1.01)
+    ax.grid(alpha=0.3, which="both")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

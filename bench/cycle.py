@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import re
 import shutil
 import statistics
@@ -196,7 +197,7 @@ class _Profiler:
             driver = next((k for k in kids if _is_python_driver(k)), None)
             if driver is not None:
                 cmd = [str(PYSPY), "record", "--pid", str(driver.pid), "--format", "raw", "--rate", "50"]
-                cmd += ["--threads", "--nonblocking", "-o", str(self.out)]
+                cmd += ["--gil", "--nonblocking", "-o", str(self.out)]  # Python on the CPU, not py4j waits
                 with (self.out.parent / "py-spy.log").open("wb") as err:
                     self.proc = subprocess.Popen(cmd, stdout=err, stderr=subprocess.STDOUT)
                 return
@@ -244,6 +245,134 @@ def run_cycle(ctx: RunContext, label: str, sets: tuple[str, ...]) -> CycleRun:
     run.profile, run.profile_samples = profile_top(ctx.run_dir / "py-spy.txt")
     log.info("cycle %s: %d batches with records, log %s", label, len(run.batches), tail(job.log, 0))
     return run
+
+
+BASELINE = Path(__file__).resolve().parent / "baselines" / "cycle-before.json"
+
+# the breakdown's rows: (step key, label); a step no run has is left out of the table
+ROWS = (
+    ("records", "records per batch"),
+    ("total", "the whole micro-batch (Spark's triggerExecution)"),
+    ("spark.walCommit", "Spark: the clock's offset log (walCommit)"),
+    ("spark.commitOffsets", "Spark: the clock's commit log (commitOffsets)"),
+    ("spark.other", "Spark: planning, latestOffset, getBatch"),
+    ("sink.drain", "sink: drain (waiting for polls)"),
+    ("sink.plan", "sink: plan (other writers' commits, dedup, copies)"),
+    ("sink.arrow", "sink: Arrow (candidates, driver checks, stamp, offsets)"),
+    ("sink.frame", "sink: createDataFrame"),
+    ("sink.classify", "sink: verdict pass (before: in the driver)"),
+    ("sink.wait", "sink: waiting for a committer (post-commit work)"),
+    ("sink.write", "sink: the append until the commit is durable"),
+    ("jobs.append", "  of it: the append's Spark job(s) (event log)"),
+    ("write.driver", "  of it: the driver (planning, Delta commit protocol)"),
+    ("sink.find", "sink: finding our commit in the log (before)"),
+    ("sink.fold", "sink: folding the commit (and any gap), repair"),
+    ("sink.diagnose", "sink: naming bad records (bad batches only)"),
+    ("sink.dead_letter", "sink: dead-letter append (bad batches only)"),
+    ("sink.decide", "sink: decide (ACCEPT/REJECT commands)"),
+    ("ack", "members: acknowledge + commit_sync per poll"),
+)
+
+
+def cycle_phase(kafka_bootstrap: str, s: BenchSettings, topic: str, work: Path) -> list[CycleRun]:
+    """The defaults, then the tuned overrides, on one topic of `s.cycle_records` records."""
+    configs = [("defaults", ())] + ([("tuned", s.cycle_tuned)] if s.cycle_tuned else [])
+    runs = []
+    for label, sets in configs:
+        ctx = RunContext(kafka_bootstrap, topic, s.cycle_partitions, s.cycle_records, 0, work / label, s, "cycle")
+        log.info("cycle: %s %s on %d partitions, %d records", label, sets, s.cycle_partitions, s.cycle_records)
+        try:
+            runs.append(run_cycle(ctx, label, sets))
+        except Exception as e:
+            log.exception("cycle run %s failed", label)
+            runs.append(
+                CycleRun(label, sets, RunResult("sharelake", "cycle", s.cycle_partitions, 0, False, error=repr(e)))
+            )
+    return runs
+
+
+def _ms(value: float | None) -> str:
+    return f"{value:,.0f}" if value is not None and math.isfinite(value) else "-"
+
+
+def _baseline() -> dict[str, dict[str, float]]:
+    try:
+        return dict(json.loads(BASELINE.read_text())["runs"])
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def cycle_section(runs: list[CycleRun]) -> list[str]:
+    """The report's markdown for the cycle breakdown: medians per batch, before (baseline) and now."""
+    if not runs:
+        return []
+    before = _baseline()
+    columns: list[tuple[str, dict[str, float]]] = []
+    for run in runs:
+        if run.label in before:
+            columns.append((f"{run.label}, before", before[run.label]))
+        now = {step: run.median(step) for step in run.steps}
+        now["ack"] = run.ack_ms_per_poll
+        columns.append((f"{run.label}, now", now))
+    md = ["## Where one micro-batch goes\n"]
+    md.append(
+        "Medians over the micro-batches with records (ms, unless said otherwise), from the job's progress lines "
+        "(the sink's steps, Spark's steps of the trigger clock), Spark's event log (the append's jobs) and the run "
+        f"summary (acknowledgements per poll). `before` is the path before the one-job change, measured with the "
+        f"same harness: {BASELINE.relative_to(BASELINE.parents[2])} says how.\n"
+    )
+    header = ["step", *(name for name, _ in columns)]
+    rows = []
+    for key, label in ROWS:
+        if not any(key in col and math.isfinite(col[key]) for _, col in columns):
+            continue
+        rows.append(
+            [label, *(f"{col[key]:,.0f}" if key in col and math.isfinite(col[key]) else "-" for _, col in columns)]
+        )
+    rate_row = ["records/s of the run (its whole window)"]
+    for name, col in columns:
+        if name.endswith("before"):
+            rate_row.append(f"{col.get('records_per_s', math.nan):,.0f}")
+        else:
+            run = next(r for r in runs if name.startswith(r.label))
+            rate_row.append(f"{run.result.rate:,.0f}" if run.result.ok else "failed")
+    rows.append(rate_row)
+    md.append("| " + " | ".join(header) + " |")
+    md.append("| " + " | ".join("---" for _ in header) + " |")
+    md += ["| " + " | ".join(r) + " |" for r in rows]
+    md.append("")
+    for run in runs:
+        sets = ", ".join(run.sets) or "the shipped defaults"
+        md.append(f"- **{run.label}** ({sets}): {len(run.batches)} micro-batches with records")
+        if not run.result.ok:
+            md.append(f"  - failed: {run.result.error[:300]}")
+    md.append("")
+    for run in runs:
+        if not run.profile:
+            continue
+        md.append(
+            f"The Python driver on the CPU ({run.label}; py-spy --gil, {run.profile_samples:,} samples at 50/s; "
+            "a frame `a <- b` is `a` called from the project's `b`):\n"
+        )
+        md += [f"- {share:.1%} `{name}`" for name, share in run.profile[:8]]
+        md.append("")
+    return md
+
+
+def cycle_json(runs: list[CycleRun]) -> list[dict[str, object]]:
+    return [
+        {
+            "label": r.label,
+            "sets": list(r.sets),
+            "ok": r.result.ok,
+            "rate": r.result.rate if r.result.ok else None,
+            "medians": {step: r.median(step) for step in r.steps},
+            "ack_ms_per_poll": r.ack_ms_per_poll,
+            "batches": len(r.batches),
+            "profile": r.profile,
+        }
+        for r in runs
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,8 @@
-"""Reads a Delta table's commit log (`_delta_log/*.json` commitInfo actions) without Spark.
+"""Reads a Delta table's commit log (`_delta_log/*.json`: commitInfo and add actions) without Spark.
 
-Called by the contenders (the time of the last commit, rows written, commit intervals) and by the
-latency phase (has every produced row landed yet?). Delta writes one JSON file per commit and keeps
+Called by the contenders (the time of the last commit, rows written, commit intervals), by the
+latency phase (has every produced row landed yet?) and by `bench.verify` (which version wrote each
+data file, to give every row its commit time). Delta writes one JSON file per commit and keeps
 them for the log retention period (30 days) even after a checkpoint, so every commit is there.
 """
 
@@ -11,6 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 
 @dataclass(frozen=True)
@@ -34,24 +36,61 @@ def _commit(version: int, info: dict[str, Any]) -> Commit:
     return Commit(version, int(info.get("timestamp", 0)), operation, out, int(metrics.get("numDeletedRows", 0)), meta)
 
 
-def read_commits(table: Path) -> list[Commit]:
-    """Every commit of the table in version order; [] when the table does not exist yet."""
+def _log_files(table: Path) -> list[tuple[int, list[str]]]:
+    """(version, lines) of every commit file of the table, in version order."""
     log_dir = table / "_delta_log"
     if not log_dir.is_dir():
         return []
-    commits = []
+    out = []
     for f in sorted(log_dir.glob("*.json")):
         if not f.stem.isdigit():
             continue
         try:
-            lines = f.read_text().splitlines()
+            out.append((int(f.stem), f.read_text().splitlines()))
         except FileNotFoundError:
             continue
+    return out
+
+
+def read_commits(table: Path) -> list[Commit]:
+    """Every commit of the table in version order; [] when the table does not exist yet."""
+    commits = []
+    for version, lines in _log_files(table):
         for line in lines:
             if '"commitInfo"' in line:
-                commits.append(_commit(int(f.stem), json.loads(line)["commitInfo"]))
+                commits.append(_commit(version, json.loads(line)["commitInfo"]))
                 break
     return commits
+
+
+def relative_data_path(path: str, table: Path) -> str:
+    """A data file's path relative to the table root, decoded, from an add action's path (relative and
+    URL-encoded, or an absolute URI) or from Spark's `_metadata.file_path` (an absolute, encoded URI)."""
+    parsed = urlparse(path)
+    if not parsed.scheme and not path.startswith("/"):
+        return unquote(path)
+    absolute = Path(unquote(parsed.path))
+    for root in (table.absolute(), table.resolve()):
+        for candidate in (absolute, absolute.resolve()):
+            try:
+                return candidate.relative_to(root).as_posix()
+            except ValueError:
+                continue
+    return absolute.as_posix()  # outside the table (a shallow clone's file): its absolute path
+
+
+def added_files(table: Path) -> dict[str, int]:
+    """Every data file the log ever added -> the version whose `add` action added it first; the
+    paths as `relative_data_path` gives them. Files a later commit removed stay in the map."""
+    out: dict[str, int] = {}
+    for version, lines in _log_files(table):
+        for line in lines:
+            if not line.lstrip().startswith('{"add"'):
+                continue
+            add = json.loads(line).get("add")
+            if add and "path" in add:
+                out.setdefault(relative_data_path(str(add["path"]), table), version)
+    return out
 
 
 def rows_in(commits: list[Commit]) -> int:

@@ -73,3 +73,15 @@ def fmt_rate(x: float) -> str:
 
 def fmt(x: float | None, digits: int = 1) -> str:
     return "n/a" if x is None or not math.isfinite(x) else f"{x:,.{digits}f}"
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> str:
+    """A markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def finite_or_none(x: float) -> float | None:
+    """For JSON: NaN and infinities become null."""
+    return x if math.isfinite(x) else None

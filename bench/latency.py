@@ -1,31 +1,41 @@
-"""The latency phase: Sharelake in continuous mode under a fixed offered load, then SIGTERM.
+"""The latency phase: Sharelake, then Spark's Kafka source as the anchor, each running continuously
+under the same fixed offered load on a fresh topic of its own, then stopped with SIGTERM.
 
-Called by `bench.run`. It starts the job on a fresh topic, waits until the job has passed its
-start-up checks, and produces at `latency_rate` records/s in a background thread. The first
-records are a warm-up, left out of the figures by record id: they last `latency_warmup_seconds`
-and at least until the job's first Delta commit (the group join and Spark's cold first batches).
-The next `latency_seconds` of records are the measured ones. Then it waits until every record is
-in the table and sends SIGTERM to the spark-submit JVM (the job drains gracefully and exits 143).
-The figures themselves are computed from the table afterwards (`bench.verify.sharelake_latency`).
+Called by `bench.run` (`run_latency_phase`). For each contender it creates the topic
+`bench-latency-<contender>-p<partitions>`, starts the job (Sharelake: `run.mode=continuous`;
+Spark: `bench/spark_jobs/kafka_source_continuous.py`, Trigger.ProcessingTime(`latency_trigger`)),
+waits until the job is up (Sharelake: its start-up checks passed; Spark: the SparkSession is up),
+and produces `latency_rate` records/s in a background thread. The first records are a warm-up,
+left out of the figures by record id: they last `latency_warmup_seconds` and at least until the
+job's first Delta commit (the group join and Spark's cold first batches). The next
+`latency_seconds` of records are the measured ones. Then the producer stops, the phase waits until
+every record is in the table and sends SIGTERM (Sharelake: to the spark-submit JVM, whose hook
+drains the job gracefully, exit 143; Spark: to the job's process group). The latency figures are
+computed from the tables afterwards, the same way for both (`bench.verify.table_latency`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from app.embedded.kafka_broker import EmbeddedKafka
+from bench.contenders import sharelake, spark_kafka_source
 from bench.contenders.base import RunContext, RunResult, failed, tail
-from bench.contenders.sharelake import NAME, SharelakeJob, result_of, start_sharelake
 from bench.delta_log import data_commits, read_commits, rows_in
 from bench.settings import BenchSettings
 from bench.workload import RateProducer
 
-READY_LINE = "share group "  # logged by run_ingest after the start-up checks, before the query starts
+log = logging.getLogger("bench")
+
+CONTENDERS = (sharelake.NAME, spark_kafka_source.NAME)  # the order they run in
+SHARELAKE_READY = "share group "  # logged by run_ingest after the start-up checks, before the query starts
 READY_TIMEOUT_S = 240.0
 LAND_TIMEOUT_S = 180.0
 
@@ -37,6 +47,52 @@ class LatencyRun:
     warmup_records: int  # ids below this are the warm-up
     produced: int
     producer_lag_s: float  # how far the producer fell behind its schedule at most
+
+    @property
+    def contender(self) -> str:
+        return self.result.contender
+
+    @property
+    def measured(self) -> int:
+        return self.produced - self.warmup_records
+
+
+@dataclass
+class _Job:
+    """What the phase needs of a started job, whichever contender it is."""
+
+    proc: subprocess.Popen[bytes]
+    log: Path
+    table: Path
+    ready_line: str  # the job's log holds this once it is ready for records
+    stop: Callable[[], int]  # SIGTERM, wait; the exit code
+    kill: Callable[[], None]
+    result: Callable[[int], RunResult]  # from the exit code, once stopped
+
+
+def _start_sharelake(ctx: RunContext) -> _Job:
+    job = sharelake.start_sharelake(ctx, "continuous")
+
+    def stop() -> int:
+        if job.proc.poll() is None:
+            os.kill(job.proc.pid, signal.SIGTERM)  # the spark-submit JVM: its hook drains the job gracefully
+        return job.wait(ctx.settings.run_timeout_s)
+
+    def result(code: int) -> RunResult:
+        return sharelake.result_of(ctx, job, code, expect_exit=(0, 143))
+
+    return _Job(job.proc, job.log, job.table, SHARELAKE_READY, stop, job.kill, result)
+
+
+def _start_spark(ctx: RunContext) -> _Job:
+    job = spark_kafka_source.start_continuous(ctx)
+    return _Job(job.proc, job.log, job.table, spark_kafka_source.READY_LINE, job.stop, job.kill, job.result)
+
+
+STARTERS: dict[str, Callable[[RunContext], _Job]] = {
+    sharelake.NAME: _start_sharelake,
+    spark_kafka_source.NAME: _start_spark,
+}
 
 
 def _wait_for(done: Callable[[], bool], alive: Callable[[], bool], timeout_s: float) -> bool:
@@ -50,7 +106,7 @@ def _wait_for(done: Callable[[], bool], alive: Callable[[], bool], timeout_s: fl
     return False
 
 
-def _measure(job: SharelakeJob, producer: RateProducer, s: BenchSettings) -> tuple[int, str]:
+def _measure(job: _Job, producer: RateProducer, s: BenchSettings) -> tuple[int, str]:
     """Warm up, then produce the measured part; (first measured id, error or "")."""
     started = time.monotonic()
 
@@ -60,26 +116,30 @@ def _measure(job: SharelakeJob, producer: RateProducer, s: BenchSettings) -> tup
     def warmed_up() -> bool:
         return time.monotonic() - started >= s.latency_warmup_seconds and bool(data_commits(read_commits(job.table)))
 
-    warm = _wait_for(warmed_up, alive, READY_TIMEOUT_S)
-    if not warm:
+    if not _wait_for(warmed_up, alive, READY_TIMEOUT_S):
         return 0, f"no Delta commit during the warm-up: {producer.failure!r} {tail(job.log, 8)}"
     first_measured = producer.sent
     time.sleep(s.latency_seconds)
     return first_measured, "" if alive() else f"stopped during the load: {producer.failure!r} {tail(job.log, 8)}"
 
 
-def run_latency(kafka: EmbeddedKafka, s: BenchSettings, run_dir: Path) -> LatencyRun:
-    topic = f"bench-latency-p{s.latency_partitions}"
+def run_latency(kafka: EmbeddedKafka, s: BenchSettings, run_dir: Path, contender: str) -> LatencyRun:
+    """One contender under the offered load on a fresh topic; never raises for a failed run."""
+    topic = f"bench-latency-{contender}-p{s.latency_partitions}"
     kafka.create_topic(topic, partitions=s.latency_partitions)
     ctx = RunContext(kafka.bootstrap, topic, s.latency_partitions, 0, s.members, run_dir, s, phase="latency")
-    job = start_sharelake(ctx, "continuous")
+    try:
+        job = STARTERS[contender](ctx)
+    except Exception as e:  # e.g. the Kafka source jars are missing
+        log.exception("latency: %s did not start", contender)
+        return LatencyRun(failed(ctx, contender, f"did not start: {e!r}"), topic, 0, 0, 0.0)
     producer = RateProducer(kafka.bootstrap, topic, s.latency_rate, s.producer_batch_bytes)
 
     def job_alive() -> bool:
         return job.proc.poll() is None
 
     def job_ready() -> bool:
-        return job.log.exists() and READY_LINE in job.log.read_text(errors="replace")
+        return job.log.exists() and job.ready_line in job.log.read_text(errors="replace")
 
     def all_landed() -> bool:
         return rows_in(read_commits(job.table)) >= producer.stats.records
@@ -87,22 +147,42 @@ def run_latency(kafka: EmbeddedKafka, s: BenchSettings, run_dir: Path) -> Latenc
     try:
         if not _wait_for(job_ready, job_alive, READY_TIMEOUT_S):
             job.kill()
-            return LatencyRun(failed(ctx, NAME, f"the job did not start: {tail(job.log, 8)}", job.log), topic, 0, 0, 0)
+            return LatencyRun(
+                failed(ctx, contender, f"the job did not start: {tail(job.log, 8)}", job.log), topic, 0, 0, 0
+            )
         producer.start()
         first_measured, error = _measure(job, producer, s)
         producer.stop()
         producer.join(timeout=90)
         if error:
             job.kill()
-            return LatencyRun(failed(ctx, NAME, error, job.log), topic, first_measured, producer.sent, producer.lag_s)
-        _wait_for(all_landed, job_alive, LAND_TIMEOUT_S)
-        if job.proc.poll() is None:
-            os.kill(job.proc.pid, signal.SIGTERM)  # the spark-submit JVM: its hook drains the job gracefully
-        code = job.wait(s.run_timeout_s)
+            result = failed(ctx, contender, error, job.log)
+            return LatencyRun(result, topic, first_measured, producer.sent, producer.lag_s)
+        if not _wait_for(all_landed, job_alive, LAND_TIMEOUT_S):
+            log.warning("latency: %s has not landed every record after %.0fs", contender, LAND_TIMEOUT_S)
+        code = job.stop()
     except BaseException:
         producer.stop()
         job.kill()
         raise
-    result = result_of(ctx, job, code, expect_exit=(0, 143))
+    result = job.result(code)
     result.expected = producer.stats.records
     return LatencyRun(result, topic, first_measured, producer.stats.records, producer.lag_s)
+
+
+def run_latency_phase(kafka: EmbeddedKafka, s: BenchSettings, run_dir: Path) -> list[LatencyRun]:
+    """Every latency contender among `s.contenders`, one after the other (Sharelake first)."""
+    runs = []
+    for name in (c for c in CONTENDERS if c in s.contenders):
+        log.info(
+            "latency: %s at %d records/s on %d partition(s) for %gs (+%gs warm-up)",
+            name, s.latency_rate, s.latency_partitions, s.latency_seconds, s.latency_warmup_seconds,
+        )  # fmt: skip
+        run = run_latency(kafka, s, run_dir / name, name)
+        r = run.result
+        log.info(
+            "  -> %s",
+            f"{run.produced:,} records produced, {r.records:,} in the table" if r.ok else f"FAILED: {r.error[:300]}",
+        )
+        runs.append(run)
+    return runs

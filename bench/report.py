@@ -13,21 +13,28 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.charts import latency_chart, scaling_chart, throughput_chart
+from bench.charts import scaling_chart, throughput_chart
 from bench.contenders import LABELS, RunResult
-from bench.figures import BASE, Spread, fmt, fmt_rate, pairwise_ratios, spreads
+from bench.cycle import CycleRun, cycle_json, cycle_section
+from bench.figures import BASE, Spread, fmt, fmt_rate, md_table, pairwise_ratios, spreads
 from bench.latency import LatencyRun
+from bench.latency_report import latency_json, latency_section
 from bench.settings import BenchSettings
 from bench.share_bound import bound
 from bench.verify import Latency
 
 WINDOWS = {
     "sharelake": "rows written / (last Delta commit - start of run_ingest, once the SparkSession is up): "
-    "start-up checks, group join and the whole drain; not the JVM start, not the idle timeout that ends the run",
+    "start-up checks, the warm-up (the group join runs during it) and the whole drain; not the JVM start, not the "
+    "idle timeout that ends the run",
     "spark-kafka-source": "rows in the table / (last Delta commit - the job's start, once the SparkSession is up): "
     "the same window as Sharelake's; Trigger.AvailableNow, consumer-group reads of the partitions (not a share group)",
     "share-consumer-drain": "records / (last record - first record), M threads, explicit ACCEPT per record and "
     "commit_sync per poll, nothing written: the Python client's ceiling",
+    "sink-ceiling": "rows in the table / (last Delta commit - the job's start, once the SparkSession is up and the "
+    "rows are built in Arrow): the same rows, appended in batches of the size Sharelake's run of the same round "
+    "committed, through Sharelake's own write path (frame, one-parse job, Delta append), no Kafka: the limit of "
+    "Spark plus Delta for this shape here; like (a) and (b) its window holds its cold first append",
     "perf-tool": "the tool's nMsg.sec: records / (end - start), its window includes the group join; Java client, "
     "implicit acknowledgement, nothing written (no Delta table): the broker's ceiling here",
 }
@@ -55,18 +62,14 @@ class Outcome:
     machine: dict[str, str]
     results: list[RunResult] = field(default_factory=list)
     tables: list[TableRow] = field(default_factory=list)
-    latency_run: LatencyRun | None = None
-    latency: Latency | None = None
+    latency_runs: list[LatencyRun] = field(default_factory=list)  # in the order they ran
+    latencies: dict[str, Latency] = field(default_factory=dict)  # contender -> its figures
+    latency_errors: dict[str, str] = field(default_factory=dict)  # contender -> why it has no figures
+    cycles: list[CycleRun] = field(default_factory=list)  # the cycle breakdown's runs
     locks: int = 0
     locks_source: str = ""
     produce_rates: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def _cell(s: Spread | None) -> str:
@@ -92,7 +95,7 @@ def _throughput(o: Outcome, md: list[str], charts: Path) -> None:
     md.append("records/s, median of the runs (min - max):\n")
     header = ["contender", *[f"{p} partition(s)" for p in s.partitions]]
     rows = [[LABELS[c], *[_cell(cells.get((c, p, s.members))) for p in s.partitions]] for c in s.contenders]
-    md.append(_table(header, rows) + "\n")
+    md.append(md_table(header, rows) + "\n")
     png = throughput_chart(cells, list(s.contenders), LABELS, charts / "throughput.png")
     md.append(f"![throughput]({png.parent.name}/{png.name})\n")
     md.append("What each number measures:\n")
@@ -109,62 +112,27 @@ def _throughput(o: Outcome, md: list[str], charts: Path) -> None:
             [f"(a) / {LABELS[c]}", *[_ratio_cell(pairwise_ratios(o.results, c, p)) for p in s.partitions]]
             for c in peers
         ]
-        md.append(_table(["ratio", *[f"{p} partition(s)" for p in s.partitions]], rows) + "\n")
+        md.append(md_table(["ratio", *[f"{p} partition(s)" for p in s.partitions]], rows) + "\n")
 
 
-def _latency(o: Outcome, md: list[str], charts: Path) -> None:
-    s, run, lat = o.settings, o.latency_run, o.latency
-    md.append(f"## Sharelake latency at {s.latency_rate:,} records/s offered for {s.latency_seconds:g} s\n")
-    if run is None:
-        md.append("Not run (Sharelake not among the contenders).\n")
+def _lock_caps(o: Outcome, md: list[str]) -> None:
+    """Sharelake's throughput with the group's record locks held at a stock broker's caps."""
+    s = o.settings
+    if not s.lock_caps or BASE not in s.contenders:
         return
-    if not run.result.ok or lat is None:
-        md.append(f"**Failed**: {run.result.error}\n")
-        return
-    measured = run.produced - run.warmup_records
+    md.append("## Sharelake under a stock broker's record-lock cap\n")
     md.append(
-        f"{s.latency_partitions} partition(s), {s.members} member(s), continuous mode, stopped by SIGTERM once every "
-        f"record was in the table. {run.warmup_records:,} warm-up records (at least "
-        f"{s.latency_warmup_seconds:g} s, and until the job's first Delta commit) left out; "
-        f"{measured:,} measured; the producer fell behind its schedule by at most "
-        f"{run.producer_lag_s * 1000:,.0f} ms.\n"
+        "The throughput table above has the group's `share.partition.max.record.locks` raised to the broker's cap "
+        f"(`group.share.max.partition.max.record.locks` = {o.locks} on the embedded broker). Most brokers keep "
+        "Kafka's defaults: a group at 2,000 locks per partition, and a cap of 4,000, which is what Sharelake's "
+        'default `kafka.partition_max_record_locks = "max"` reaches there. One run each, records/s:\n'
     )
-    md.append(
-        "Latency = `commitInfo.timestamp` of the Delta version holding the row - the row's `kafka_timestamp` "
-        "(produce time). Rows are joined to their commit through the `ingested_at` stamp that each Sharelake "
-        "commit records in its userMetadata (`ingested_at_us`). The `ingested_at` column itself (stamped "
-        "before the write) is shown as the lower proxy.\n"
-    )
-    rows = [
-        [
-            "produce -> Delta commit",
-            fmt(lat.pct("commit", 50), 0),
-            fmt(lat.pct("commit", 99), 0),
-            fmt(lat.pct("commit", 100), 0),
-            f"{len(lat.commit_ms):,}",
-        ],
-        [
-            "produce -> ingested_at (proxy)",
-            fmt(lat.pct("ingested", 50), 0),
-            fmt(lat.pct("ingested", 99), 0),
-            fmt(lat.pct("ingested", 100), 0),
-            f"{len(lat.ingested_ms):,}",
-        ],
-    ]
-    md.append(_table(["latency (ms)", "p50", "p99", "max", "rows"], rows) + "\n")
-    if lat.samples != measured or lat.unmatched:
-        md.append(
-            f"**Note**: {lat.samples:,} measured rows in the table for {measured:,} produced; "
-            f"{lat.unmatched} rows matched no commit.\n"
-        )
-    png = latency_chart(
-        lat.commit_ms,
-        lat.pct("commit", 50),
-        lat.pct("commit", 99),
-        "Sharelake: produce -> Delta commit",
-        charts / "latency.png",
-    )
-    md.append(f"![latency]({png.parent.name}/{png.name})\n")
+    tp = spreads(o.results, "throughput")
+    rows = [[f"{o.locks:,} (this broker's cap)", *[_cell(tp.get((BASE, p, s.members))) for p in s.partitions]]]
+    for cap in s.lock_caps:
+        cells = spreads(o.results, f"locks-{cap}")
+        rows.append([f"{cap:,}", *[_cell(cells.get((BASE, p, s.members))) for p in s.partitions]])
+    md.append(md_table(["record locks per partition", *[f"{p} partition(s)" for p in s.partitions]], rows) + "\n")
 
 
 def _memory(o: Outcome, md: list[str]) -> None:
@@ -195,7 +163,7 @@ def _memory(o: Outcome, md: list[str]) -> None:
         )
     if s.memory_records and runs:
         md.append(f"Backlog: {s.memory_records:,} records on {s.memory_partitions} partition(s).\n")
-    md.append(_table(["run", "JVM MiB", "Python MiB", "tree MiB", "records/s"], rows) + "\n")
+    md.append(md_table(["run", "JVM MiB", "Python MiB", "tree MiB", "records/s"], rows) + "\n")
 
 
 def _share_bound(o: Outcome, md: list[str]) -> None:
@@ -223,7 +191,7 @@ def _share_bound(o: Outcome, md: list[str]) -> None:
             ]
         )
     header = ["run", "mean commit interval s", "max_cycle_s", "bound (mean)", "bound (max cycle)", "achieved records/s"]
-    md.append(_table(header, rows) + "\n")
+    md.append(md_table(header, rows) + "\n")
 
 
 def _scaling(o: Outcome, md: list[str], charts: Path) -> None:
@@ -237,7 +205,7 @@ def _scaling(o: Outcome, md: list[str], charts: Path) -> None:
             if cell is not None:
                 cells[(p, m)] = cell
     rows = [[str(m), *[_cell(cells.get((p, m))) for p in s.scaling_partitions]] for m in s.scaling_members]
-    md.append(_table(["members", *[f"{p} partition(s)" for p in s.scaling_partitions]], rows) + "\n")
+    md.append(md_table(["members", *[f"{p} partition(s)" for p in s.scaling_partitions]], rows) + "\n")
     md.append("Cells with members = the throughput phase's members reuse its runs.\n")
     if any(c.rates for c in cells.values()):
         png = scaling_chart({k: v for k, v in cells.items() if v.rates}, charts / "scaling.png")
@@ -261,7 +229,7 @@ def _checks(o: Outcome, md: list[str]) -> None:
         for t in o.tables
     ]
     md.append(
-        _table(["contender", "phase", "partitions", "members", "expected", "rows", "duplicates", ""], rows) + "\n"
+        md_table(["contender", "phase", "partitions", "members", "expected", "rows", "duplicates", ""], rows) + "\n"
     )
 
 
@@ -287,17 +255,19 @@ def render(o: Outcome, charts: Path) -> str:
         f"Total {o.seconds / 60:.1f} min.\n"
     )
     md.append("## Machine and versions\n")
-    md.append(_table(["", ""], [[k, v] for k, v in o.machine.items()]) + "\n")
+    md.append(md_table(["", ""], [[k, v] for k, v in o.machine.items()]) + "\n")
     md.append("Other processes on the machine were not stopped: read the load average above.\n")
     md.append("## Settings\n")
-    md.append(_table(["setting", "value"], [[k, f"`{v}`"] for k, v in s.as_table().items()]) + "\n")
+    md.append(md_table(["setting", "value"], [[k, f"`{v}`"] for k, v in s.as_table().items()]) + "\n")
     if o.produce_rates:
         rates = ", ".join(f"{t}: {fmt_rate(r)} records/s" for t, r in o.produce_rates.items())
         md.append(
             f"Workload: ~250-byte JSON values (`bench/workload.py`), keyed, produced before the runs ({rates}).\n"
         )
     _throughput(o, md, charts)
-    _latency(o, md, charts)
+    _lock_caps(o, md)
+    md += cycle_section(o.cycles)
+    latency_section(o, md, charts)
     _memory(o, md)
     _share_bound(o, md)
     _scaling(o, md, charts)
@@ -311,6 +281,8 @@ def render(o: Outcome, charts: Path) -> str:
         "acknowledgements; its spark-token-provider-kafka jar is 4.0.0 (see conf/maven/bench-jars.pom.xml).\n"
         "- The Sharelake table also holds `headers`, `delivery_count`, `ingested_at` and `batch_id`; the Spark "
         "table holds the common layout only (topic, partition, offset, key, kafka_timestamp + the JSON fields).\n"
+        "- In the latency phase (b) is the anchor: what Spark's own Kafka source reaches on the same offered load, "
+        "partitions and machine, measured from its table the same way as Sharelake's.\n"
     )
     return "\n".join(md)
 
@@ -323,7 +295,6 @@ def _jsonable(o: Outcome) -> dict[str, Any]:
         d["log"] = str(r.log) if r.log else None
         return d
 
-    lat = o.latency
     return {
         "settings": o.settings.as_table(),
         "machine": o.machine,
@@ -340,16 +311,8 @@ def _jsonable(o: Outcome) -> dict[str, Any]:
             }
             for t in o.tables
         ],
-        "latency": None
-        if lat is None
-        else {
-            "samples": lat.samples,
-            "unmatched": lat.unmatched,
-            "p50_commit_ms": lat.pct("commit", 50),
-            "p99_commit_ms": lat.pct("commit", 99),
-            "p50_ingested_ms": lat.pct("ingested", 50),
-            "p99_ingested_ms": lat.pct("ingested", 99),
-        },
+        "latency": latency_json(o),
+        "cycle": cycle_json(o.cycles),
         "locks": o.locks,
         "seconds": o.seconds,
     }

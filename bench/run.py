@@ -1,8 +1,10 @@
 """The benchmark's one command: `python -m bench.run [--smoke] [sizes...]` (`make bench`).
 
 Starts the embedded Kafka broker, produces the workload topics, runs every contender in turn
-(throughput rounds interleaved run by run, then Sharelake's scaling, memory and latency phases),
-stops the broker, checks every Delta table with one SparkSession, and writes the report:
+(throughput rounds interleaved run by run, then Sharelake's scaling and memory phases, then the
+latency phase: Sharelake and Spark's Kafka source one after the other under the same offered load),
+stops the broker, checks every Delta table and computes the latency figures with one
+SparkSession, and writes the report:
 bench/results/<date>-<size>.md with its PNG charts and a .json of the raw numbers.
 Each phase lives in its own module; this one only orders them and keeps going when a run fails.
 """
@@ -14,17 +16,19 @@ import math
 import shutil
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from app.embedded.kafka_broker import EmbeddedKafka
 from bench.contenders import CONTENDERS, RunContext, RunResult
 from bench.contenders.base import failed
-from bench.latency import LatencyRun, run_latency
+from bench.cycle import cycle_phase
+from bench.latency import LatencyRun, run_latency_phase
 from bench.machine import machine_facts
 from bench.report import Outcome, TableRow, write_report
 from bench.settings import BenchSettings, settings_from_args
 from bench.share_bound import max_record_locks
-from bench.verify import check_table, open_spark, sharelake_latency
+from bench.verify import check_table, open_spark, table_latency
 from bench.workload import produce_backlog
 
 log = logging.getLogger("bench")
@@ -64,14 +68,40 @@ def run_one(name: str, ctx: RunContext) -> RunResult:
     return r
 
 
+def _rows_per_commit(r: RunResult | None) -> int:
+    """Sharelake's mean rows per Delta commit in a run (the sink ceiling writes batches of that size)."""
+    if r is None or not r.ok or not r.details.get("data_commits"):
+        return 0
+    return round(r.records / r.details["data_commits"])
+
+
 def throughput_phase(kafka: EmbeddedKafka, s: BenchSettings, topics: Topics, work: Path) -> list[RunResult]:
     results = []
     for p in s.partitions:
         topic = topics.get(p, s.records)
         for i in range(s.runs):
+            sharelake: RunResult | None = None
             for name in s.contenders:  # interleaved: run i of every contender sees the same machine state
                 ctx = RunContext(kafka.bootstrap, topic, p, s.records, s.members, work / f"tp-p{p}-{name}-{i}", s)
+                if name == "sink-ceiling":  # the same batch size as Sharelake's run of this round
+                    ctx = replace(ctx, batch_rows=_rows_per_commit(sharelake))
                 results.append(run_one(name, ctx))
+                if name == "sharelake":
+                    sharelake = results[-1]
+    return results
+
+
+def lock_cap_phase(kafka: EmbeddedKafka, s: BenchSettings, topics: Topics, work: Path) -> list[RunResult]:
+    """Sharelake with the group's record locks held at each of `s.lock_caps`, one run per partition count."""
+    results = []
+    for cap in s.lock_caps:
+        capped = replace(s, sharelake_sets=(*s.sharelake_sets, f"kafka.partition_max_record_locks={cap}"))
+        for p in s.partitions:
+            topic = topics.get(p, s.records)
+            ctx = RunContext(
+                kafka.bootstrap, topic, p, s.records, s.members, work / f"locks{cap}-p{p}", capped, f"locks-{cap}"
+            )
+            results.append(run_one("sharelake", ctx))
     return results
 
 
@@ -99,8 +129,9 @@ def memory_phase(kafka: EmbeddedKafka, s: BenchSettings, topics: Topics, work: P
     return [run_one("sharelake", ctx)]
 
 
-def verify_tables(results: list[RunResult], latency: LatencyRun | None, outcome: Outcome) -> None:
+def verify_tables(results: list[RunResult], latency_runs: list[LatencyRun], outcome: Outcome) -> None:
     """Row counts and duplicates of every Delta table, and the latency figures (one SparkSession)."""
+    s = outcome.settings
     spark = open_spark()
     try:
         for r in results:
@@ -108,8 +139,16 @@ def verify_tables(results: list[RunResult], latency: LatencyRun | None, outcome:
                 continue
             check = check_table(spark, r.table)
             outcome.tables.append(TableRow(r, check.rows, check.duplicates))
-        if latency is not None and latency.result.ok and latency.result.table is not None:
-            outcome.latency = sharelake_latency(spark, latency.result.table, latency.warmup_records)
+        for run in latency_runs:
+            if not run.result.ok or run.result.table is None:
+                continue
+            try:
+                outcome.latencies[run.contender] = table_latency(
+                    spark, run.result.table, run.warmup_records, s.latency_window_seconds, s.latency_seconds
+                )
+            except Exception as e:
+                log.exception("latency figures of %s failed", run.contender)
+                outcome.latency_errors[run.contender] = f"computing the figures raised {e!r}"
     finally:
         spark.stop()
 
@@ -125,24 +164,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with EmbeddedKafka(work / "broker", heap="1g") as kafka:
             outcome.locks, outcome.locks_source = max_record_locks(kafka.bootstrap)
-            for item in s.sharelake_sets:  # Sharelake sets the group's own limit at start
+            for item in s.sharelake_sets:  # a fixed limit instead of the broker's cap
                 if item.startswith("kafka.partition_max_record_locks="):
                     outcome.locks, outcome.locks_source = int(item.split("=", 1)[1]), f"--set {item}"
             topics = Topics(kafka, s)
             outcome.results += throughput_phase(kafka, s, topics, work / "runs")
             if "sharelake" in s.contenders:
+                outcome.results += lock_cap_phase(kafka, s, topics, work / "runs")
                 outcome.results += scaling_phase(kafka, s, topics, work / "runs")
                 outcome.results += memory_phase(kafka, s, topics, work / "runs")
-                log.info(
-                    "latency: %d records/s for %gs (+%gs warm-up)",
-                    s.latency_rate,
-                    s.latency_seconds,
-                    s.latency_warmup_seconds,
-                )
-                outcome.latency_run = run_latency(kafka, s, work / "runs" / "latency")
-                outcome.results.append(outcome.latency_run.result)
+                if s.cycle_records > 0:
+                    topic = topics.get(s.cycle_partitions, s.cycle_records)
+                    outcome.cycles = cycle_phase(kafka.bootstrap, s, topic, work / "runs" / "cycle")
+            outcome.latency_runs = run_latency_phase(kafka, s, work / "runs" / "latency")
+            outcome.results += [run.result for run in outcome.latency_runs]
             outcome.produce_rates = topics.produce_rates
-        verify_tables(outcome.results, outcome.latency_run, outcome)
+        verify_tables(outcome.results, outcome.latency_runs, outcome)
         outcome.seconds = time.monotonic() - began
         report = write_report(outcome, s.results_dir / f"{stamp}-{s.size}.md")
     finally:

@@ -26,17 +26,37 @@ class BenchSettings:
     records: int = 1_000_000  # per throughput topic
     partitions: tuple[int, ...] = (1, 4, 16)
     runs: int = 3  # runs per contender and partition count (median, min, max)
-    members: int = 2  # Sharelake pump.members; also the threads of the plain drain and the perf tool
-    contenders: tuple[str, ...] = ("sharelake", "spark-kafka-source", "share-consumer-drain", "perf-tool")
+    members: int = 4  # Sharelake pump.members (its shipped default); also the plain drain's and perf tool's threads
+    contenders: tuple[str, ...] = (
+        "sharelake",
+        "spark-kafka-source",
+        "share-consumer-drain",
+        "perf-tool",
+        "sink-ceiling",
+    )
     latency_rate: int = 5_000  # offered load, records/s
-    latency_seconds: float = 60.0
+    latency_seconds: float = 300.0  # the measured part of the load, after the warm-up
     latency_warmup_seconds: float = 10.0  # produced at the same rate before, and left out of the figures
     latency_partitions: int = 4
-    memory_records: int = 5_000_000  # backlog drained while sampling the driver's memory (0: skip)
+    latency_window_seconds: float = 10.0  # p50/p99 per window of this length (by produce time) over the run
+    latency_trigger: str = "0 seconds"  # Spark's Kafka source in the latency phase: Trigger.ProcessingTime(this)
+    memory_records: int = 1_000_000  # backlog drained while sampling the driver's memory (0: skip)
     memory_partitions: int = 4
     scaling_members: tuple[int, ...] = (1, 2, 4, 8)
     scaling_partitions: tuple[int, ...] = (1, 4)
     scaling_runs: int = 1
+    cycle_records: int = 100_000  # the cycle breakdown's topic, as the baseline's (0: skip the phase)
+    cycle_partitions: int = 4
+    # the cycle breakdown runs the shipped defaults, then these overrides ("tuned"; empty: defaults only)
+    cycle_tuned: tuple[str, ...] = (
+        "pump.members=8",
+        "pump.max_poll_records=10000",
+        "pump.buffer_max_records=100000",
+        "batch.max_records=100000",
+    )
+    # throughput rows with the group's record locks held at these caps (Kafka's group default 2,000;
+    # a stock broker's group.share.max.partition.max.record.locks, 4,000), one run per partition count
+    lock_caps: tuple[int, ...] = (2000, 4000)
     idle_timeout_ms: int = 3000  # Sharelake until-drained: quiet this long after the last record
     drain_idle_seconds: float = 3.0  # plain drain: stop when every consumer saw nothing this long
     producer_batch_bytes: int = 16384  # the Java producer's default batch.size (sets share poll sizes)
@@ -64,9 +84,14 @@ SMOKE: dict[str, Any] = {
     "latency_seconds": 6.0,
     "latency_warmup_seconds": 2.0,
     "latency_partitions": 2,
+    "latency_window_seconds": 2.0,
     "memory_records": 0,  # the peak is taken over the throughput runs instead
     "scaling_members": (2,),
     "scaling_partitions": (2,),
+    "cycle_records": 3000,
+    "cycle_partitions": 2,
+    "cycle_tuned": (),
+    "lock_caps": (),
     "idle_timeout_ms": 2000,
     "drain_idle_seconds": 2.0,
     "run_timeout_s": 300.0,
@@ -99,12 +124,31 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--latency-warmup-seconds", type=float, help="load before the measured part (default 10)")
     p.add_argument("--latency-partitions", type=int, help=f"(default {d.latency_partitions})")
     p.add_argument(
+        "--latency-window-seconds",
+        type=float,
+        help=f"p50/p99 per window of this length over the run (default {d.latency_window_seconds:g})",
+    )
+    p.add_argument(
+        "--latency-trigger",
+        help=f"processingTime trigger of Spark's Kafka source in the latency phase (default {d.latency_trigger!r})",
+    )
+    p.add_argument(
         "--memory-records", type=int, help=f"backlog for the memory phase, 0 to skip (default {d.memory_records:,})"
     )
     p.add_argument("--memory-partitions", type=int, help=f"(default {d.memory_partitions})")
     p.add_argument("--scaling-members", type=_ints, help="pump.members values (default 1,2,4,8)")
     p.add_argument("--scaling-partitions", type=_ints, help="partition counts for the scaling table (default 1,4)")
     p.add_argument("--scaling-runs", type=int, help=f"runs per scaling cell (default {d.scaling_runs})")
+    p.add_argument(
+        "--cycle-records", type=int, help=f"the cycle breakdown's topic, 0 to skip (default {d.cycle_records:,})"
+    )
+    p.add_argument("--cycle-partitions", type=int, help=f"(default {d.cycle_partitions})")
+    p.add_argument(
+        "--cycle-tuned",
+        type=_names,
+        help="the tuned run's overrides, comma-separated section.key=value (default: 8 members, ...)",
+    )
+    p.add_argument("--lock-caps", type=_ints, help="record-lock caps for the extra throughput rows (default 2000,4000)")
     p.add_argument("--idle-timeout-ms", type=int, help="Sharelake run.idle_timeout_ms (default 3000)")
     p.add_argument("--producer-batch-bytes", type=int, help="producer batch.size (default 16384)")
     p.add_argument("--run-timeout-s", type=float, help="bound of one contender run (default 1800)")

@@ -1,17 +1,20 @@
 """The share-group bound on throughput: in-flight record locks per partition / batch cycle time.
 
-Called by `bench.run`. The broker lets at most `group.share.partition.max.record.locks` records
-of one partition be acquired and undecided at a time (2000 by default), and Sharelake holds each
-poll's locks for a whole cycle (acquire -> Delta commit -> ACCEPT), so a run cannot exceed
-locks x partitions / cycle seconds, whatever the members and batch sizes.
+Called by `bench.run`. A share group lets at most `share.partition.max.record.locks` records of
+one partition be acquired and undecided at a time; Sharelake raises that group setting at start
+to the broker's cap `group.share.max.partition.max.record.locks` (4000 on a stock broker, 10000 on
+the embedded one), and holds each poll's locks for a whole cycle (acquire -> Delta commit ->
+ACCEPT), so a run cannot exceed locks x partitions / cycle seconds, whatever the members and
+batch sizes.
 """
 
 from __future__ import annotations
 
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-DEFAULT_LOCKS = 2000
-LOCKS_KEYS = ("group.share.partition.max.record.locks", "share.partition.max.record.locks")
+DEFAULT_LOCKS = 4000  # a stock broker's group.share.max.partition.max.record.locks
+MAX_LOCKS = 10_000  # Kafka's bound on the group setting
+LOCKS_KEYS = ("group.share.max.partition.max.record.locks",)
 
 
 def max_record_locks(bootstrap: str, broker_id: str = "1") -> tuple[int, str]:
@@ -21,8 +24,9 @@ def max_record_locks(bootstrap: str, broker_id: str = "1") -> tuple[int, str]:
     entries = future.result(timeout=30)
     for key in LOCKS_KEYS:
         if key in entries and entries[key].value:
-            return int(entries[key].value), f"broker config {key}"
-    return DEFAULT_LOCKS, "Kafka's documented default (not found in the broker's config)"
+            cap = min(MAX_LOCKS, int(entries[key].value))
+            return cap, f"broker config {key} (Sharelake raises the group to it)"
+    return DEFAULT_LOCKS, "a stock broker's cap (not found in the broker's config)"
 
 
 def bound(locks: int, partitions: int, cycle_s: float) -> float:

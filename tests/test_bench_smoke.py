@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CONTENDERS = {"sharelake", "spark-kafka-source", "share-consumer-drain", "perf-tool"}
+CONTENDERS = {"sharelake", "spark-kafka-source", "share-consumer-drain", "perf-tool", "sink-ceiling"}
 LATENCY_CONTENDERS = {"sharelake", "spark-kafka-source"}
 
 
@@ -70,3 +70,8 @@ def test_bench_smoke_writes_a_report_with_every_contender(tmp_path: Path) -> Non
     for png in ("throughput.png", "latency-windows.png", "latency-cdf.png"):
         assert (charts / png).exists(), png
     assert "Latency: produce -> Delta commit" in report.read_text()
+    # the cycle breakdown: the shipped defaults' run, its steps from the progress lines and the event log
+    (cycle,) = data["cycle"]
+    assert cycle["ok"] and cycle["batches"] > 0, cycle
+    assert cycle["medians"]["sink.write"] > 0 and cycle["medians"]["jobs.append"] > 0, cycle
+    assert "Where one micro-batch goes" in report.read_text()

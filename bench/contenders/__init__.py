@@ -1,4 +1,4 @@
-"""The four contenders of the benchmark, one module each, all returning a `RunResult`.
+"""The contenders of the benchmark, one module each, all returning a `RunResult`.
 
 `bench.run` calls `CONTENDERS[name](ctx)` for every run; each module's docstring says what its
 number measures.
@@ -12,6 +12,7 @@ from bench.contenders.base import RunContext, RunResult
 from bench.contenders.perf_tool import run_perf_tool
 from bench.contenders.share_consumer_drain import run_share_consumer_drain
 from bench.contenders.sharelake import run_sharelake
+from bench.contenders.sink_ceiling import run_sink_ceiling
 from bench.contenders.spark_kafka_source import run_spark_kafka_source
 
 Contender = Callable[[RunContext], RunResult]
@@ -21,6 +22,7 @@ CONTENDERS: dict[str, Contender] = {
     "spark-kafka-source": run_spark_kafka_source,
     "share-consumer-drain": run_share_consumer_drain,
     "perf-tool": run_perf_tool,
+    "sink-ceiling": run_sink_ceiling,
 }
 
 LABELS: dict[str, str] = {
@@ -28,6 +30,7 @@ LABELS: dict[str, str] = {
     "spark-kafka-source": "(b) Spark Kafka source",
     "share-consumer-drain": "(c) plain ShareConsumer drain",
     "perf-tool": "(d) Kafka ShareConsumerPerformance",
+    "sink-ceiling": "(e) sink ceiling (Arrow -> Delta, no Kafka)",
 }
 
 __all__ = ["CONTENDERS", "LABELS", "Contender", "RunContext", "RunResult"]

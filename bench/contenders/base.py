@@ -28,6 +28,9 @@ class RunContext:
     run_dir: Path  # this run's own folder: table, checkpoint, logs
     settings: BenchSettings
     phase: str = "throughput"
+    # rows per commit for the sink ceiling (e): the run that measures Sharelake in the same round sets
+    # it; 0 = the default (bench.contenders.sink_ceiling.DEFAULT_BATCH_ROWS)
+    batch_rows: int = 0
 
     def group(self, contender: str) -> str:
         """A fresh share group per run, so every run reads the topic from its start."""

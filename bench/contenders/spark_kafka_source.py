@@ -1,11 +1,14 @@
 """Contender (b), Spark's built-in Kafka source (consumer groups, not share groups) into Delta.
 
-Called by `bench.run`. Submits `bench/spark_jobs/kafka_source_to_delta.py` through
-./spark-submit.sh (same master, Delta jars and confs as Sharelake). spark-submit.sh takes no extra
-jars (its own `--jars` holds the Delta jars, and it reads its first other argument as the job), so
-the Kafka source jars resolved into .cache/jars/bench by `make bench-setup` reach the driver JVM's
-classpath through SPARK_DIST_CLASSPATH, which Spark's launcher appends to it; in local mode that
-is the executors' classpath too.
+Called by `bench.run` (throughput phase: `run_spark_kafka_source`) and by `bench.latency` (the
+latency phase's anchor: `start_continuous`). Submits `bench/spark_jobs/kafka_source_to_delta.py`
+(Trigger.AvailableNow), or `bench/spark_jobs/kafka_source_continuous.py` (Trigger.ProcessingTime,
+until SIGTERM) for the latency phase, through ./spark-submit.sh (same master, Delta jars and confs
+as Sharelake). spark-submit.sh takes no extra jars (its own `--jars` holds the Delta jars, and it
+reads its first other argument as the job), so the Kafka source jars resolved into
+.cache/jars/bench by `make bench-setup` reach the driver JVM's classpath through
+SPARK_DIST_CLASSPATH, which Spark's launcher appends to it; in local mode that is the executors'
+classpath too.
 
 records/s = rows in the table / (time of the table's last commit - the job's `bench-started`
 line), the same window as Sharelake's: after the SparkSession is up, until the last Delta commit.
@@ -15,40 +18,107 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
 
 from app.paths import PROJECT_ROOT, jars_in
-from bench.contenders.base import RunContext, RunResult, failed, run_logged, tail
-from bench.delta_log import data_commits, read_commits, rows_in
+from bench.contenders.base import RunContext, RunResult, failed, run_logged, stop_group, tail
+from bench.delta_log import data_commits, mean_commit_interval_s, read_commits, rows_in
 from bench.settings import BENCH_JARS
 from bench.workload import SCHEMA_DDL
 
 NAME = "spark-kafka-source"
 JOB = PROJECT_ROOT / "bench" / "spark_jobs" / "kafka_source_to_delta.py"
+CONTINUOUS_JOB = PROJECT_ROOT / "bench" / "spark_jobs" / "kafka_source_continuous.py"
+READY_LINE = "bench-started: "  # printed by both jobs once the SparkSession is up
+
+
+def _submit(ctx: RunContext, job: Path, table: Path, *extra: str) -> tuple[list[str], dict[str, str]]:
+    """The spark-submit command of `job` on ctx's topic and its environment; FileNotFoundError
+    when `make bench-setup` has not resolved the Kafka source jars."""
+    classpath = os.pathsep.join(str(j) for j in jars_in(BENCH_JARS))
+    cmd = [
+        str(PROJECT_ROOT / "spark-submit.sh"), str(job),
+        "--bootstrap", ctx.bootstrap, "--topic", ctx.topic, "--table", str(table),
+        "--checkpoint", str(ctx.run_dir / "checkpoint"), "--schema", SCHEMA_DDL, *extra,
+    ]  # fmt: skip
+    dist = os.pathsep.join(p for p in (os.environ.get("SPARK_DIST_CLASSPATH"), classpath) if p)
+    return cmd, {"SPARK_DIST_CLASSPATH": dist}
+
+
+def _started(log: Path) -> float | None:
+    m = re.search(r"^bench-started: ([\d.]+)$", log.read_text(errors="replace"), re.MULTILINE)
+    return float(m.group(1)) if m else None
 
 
 def run_spark_kafka_source(ctx: RunContext) -> RunResult:
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
     table, log = ctx.run_dir / "table", ctx.run_dir / "spark-kafka-source.log"
     try:
-        classpath = os.pathsep.join(str(j) for j in jars_in(BENCH_JARS))
+        cmd, env = _submit(ctx, JOB, table)
     except FileNotFoundError:
         return failed(ctx, NAME, f"no jars in {BENCH_JARS}: run `make bench-setup`")
-    cmd = [
-        str(PROJECT_ROOT / "spark-submit.sh"), str(JOB),
-        "--bootstrap", ctx.bootstrap, "--topic", ctx.topic, "--table", str(table),
-        "--checkpoint", str(ctx.run_dir / "checkpoint"), "--schema", SCHEMA_DDL,
-    ]  # fmt: skip
-    dist = os.pathsep.join(p for p in (os.environ.get("SPARK_DIST_CLASSPATH"), classpath) if p)
-    code = run_logged(cmd, log, ctx.settings.run_timeout_s, env={"SPARK_DIST_CLASSPATH": dist})
+    code = run_logged(cmd, log, ctx.settings.run_timeout_s, env=env)
     if code != 0:
         return failed(ctx, NAME, f"{'timed out' if code == -9 else f'exit code {code}'}: {tail(log, 8)}", log)
-    m = re.search(r"^bench-started: ([\d.]+)$", log.read_text(errors="replace"), re.MULTILINE)
+    started = _started(log)
     commits = read_commits(table)
     data = data_commits(commits)
-    if m is None or not data:
+    if started is None or not data:
         return failed(ctx, NAME, f"no bench-started line or no commit: {tail(log, 8)}", log)
-    window = data[-1].timestamp_ms / 1000 - float(m.group(1))
+    window = data[-1].timestamp_ms / 1000 - started
     details = {"data_commits": float(len(data))}
     return RunResult(
         NAME, ctx.phase, ctx.partitions, ctx.members, True, rows_in(commits), window, "", table, log, details
     )
+
+
+@dataclass
+class ContinuousJob:
+    """The latency phase's running Spark job (group leader: the spark-submit JVM), its log and table."""
+
+    ctx: RunContext
+    proc: subprocess.Popen[bytes]
+    log: Path
+    table: Path
+
+    def stop(self, grace_s: float = 60.0) -> int:
+        """SIGTERM the job's process group (SIGKILL after `grace_s`); its exit code, -9 if it stays."""
+        stop_group(self.proc, grace_s)
+        code = self.proc.poll()
+        return -9 if code is None else code
+
+    def kill(self) -> None:
+        stop_group(self.proc, grace_s=10.0)
+
+    def result(self, code: int) -> RunResult:
+        """The RunResult once stopped: rows in the table / (last Delta commit - bench-started)."""
+        started = _started(self.log)
+        commits = read_commits(self.table)
+        data = data_commits(commits)
+        if started is None or not data:
+            return failed(self.ctx, NAME, f"no bench-started line or no commit: {tail(self.log, 8)}", self.log)
+        details = {
+            "data_commits": float(len(data)),
+            "mean_commit_interval_s": mean_commit_interval_s(commits) or float("nan"),
+            "exit_code_after_sigterm": float(code),
+        }
+        window = data[-1].timestamp_ms / 1000 - started
+        c = self.ctx
+        return RunResult(
+            NAME, c.phase, c.partitions, c.members, True, rows_in(commits), window, "", self.table, self.log, details
+        )
+
+
+def start_continuous(ctx: RunContext) -> ContinuousJob:
+    """Submit `kafka_source_continuous.py` on ctx's topic with the settings' processing-time trigger."""
+    ctx.run_dir.mkdir(parents=True, exist_ok=True)
+    table, log = ctx.run_dir / "table", ctx.run_dir / "spark-kafka-source.log"
+    cmd, env = _submit(ctx, CONTINUOUS_JOB, table, "--trigger", ctx.settings.latency_trigger)
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            cmd, cwd=PROJECT_ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, env={**os.environ, **env},  # its own group: a stop reaches JVM and Python
+        )  # fmt: skip
+    return ContinuousJob(ctx, proc, log, table)

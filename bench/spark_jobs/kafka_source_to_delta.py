@@ -5,7 +5,8 @@ jars on the driver classpath. It reads the topic from the earliest offsets with
 Trigger.AvailableNow (everything present at start, then stop), keeps the same columns as
 Sharelake's json table (topic, partition, offset, key, kafka_timestamp + the parsed fields), and
 appends to Delta with a checkpoint. It prints one line, `bench-started: <epoch seconds>`, taken
-after the SparkSession is up and before the query is defined.
+after the SparkSession is up and before the query is defined. `kafka_rows` is shared with the
+latency phase's continuous job (`kafka_source_continuous.py`).
 """
 
 from __future__ import annotations
@@ -13,33 +14,40 @@ from __future__ import annotations
 import argparse
 import time
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+ARGS = ("--bootstrap", "--topic", "--table", "--checkpoint", "--schema")
 
-def main() -> None:
-    p = argparse.ArgumentParser()
-    for name in ("--bootstrap", "--topic", "--table", "--checkpoint", "--schema"):
-        p.add_argument(name, required=True)
-    args = p.parse_args()
-    spark = SparkSession.builder.appName("bench-spark-kafka-source").getOrCreate()
-    spark.conf.set("spark.sql.session.timeZone", "UTC")
-    print(f"bench-started: {time.time():.3f}", flush=True)
+
+def kafka_rows(spark: SparkSession, bootstrap: str, topic: str, schema: str) -> DataFrame:
+    """The topic from its earliest offsets as Sharelake's json table lays it out."""
     records = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", args.bootstrap)
-        .option("subscribe", args.topic)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
         .option("startingOffsets", "earliest")
         .load()
     )
-    rows = records.select(
+    return records.select(
         "topic",
         "partition",
         "offset",
         "key",
         F.col("timestamp").alias("kafka_timestamp"),
-        F.from_json(F.col("value").cast("string"), args.schema).alias("v"),
+        F.from_json(F.col("value").cast("string"), schema).alias("v"),
     ).select("topic", "partition", "offset", "key", "kafka_timestamp", "v.*")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    for name in ARGS:
+        p.add_argument(name, required=True)
+    args = p.parse_args()
+    spark = SparkSession.builder.appName("bench-spark-kafka-source").getOrCreate()
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    print(f"bench-started: {time.time():.3f}", flush=True)
+    rows = kafka_rows(spark, args.bootstrap, args.topic, args.schema)
     query = (
         rows.writeStream.format("delta")
         .option("checkpointLocation", args.checkpoint)

@@ -1,0 +1,60 @@
+"""Contender (e), the sink ceiling: the workload's rows, already in Arrow in the driver, appended to
+a fresh Delta table through Sharelake's own write path and parse, with no Kafka at all.
+
+Called by `bench.run` like the other contenders (`run_sink_ceiling`). Submits
+`bench/spark_jobs/sink_ceiling.py` through ./spark-submit.sh (no extra jars) with the run's record
+and partition counts and `ctx.batch_rows` rows per commit (the Sharelake run of the same round sets
+it; 0 means DEFAULT_BATCH_ROWS). It is the limit of Spark plus Delta for this row shape on this
+machine: the report divides Sharelake's rate by it.
+
+records/s = rows in the table / (time of the table's last data commit - the job's `bench-started`
+line). The window starts once the SparkSession is up AND every row is built in Arrow (neither the
+JVM start nor the row build is in it), and ends at the last Delta commit.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from app.paths import PROJECT_ROOT
+from bench.contenders.base import RunContext, RunResult, failed, run_logged, tail
+from bench.delta_log import data_commits, read_commits, rows_in
+from bench.workload import SCHEMA_DDL
+
+NAME = "sink-ceiling"
+JOB = PROJECT_ROOT / "bench" / "spark_jobs" / "sink_ceiling.py"
+DEFAULT_BATCH_ROWS = 20_000
+
+
+def _started(log: Path) -> float | None:
+    """The job's `bench-started: <epoch seconds>` line, None if it never printed it."""
+    m = re.search(r"^bench-started: ([\d.]+)$", log.read_text(errors="replace"), re.MULTILINE)
+    return float(m.group(1)) if m else None
+
+
+def sink_ceiling_command(ctx: RunContext, table: Path, batch_rows: int) -> list[str]:
+    return [
+        str(PROJECT_ROOT / "spark-submit.sh"), str(JOB),
+        "--records", str(ctx.records), "--partitions", str(ctx.partitions),
+        "--batch-rows", str(batch_rows), "--table", str(table), "--schema", SCHEMA_DDL,
+    ]  # fmt: skip
+
+
+def run_sink_ceiling(ctx: RunContext) -> RunResult:
+    ctx.run_dir.mkdir(parents=True, exist_ok=True)
+    table, log = ctx.run_dir / "table", ctx.run_dir / "sink-ceiling.log"
+    batch_rows = ctx.batch_rows if ctx.batch_rows > 0 else DEFAULT_BATCH_ROWS
+    code = run_logged(sink_ceiling_command(ctx, table, batch_rows), log, ctx.settings.run_timeout_s)
+    if code != 0:
+        return failed(ctx, NAME, f"{'timed out' if code == -9 else f'exit code {code}'}: {tail(log, 8)}", log)
+    started = _started(log)
+    commits = read_commits(table)
+    data = data_commits(commits)
+    if started is None or not data:
+        return failed(ctx, NAME, f"no bench-started line or no commit: {tail(log, 8)}", log)
+    window = data[-1].timestamp_ms / 1000 - started
+    details = {"data_commits": float(len(data)), "batch_rows": float(batch_rows)}
+    return RunResult(
+        NAME, ctx.phase, ctx.partitions, ctx.members, True, rows_in(commits), window, "", table, log, details
+    )

@@ -1,0 +1,101 @@
+"""spark-submit job for contender (e), the sink ceiling: the workload's rows, already in Arrow in
+the driver, appended to a fresh Delta table through Sharelake's own write path, with no Kafka.
+
+Submitted by `bench.contenders.sink_ceiling` through ./spark-submit.sh (no extra jars). It builds
+the SparkSession as jobs/ingest.py does, then every row first: the topic's records exactly as the
+workload produces them (`bench.workload.record_key` / `record_value`, partition i % P, offsets 0,
+1, 2... per partition) in `app.bridge.arrow_rows.RECORD_SCHEMA`, split into batches of
+`--batch-rows`. Only then it prints `bench-started: <epoch seconds>` and writes each batch as
+`DeltaSink._write_main` writes the main table (stamp with a `_row` column, claimed offsets,
+`DeltaWriter.frame`, `PayloadReader.parse`, the BAD count observed in the write job,
+`main_rows`, `DeltaWriter.append` with the commit metadata), without the dedup caches, the driver
+checks or dead letters (the workload has no bad records: a batch that counts any fails the job).
+It prints `bench-finished: <epoch seconds>` once the writer is closed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the app and bench packages
+
+import pyarrow as pa
+from pyspark.sql import Observation
+from pyspark.sql import functions as F
+
+from app.bridge.arrow_rows import RECORD_SCHEMA, stamped
+from app.config import PayloadConfig
+from app.job_cli import start_logging
+from app.sink.commit_log import user_metadata_json
+from app.sink.dedup_table import micros
+from app.sink.delta_writer import DeltaWriter
+from app.sink.offset_ranges import BatchOffsets
+from app.sink.payload import BAD, PayloadReader, parse_schema
+from app.spark_session import build_spark
+from bench.workload import record_key, record_value
+
+TOPIC = "sink-ceiling"
+ROW = "_row"  # as app.sink.delta_sink.ROW: the row's index in the batch, carried through Spark
+
+
+def record_batches(records: int, partitions: int, batch_rows: int) -> list[pa.Table]:
+    """Records 0..records-1 as the workload topic holds them, in RECORD_SCHEMA, `batch_rows` per table."""
+    now_ms = int(time.time() * 1000)
+    out = []
+    for start in range(0, records, batch_rows):
+        ids = range(start, min(records, start + batch_rows))
+        n = len(ids)
+        columns = [
+            pa.array([TOPIC] * n, pa.string()),
+            pa.array([i % partitions for i in ids], pa.int32()),
+            pa.array([i // partitions for i in ids], pa.int64()),
+            pa.array([record_key(i) for i in ids], pa.binary()),
+            pa.array([record_value(i) for i in ids], pa.binary()),
+            pa.nulls(n, RECORD_SCHEMA.field("headers").type),
+            pa.array([now_ms] * n, pa.timestamp("ms", tz="UTC")),
+            pa.array([1] * n, pa.int32()),
+        ]
+        out.append(pa.Table.from_arrays(columns, schema=RECORD_SCHEMA))
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--records", type=int, required=True)
+    p.add_argument("--partitions", type=int, required=True)
+    p.add_argument("--batch-rows", type=int, required=True)
+    p.add_argument("--table", required=True)
+    p.add_argument("--schema", required=True, help="the workload's SCHEMA_DDL")
+    args = p.parse_args()
+    start_logging()
+    spark = build_spark("bench-sink-ceiling")
+    cfg = PayloadConfig(format="json", schema=args.schema)
+    reader = PayloadReader(cfg, parse_schema(spark, cfg))
+    writer = DeltaWriter(spark, args.table, "delta", checkpoint_every=100, stats_columns=reader.stats_columns())
+    batches = record_batches(args.records, args.partitions, args.batch_rows)
+    print(f"bench-started: {time.time():.3f}", flush=True)
+    for batch_id, records in enumerate(batches):
+        stamp = datetime.now(UTC)
+        rows = stamped(records.append_column(ROW, pa.array(range(records.num_rows), pa.int64())), batch_id, stamp)
+        claim = BatchOffsets.of_rows(rows)
+        parsed = reader.parse(writer.frame(rows))
+        observed = Observation()
+        parsed = parsed.observe(observed, F.count_if(F.col(BAD)).alias("bad"))
+        main_rows = reader.main_rows(parsed.where(~F.col(BAD)))
+        metadata = user_metadata_json(uuid.uuid4().hex, batch_id, claim, micros(stamp))
+        proof = writer.append(main_rows, metadata, batch_id, merge_schema=True)  # returns once durable
+        bad = int(observed.get["bad"]) if proof is not None else 0
+        if proof is None or bad:
+            raise SystemExit(f"batch {batch_id}: {'no commit' if proof is None else f'{bad} bad records'}")
+    writer.close()
+    print(f"bench-finished: {time.time():.3f}", flush=True)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
