@@ -30,7 +30,7 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from app.bridge.clock_stream import clock_stream
+from app.bridge.clock_stream import clock_session, clock_stream
 from app.bridge.record_buffer import RecordBuffer
 from app.config import MAX_RECORD_LOCKS, SharelakeConfig
 from app.consume.elastic import ElasticSizer
@@ -201,12 +201,13 @@ def run_ingest(
     pool.join_group()  # the members join the share group meanwhile; they acquire nothing before they poll
     query_name = f"sharelake-{cfg.kafka.group_id}"
     temp_checkpoint = None if cfg.delta.checkpoint_path else tempfile.mkdtemp(prefix="sharelake-clock-")
+    clock = clock_session(spark, local_checkpoint=temp_checkpoint is not None)
     try:
         sink.repair_pending()  # duplicates a writer that died before repairing them left behind
         warm_up_s = warm_up(spark, reader, cfg.dead_letter.max_delivery_count, job_name)  # before any lock
         try:
             query = (
-                clock_stream(spark)
+                clock_stream(clock)
                 .writeStream.foreachBatch(sink)
                 .option("checkpointLocation", cfg.delta.checkpoint_path or temp_checkpoint)
                 .queryName(query_name)
@@ -242,7 +243,7 @@ def run_ingest(
 
     listener = ProgressListener(query_name, snapshot, sink.stats.recent.get) if cfg.metrics.progress_log else None
     if listener is not None:
-        spark.streams.addListener(listener)
+        clock.streams.addListener(listener)
     stop_metrics = (
         serve_metrics(cfg.metrics.prometheus_port, cfg.metrics.prometheus_addr, snapshot)
         if cfg.metrics.prometheus_port
@@ -281,7 +282,7 @@ def run_ingest(
         query.stop()
         sink.finish()
         if listener is not None:
-            spark.streams.removeListener(listener)
+            clock.streams.removeListener(listener)
         if stop_metrics is not None:
             stop_metrics()
         if temp_checkpoint:

@@ -131,7 +131,7 @@ def event_log_jobs(event_dir: Path) -> dict[int, dict[str, float]]:
                 commands[:] = [c for c in commands if c[0] != execution]
             elif event == "SparkListenerJobStart":
                 props = e.get("Properties") or {}
-                m = re.search(r"batch = (\d+)", props.get("spark.job.description") or "")
+                m = re.search(r"batch = (-?\d+)", props.get("spark.job.description") or "")
                 of = props.get("spark.sql.execution.id")
                 commands = open_commands[root_of.get(int(of), int(of))] if of is not None else []
                 kind = commands[-1][1] if commands else "query"

@@ -129,6 +129,9 @@ def warm_up(spark: SparkSession, reader: PayloadReader, max_delivery_count: int,
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="sharelake-warm-up-"))
     tables: list[DedupTable] = []
+    sink_log = logging.getLogger(DeltaSink.__module__)
+    sink_level = sink_log.level
+    sink_log.setLevel(logging.ERROR)  # its dead-lettered sample record is not news
     try:
         with faults.suspended():
             for name, stamp, stats in (
@@ -144,7 +147,7 @@ def warm_up(spark: SparkSession, reader: PayloadReader, max_delivery_count: int,
             records: Any = [_Record(i, v) for i, v in enumerate(values)]
             commands: queue.Queue[AckCommand] = queue.Queue()
             buffer.put(PollBatch(-1, records, commands), timeout_s=1)
-            sink(spark.range(0), 0)
+            sink(spark.range(0), -1)  # batch -1: its jobs are told apart from the real batch 0
             sink.finish()
         seconds = time.monotonic() - started
         log.info("write path warmed up in %.1fs (Spark, Delta, the payload parse), before joining the group", seconds)
@@ -153,6 +156,7 @@ def warm_up(spark: SparkSession, reader: PayloadReader, max_delivery_count: int,
         log.warning("warm-up failed, the first batch will be slower: %s", str(e).splitlines()[0] if str(e) else e)
         return 0.0
     finally:
+        sink_log.setLevel(sink_level)
         for t in tables:
             t.writer.close()
         shutil.rmtree(work, ignore_errors=True)
