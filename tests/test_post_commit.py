@@ -66,11 +66,18 @@ def test_accepts_follow_the_durable_commit_and_do_not_wait_for_post_commit_work(
     topic, group = f"post-commit-{unique}", f"g-{unique}"
     broker.create_topic(topic, partitions=2)
     produced = produce_json_events(broker.bootstrap, topic, 6000)
-    # the second commit's post-commit work (as a checkpoint would) takes twice the group's 2 s record lock
-    monkeypatch.setenv(faults.ENV, "delay@delta_post_commit#2=4")
+    # the second commit's post-commit work (as a checkpoint would) takes twice the group's 3 s record lock
+    monkeypatch.setenv(faults.ENV, "delay@delta_post_commit#2=6")
     RecordingConsumer.accepted_at = {}
     cfg = ingest_config(
-        broker, topic, group, tmp_path / "t", "kafka.record_lock_duration_ms=2000", "pump.max_poll_records=1000"
+        broker,
+        topic,
+        group,
+        tmp_path / "t",
+        "kafka.record_lock_duration_ms=3000",
+        "pump.members=2",  # each batch takes both members' polls: no poll waits behind another batch
+        "pump.max_poll_records=500",
+        "batch.max_records=1000",  # several commits after the slow one
     )
     summary = run_ingest(spark, cfg, consumer_factory=RecordingConsumer)
     assert_exactly_once(spark, tmp_path / "t", produced)
@@ -110,3 +117,32 @@ def test_kill_between_the_commit_and_post_commit_work_then_restart(
     assert_exactly_once(spark, spec.table, produced)
     assert second["concurrent_duplicates"] == 0 and second["ack_errors"] == 0
     assert share_receive(broker, spec.topic, spec.group, seconds=5) == []
+
+
+def test_sharelake_checkpoints_the_table_in_the_background_and_readers_use_it(
+    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
+) -> None:
+    topic, group = f"checkpoints-{unique}", f"g-{unique}"
+    broker.create_topic(topic, partitions=2)
+    produced = produce_json_events(broker.bootstrap, topic, 4000)
+    table = tmp_path / "t"
+    cfg = ingest_config(
+        broker, topic, group, table, "delta.checkpoint_interval=2", "batch.max_records=400", "pump.max_poll_records=200"
+    )
+    summary = run_ingest(spark, cfg)
+    assert summary.delta_commits >= 6, summary
+
+    log_dir = table / "_delta_log"
+    last = json.loads((log_dir / "_last_checkpoint").read_text())
+    checkpoints = sorted(int(f.name.split(".")[0]) for f in log_dir.glob("*.checkpoint.parquet"))
+    assert checkpoints and last["version"] == checkpoints[-1] >= 2, (checkpoints, last)
+    # Delta's own in-commit checkpoint did not write them: the table's interval is 10 x Sharelake's
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{table}`").first()
+    assert detail is not None and detail["properties"]["delta.checkpointInterval"] == "20"
+    # a reader that loads the table afresh starts from the newest checkpoint and sees every row once
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(table))  # loads it
+    assert delta_log.unsafeVolatileSnapshot().logSegment().checkpointProvider().version() == checkpoints[-1]
+    assert_exactly_once(spark, table, produced)

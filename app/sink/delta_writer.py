@@ -18,9 +18,12 @@ Delta's writers. It owns:
   only one thread starts appends, so the conf still names each append's own commit). A DELETE
   waits until every save is done (`wait_idle`).
 - **checkpoints off the commit path**: every `checkpoint_every` commits a background thread writes
-  a checkpoint (`DeltaLog.checkpoint()`); the tables this writer creates get
-  `delta.checkpointInterval = 10 x checkpoint_every`, so Delta's own in-commit checkpoint is only
-  a backstop for other writers.
+  a checkpoint with Delta Kernel (`io.delta.kernel.Table.checkpoint`, shipped with delta-spark):
+  it runs in the driver without a Spark job, 0.2 s here where Spark's `DeltaLog.checkpoint()` took
+  1.1-1.3 s warm (6 s cold) and, with 2 cores, its tasks slowed the writes running meanwhile
+  (batches of 0.4 s took 1.2-2.1 s during an 8.5 s checkpoint). Spark's is the fallback when Kernel
+  refuses a table. The tables this writer creates get `delta.checkpointInterval = 10 x
+  checkpoint_every`, so Delta's own in-commit checkpoint is only a backstop for other writers.
 
 Proofs: `append` returns the `CommitProof` of its commit; nothing else mints one.
 """
@@ -200,20 +203,33 @@ class DeltaWriter:
 
     def _checkpoint(self, version: int) -> None:
         started = time.perf_counter()
+        jvm = self.session.sparkContext._jvm
+        assert jvm is not None
         try:
-            jvm = self.session.sparkContext._jvm
-            assert jvm is not None
-            self.session.sparkContext.setLocalProperty("spark.job.description", f"sharelake {self.name} checkpoint")
-            delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.session._jsparkSession, self.table_path)
-            delta_log.checkpoint()
-            log.info(
-                "%s: checkpoint at version >= %d in %.1fs (background)",
-                self.table_path,
-                version,
-                time.perf_counter() - started,
+            engine = jvm.io.delta.kernel.defaults.engine.DefaultEngine.create(
+                self.session.sparkContext._jsc.hadoopConfiguration()
             )
-        except Exception as e:  # noqa: BLE001 - a failed checkpoint is retried at the next interval
-            log.warning("%s: background checkpoint failed: %s", self.table_path, e)
+            jvm.io.delta.kernel.Table.forPath(engine, self.table_path).checkpoint(engine, version)
+            how = "Delta Kernel"
+        except Exception as kernel_error:  # noqa: BLE001 - e.g. a table feature Kernel cannot checkpoint
+            if "CheckpointAlreadyExists" in str(kernel_error):
+                return
+            try:
+                self.session.sparkContext.setLocalProperty("spark.job.description", f"sharelake {self.name} checkpoint")
+                jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
+                    self.session._jsparkSession, self.table_path
+                ).checkpoint()
+                how = f"Spark (Kernel refused: {str(kernel_error).splitlines()[0][:160]})"
+            except Exception as e:  # noqa: BLE001 - a failed checkpoint is retried at the next interval
+                log.warning("%s: background checkpoint failed: %s", self.table_path, e)
+                return
+        log.info(
+            "%s: checkpoint at version %d in %.1fs (background, %s)",
+            self.table_path,
+            version,
+            time.perf_counter() - started,
+            how,
+        )
 
     def _last_checkpoint_version(self) -> int:
         jvm = self.session.sparkContext._jvm
