@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from app.acknowledge.lifecycle import AckCommand, CommitProof, Decision, IllegalTransition, PollBatch, RecordState
+from tests.proofs import proof_for_tests
 
 
 @dataclass
@@ -35,8 +36,8 @@ def make_batch(n: int) -> tuple[PollBatch, queue.Queue[AckCommand]]:
     return PollBatch(member_id=0, records=records, commands=q), q
 
 
-PROOF = CommitProof(table="/t", version=3)
-DEAD_PROOF = CommitProof(table="/t_dead_letter", version=0)
+PROOF = proof_for_tests("/t", 3)
+DEAD_PROOF = proof_for_tests("/t_dead_letter", 0)
 
 
 def drain(q: queue.Queue[AckCommand]) -> list[AckCommand]:
@@ -66,6 +67,13 @@ def test_every_record_starts_acquired_and_is_decided_once() -> None:
         (Decision.RELEASE, (3,)),
     ]
     assert b.proofs == [PROOF, DEAD_PROOF]
+
+
+def test_invariant1_only_the_delta_writer_mints_a_proof() -> None:
+    with pytest.raises(TypeError, match="minted by the Delta writer"):
+        CommitProof("/t", 3)
+    with pytest.raises(AttributeError):
+        PROOF.version = 4  # type: ignore[misc]
 
 
 def test_invariant1_accept_requires_a_commit_proof() -> None:

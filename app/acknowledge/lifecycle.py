@@ -3,9 +3,9 @@
 States: ACQUIRED -> ACCEPTED | RELEASED | REJECTED. Any other transition raises
 `IllegalTransition`, so the three invariants are enforced here rather than promised in comments:
 
-- INVARIANT 1: `accept()` takes a `CommitProof`, which only the Delta sink mints after the Delta
-  commit holding the records (or proving they are already there) has returned; `reject()` takes
-  the proof of the dead-letter table's commit in the same way.
+- INVARIANT 1: `accept()` takes a `CommitProof`, which only the table's Delta writer mints, once
+  the commit holding the records is durable (or for records an earlier commit holds); `reject()`
+  takes the proof of the dead-letter table's commit in the same way.
 - INVARIANT 2: a member cannot poll again until every record of its poll is decided
   (`PollBatch.all_decided`); on shutdown the member RELEASEs whatever is still undecided.
 - INVARIANT 3: a decided record cannot be decided again, and only newly decided records are sent
@@ -51,18 +51,48 @@ class IllegalTransition(RuntimeError):
     """A record was decided twice, or accepted without a Delta commit behind it."""
 
 
-@dataclass(frozen=True)
 class CommitProof:
-    """Evidence that records are durably in the Delta table: minted by the sink only.
+    """Evidence that records are durably in a Delta table: minted by the table's Delta writer only.
 
-    `version` is the Delta table version that holds them; `already_present` marks records that
-    the dedup cache found in an earlier commit (then `version` is the version the cache was
-    loaded at or updated to).
+    `DeltaWriter.append` mints one for the commit it made once the commit file is written; its
+    `proof_of_presence` mints one for records the dedup cache found in an earlier commit
+    (`already_present`; `version` is then the version the cache has read up to). Constructing
+    one directly raises, so INVARIANT 1 is enforced, not a convention. Tests get proofs from a
+    real append or from `tests/proofs.py`.
     """
 
+    __slots__ = ("already_present", "table", "version")
     table: str
     version: int
-    already_present: bool = False
+    already_present: bool
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("a CommitProof is minted by the Delta writer (DeltaWriter.append / proof_of_presence)")
+
+    @classmethod
+    def _mint(cls, table: str, version: int, already_present: bool = False) -> CommitProof:
+        """For `app.sink.delta_writer` (and the test-only factory): the one way to make a proof."""
+        proof = object.__new__(cls)
+        object.__setattr__(proof, "table", table)
+        object.__setattr__(proof, "version", version)
+        object.__setattr__(proof, "already_present", already_present)
+        return proof
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("a CommitProof cannot be changed")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CommitProof) and (self.table, self.version, self.already_present) == (
+            other.table,
+            other.version,
+            other.already_present,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.table, self.version, self.already_present))
+
+    def __repr__(self) -> str:
+        return f"CommitProof({self.table!r}, version={self.version}, already_present={self.already_present})"
 
 
 @dataclass(frozen=True)

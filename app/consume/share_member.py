@@ -16,22 +16,17 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import AcknowledgeType, KafkaError, KafkaException, Message, ShareConsumer
+from confluent_kafka import KafkaError, KafkaException, Message, ShareConsumer
 
+from app.acknowledge import protocol
 from app.acknowledge.lifecycle import AckCommand, Decision, PollBatch
 from app.bridge.record_buffer import RecordBuffer
 
 log = logging.getLogger(__name__)
-
-ACK_TYPES: Mapping[Decision, AcknowledgeType] = {
-    Decision.ACCEPT: AcknowledgeType.ACCEPT,
-    Decision.RELEASE: AcknowledgeType.RELEASE,
-    Decision.REJECT: AcknowledgeType.REJECT,
-}
 
 ConsumerFactory = Callable[[dict[str, Any]], ShareConsumer]
 
@@ -198,13 +193,7 @@ class ShareMember(threading.Thread):
             raise RuntimeError(f"member {self.member_id}: command for a poll it no longer holds")
         if self._acked_in_current == 0:
             self._acks_started = time.perf_counter()
-        ack_type = ACK_TYPES[cmd.decision]
-        for i in cmd.indices:
-            try:
-                consumer.acknowledge(cmd.batch.records[i], ack_type)
-            except KafkaException as e:
-                self.stats.ack_errors += 1
-                log.warning("member %d acknowledge failed: %s", self.member_id, e)
+        self.stats.ack_errors += protocol.acknowledge(consumer, cmd, self.member_id)
         self._acked_in_current += len(cmd.indices)
         n = len(cmd.indices)
         if cmd.decision is Decision.ACCEPT:
@@ -215,15 +204,4 @@ class ShareMember(threading.Thread):
             self.stats.rejected += n
 
     def _commit(self, consumer: ShareConsumer) -> None:
-        try:
-            results = consumer.commit_sync()
-        except KafkaException as e:
-            self.stats.ack_errors += 1
-            log.warning("member %d commit failed: %s", self.member_id, e)
-            return
-        for tp, err in results.items():
-            if err is not None:
-                self.stats.ack_errors += 1
-                log.warning(
-                    "member %d: acknowledgements on %s/%s failed: %s", self.member_id, tp.topic, tp.partition, err
-                )
+        self.stats.ack_errors += protocol.commit(consumer, self.member_id)

@@ -47,6 +47,17 @@ class BatchPlan:
     def count(self, kind: int) -> int:
         return int(np.count_nonzero(self.kind == kind))
 
+    def of_kind(self, kind: int) -> npt.NDArray[np.bool_]:
+        return np.equal(self.kind, kind)
+
+    def with_copies(self, rows: Indices) -> npt.NDArray[np.bool_]:
+        """`rows` (candidates) and every in-batch copy of them, as a mask over the batch's rows."""
+        chosen = np.zeros(len(self.kind), dtype=np.bool_)
+        chosen[rows] = True
+        copies = np.flatnonzero(self.kind == COPY)
+        chosen[copies[chosen[self.first[copies]]]] = True
+        return chosen
+
 
 def plan_batch(polls: Sequence[PollBatch], main: DedupCache, dead: DedupCache) -> BatchPlan:
     rows = pa.concat_tables([p.rows for p in polls]) if polls else None

@@ -25,8 +25,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-import numpy as np
-import numpy.typing as npt
 from pyspark.sql import DataFrame
 from tenacity import Retrying, stop_after_attempt, wait_exponential_jitter
 
@@ -35,7 +33,7 @@ from app.acknowledge.lifecycle import CommitProof
 from app.sink.commit_log import SharelakeCommit, repair_metadata_json, user_metadata_json
 from app.sink.dedup_cache import DedupCache, Repair
 from app.sink.delta_writer import DeltaWriter
-from app.sink.offset_ranges import BatchOffsets, OffsetRanges, Offsets, PartitionKey
+from app.sink.offset_ranges import BatchOffsets, OffsetRanges, PartitionKey
 
 log = logging.getLogger(__name__)
 
@@ -77,15 +75,9 @@ class DedupTable:
         self.stats = TableStats()
         self._own_repairs: set[int] = set()  # versions of our commits whose duplicates are not deleted yet
 
-    def contains(self, topic: str, partition: int, offset: int) -> bool:
-        return self.cache.contains(topic, partition, offset)
-
-    def contains_many(self, key: PartitionKey, offsets: Offsets) -> npt.NDArray[np.bool_]:
-        return self.cache.contains_many(key, offsets)
-
     def proof_of_presence(self) -> CommitProof:
         """For records the cache already holds: the table version the cache has read up to."""
-        return CommitProof(self.table_path, self.cache.version, already_present=True)
+        return self.writer.proof_of_presence(self.cache.version)
 
     def append(
         self, rows: DataFrame, claim: BatchOffsets, batch_id: int, stamp: datetime, merge_schema: bool = False

@@ -44,11 +44,12 @@ from pyspark.sql import functions as F
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from app import faults
-from app.acknowledge.lifecycle import CommitProof, PollBatch
+from app.acknowledge.decisions import decide
+from app.acknowledge.lifecycle import CommitProof, Decision, PollBatch
 from app.bridge.arrow_rows import stamped
 from app.bridge.record_buffer import RecordBuffer
 from app.config import BatchConfig
-from app.sink.batch_plan import CANDIDATE, COPY, PARKED, PRESENT, BatchPlan, Indices, plan_batch
+from app.sink.batch_plan import COPY, PARKED, PRESENT, BatchPlan, Indices, plan_batch
 from app.sink.dead_letter import dead_letter_rows
 from app.sink.dedup_table import DedupTable
 from app.sink.offset_ranges import BatchOffsets, partition_groups
@@ -213,17 +214,18 @@ class DeltaSink:
         self.stats.in_batch_duplicates += plan.count(COPY)
         candidates = plan.candidates
         written = self._write_main(plan, candidates, batch_id) if candidates.size else _Written()
+        rows = (plan.polls, plan.poll_of, plan.index_in_poll)
         with _timed(self.stats, "decide"):
-            accept = plan.kind == PRESENT
-            self._send(plan, accept, self.main.proof_of_presence(), ACCEPT) if accept.any() else None
-            self._send_for(plan, candidates[written.accepted], written.proof, ACCEPT)
-            self._send_for(plan, candidates[written.unsure], None, RELEASE)
+            if plan.count(PRESENT):
+                decide(*rows, plan.of_kind(PRESENT), Decision.ACCEPT, self.main.proof_of_presence())
+            decide(*rows, plan.with_copies(candidates[written.accepted]), Decision.ACCEPT, written.proof)
+            decide(*rows, plan.with_copies(candidates[written.unsure]), Decision.RELEASE)
         dead_proof = self._write_dead_letters(plan, candidates, written.bad, batch_id) if written.bad else None
         with _timed(self.stats, "decide"):
-            parked = plan.kind == PARKED
-            self._send(plan, parked, self.dead.proof_of_presence(), REJECT) if parked.any() else None
+            if plan.count(PARKED):
+                decide(*rows, plan.of_kind(PARKED), Decision.REJECT, self.dead.proof_of_presence())
             bad_rows = candidates[np.fromiter(sorted(written.bad), dtype=np.intp, count=len(written.bad))]
-            self._send_for(plan, bad_rows, dead_proof, REJECT)
+            decide(*rows, plan.with_copies(bad_rows), Decision.REJECT, dead_proof)
             self._account_locks(polls)
         if faults.active("after_accept"):
             for p in polls:
@@ -269,13 +271,13 @@ class DeltaSink:
             unreadable = self._diagnose(frame) if counted or unsure_commit else {}
         bad |= unreadable
         written = claim
-        if unreadable:
+        if appended is None:
+            written = BatchOffsets()  # no commit: nothing was written
+        elif unreadable:
             written = claim.difference(BatchOffsets.of_rows(rows.take(pa.array(sorted(unreadable), pa.int64()))))
             if len(unreadable) != counted:  # the two jobs disagree: ask the table what the commit holds
                 log.error("the write counted %d unreadable records, the diagnosis %d", counted, len(unreadable))
-                written = self.main.written_offsets(appended) if appended is not None else BatchOffsets()
-        if appended is None:
-            written = BatchOffsets()
+                written = self.main.written_offsets(appended)
         with _timed(self.stats, "fold"):
             proof = self.main.settle(appended, written) if appended is not None else None
         held = _held(rows, written)
@@ -319,37 +321,6 @@ class DeltaSink:
         log.warning("dead-lettered %d records: %s", len(order), ", ".join(f"{c}={n}" for c, n in classes.items()))
         return proof
 
-    # -- decisions -------------------------------------------------------------------------------------
-
-    def _send_for(self, plan: BatchPlan, rows: Indices, proof: CommitProof | None, decision: str) -> None:
-        """Decide `rows` (plan rows, all candidates) and every in-batch copy of them."""
-        if not rows.size:
-            return
-        chosen = np.zeros(len(plan.kind), dtype=np.bool_)
-        chosen[rows] = True
-        copies = np.flatnonzero(plan.kind == COPY)
-        chosen[copies[chosen[plan.first[copies]]]] = True
-        self._send(plan, chosen, proof, decision)
-
-    @staticmethod
-    def _send(plan: BatchPlan, chosen: npt.NDArray[np.bool_], proof: CommitProof | None, decision: str) -> None:
-        """One command per poll for the chosen rows."""
-        rows = np.flatnonzero(chosen)
-        if not rows.size:
-            return
-        polls = plan.poll_of[rows]
-        for chunk in np.split(rows, np.flatnonzero(np.diff(polls)) + 1):
-            poll = plan.polls[int(plan.poll_of[chunk[0]])]
-            indices = plan.index_in_poll[chunk]
-            if decision == RELEASE:
-                poll.release(indices)
-            elif proof is None:
-                raise RuntimeError(f"{decision} without a commit proof")
-            elif decision == ACCEPT:
-                poll.accept(proof, indices)
-            else:
-                poll.reject(proof, indices)
-
     def _remember_first_seen(self, polls: list[PollBatch], drained_at: datetime) -> None:
         """Records of a failed attempt come back later; the dead-letter row says when we first saw them."""
         for p in polls:
@@ -376,9 +347,6 @@ class DeltaSink:
             )
 
 
-ACCEPT, REJECT, RELEASE = "ACCEPT", "REJECT", "RELEASE"
-
-
 def _held(rows: pa.Table, written: BatchOffsets) -> npt.NDArray[np.bool_]:
     """Which of `rows` (topic, partition, offset) the offsets `written` hold."""
     out = np.zeros(rows.num_rows, dtype=np.bool_)
@@ -386,6 +354,3 @@ def _held(rows: pa.Table, written: BatchOffsets) -> npt.NDArray[np.bool_]:
         if key in written:
             out[at] = written[key].contains_many(offsets)
     return out
-
-
-__all__ = ["CANDIDATE", "PHASES", "DeltaSink", "SinkStats"]

@@ -25,7 +25,8 @@ Delta's writers. It owns:
   refuses a table. The tables this writer creates get `delta.checkpointInterval = 10 x
   checkpoint_every`, so Delta's own in-commit checkpoint is only a backstop for other writers.
 
-Proofs: `append` returns the `CommitProof` of its commit; nothing else mints one.
+Proofs: `append` returns the `CommitProof` of its commit and `proof_of_presence` one for records
+an earlier commit holds; nothing else mints one (`CommitProof` cannot be constructed directly).
 """
 
 from __future__ import annotations
@@ -143,7 +144,11 @@ class DeltaWriter:
                     return None
                 break
         faults.hit(f"after_{self.name}_commit")
-        return CommitProof(self.table_path, version)
+        return CommitProof._mint(self.table_path, version)
+
+    def proof_of_presence(self, version: int) -> CommitProof:
+        """For records an earlier commit holds: the table version the dedup cache has read up to."""
+        return CommitProof._mint(self.table_path, version, already_present=True)
 
     def _save(self, writer: Any, description: str) -> None:
         self.session.sparkContext.setLocalProperty("spark.job.description", description)
