@@ -1,14 +1,17 @@
 """Progress and metrics: one log line per micro-batch, and the same counters for Prometheus.
 
-Wired by `app.pipeline`. The counters live where the work happens (members, sink, buffer); this
-module only reads them:
+Wired by `app.pipeline`. The counters are kept where the work happens (members, sink, tables) and
+declared once with `app.counters`; this module reads them through a function that returns their
+owners (`Owners`), and `app.counters.collect` / `catalogue`:
 
 - `ProgressListener`, a Spark `StreamingQueryListener`: Spark calls it in the driver after each
   micro-batch has been committed to the streaming checkpoint. It logs what changed since the last
-  batch. It is for observing only: acknowledgements never depend on it (the sink decides records
-  inside foreachBatch, right after the Delta commit).
+  batch, with that batch's step times. It is for observing only: acknowledgements never depend on
+  it (the sink decides records inside foreachBatch, right after the Delta commit).
 - `serve_metrics`: an optional Prometheus endpoint (prometheus_client) whose collector reads the
-  same snapshot at every scrape, so a scrape is never stale and never double counts.
+  owners at every scrape, so a scrape is never stale and never double counts. Every declared
+  counter is `sharelake_<name>_total`, every gauge `sharelake_<name>`, a counter of seconds per
+  sink step one labelled family.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -24,51 +26,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from pyspark.sql.streaming import StreamingQueryListener
 
-from app.sink.delta_sink import PHASES  # Snapshot.<phase>_s
+from app.counters import catalogue, collect
+
+Owners = Callable[[], list[Any]]  # the stats objects of the run's members, sink, tables and pool
 
 log = logging.getLogger("sharelake.progress")
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """Counters since the run started, and gauges now."""
-
-    records_in: int  # records the sink drained into micro-batches
-    polled: int
-    accepted: int
-    released: int
-    rejected: int
-    expired_locks: int  # acknowledgements the broker refused (the record lock had expired)
-    dedup_hits: int
-    dead_lettered: int
-    delta_commits: int
-    rows_written: int
-    late_accepts: int
-    members_active: int
-    buffer_records: int
-    buffer_capacity: int
-    # seconds the sink spent per step (app.sink.delta_sink.PHASES), summed since the start
-    phase_s: dict[str, float] = field(default_factory=dict)
-
-
-COUNTERS = {
-    "records_in": "records drained from the buffer into micro-batches",
-    "polled": "records polled from the share group",
-    "accepted": "records ACCEPTed",
-    "released": "records RELEASEd (failed writes, stops)",
-    "rejected": "records REJECTed (after landing in the dead-letter table)",
-    "expired_locks": "acknowledgements refused by the broker (record lock expired)",
-    "dedup_hits": "redelivered records already in the table, ACCEPTed without a write",
-    "dead_lettered": "records written to the dead-letter table",
-    "delta_commits": "Delta commits to the main table",
-    "rows_written": "rows written to the main table",
-    "late_accepts": "records ACCEPTed after their lock duration",
-}
-GAUGES = {
-    "members_active": "share-group members polling",
-    "buffer_records": "records waiting in the buffer",
-    "buffer_capacity": "the buffer's bound (pump.buffer_max_records)",
-}
 
 
 # Spark's own steps of a micro-batch (StreamingQueryProgress.durationMs) besides foreachBatch
@@ -80,13 +42,13 @@ class ProgressListener(StreamingQueryListener):  # type: ignore[misc]
     def __init__(
         self,
         query_name: str,
-        snapshot: Callable[[], Snapshot],
-        cycle: Callable[[int], dict[str, float] | None] = lambda batch_id: None,
+        owners: Owners,
+        batch_report: Callable[[int], tuple[int, dict[str, float]] | None] = lambda batch_id: None,
     ):
         self.query_name = query_name
-        self._snapshot = snapshot
-        self._cycle = cycle  # the sink's seconds per step of a batch id
-        self._last = snapshot()
+        self._owners = owners
+        self._batch_report = batch_report  # the sink's (records drained, seconds per step) of a batch id
+        self._last = collect(owners())
 
     def onQueryStarted(self, event: Any) -> None:
         pass
@@ -95,32 +57,33 @@ class ProgressListener(StreamingQueryListener):  # type: ignore[misc]
         progress = event.progress
         if progress.name != self.query_name:
             return
-        now = self._snapshot()
-        d = {k: v - getattr(self._last, k) for k, v in asdict(now).items() if k != "phase_s"}
+        now = collect(self._owners())
+        d = {k: v - self._last.get(k, 0) for k, v in now.items() if not isinstance(v, dict)}
         self._last = now
-        if not d["records_in"] and not d["accepted"] and not d["released"] and not d["rejected"]:
-            return  # an empty tick of the trigger clock
+        report = self._batch_report(progress.batchId)
+        records_in, steps = report if report is not None else (d["records_in"], {})
+        if not records_in and not d["accepted"] and not d["released"] and not d["rejected"]:
+            return  # an empty tick of the trigger clock (nothing drained, nothing decided since the last line)
         durations = dict(progress.durationMs or {})
         duration = durations.get("triggerExecution", 0)
-        fill = 100 * now.buffer_records / max(1, now.buffer_capacity)
-        steps = self._cycle(progress.batchId) or {}
+        fill = 100 * now["buffer_records"] / max(1, now["buffer_capacity"])
         sink_ms = " ".join(f"{k}={1000 * v:.0f}" for k, v in steps.items())
         spark_ms = " ".join(f"{k}={durations.get(k, 0)}" for k in SPARK_STEPS)
         log.info(
             "batch %d: in=%d accepted=%d released=%d rejected=%d dedup_hits=%d expired_locks=%d "
             "duration_ms=%d members=%d buffer=%d (%.0f%%) total_accepted=%d | sink_ms %s | spark_ms %s",
             progress.batchId,
-            d["records_in"],
+            records_in,
             d["accepted"],
             d["released"],
             d["rejected"],
             d["dedup_hits"],
-            d["expired_locks"],
+            d["ack_errors"],
             duration,
-            now.members_active,
-            now.buffer_records,
+            now["members_active"],
+            now["buffer_records"],
             fill,
-            now.accepted,
+            now["accepted"],
             sink_ms,
             spark_ms,
         )
@@ -132,29 +95,31 @@ class ProgressListener(StreamingQueryListener):  # type: ignore[misc]
         pass
 
 
-class _SnapshotCollector(Collector):
-    def __init__(self, snapshot: Callable[[], Snapshot]):
-        self._snapshot = snapshot
+class _CountersCollector(Collector):
+    def __init__(self, owners: Owners):
+        self._owners = owners
 
     def collect(self) -> Iterator[Metric]:
-        s = self._snapshot()
-        for name, doc in COUNTERS.items():
-            yield CounterMetricFamily(f"sharelake_{name}", doc, value=getattr(s, name))
-        for name, doc in GAUGES.items():
-            yield GaugeMetricFamily(f"sharelake_{name}", doc, value=getattr(s, name))
-        phases = CounterMetricFamily(
-            "sharelake_sink_phase_seconds", "seconds the sink spent per step of its micro-batches", labels=["phase"]
-        )
-        for phase in PHASES:
-            phases.add_metric([phase], s.phase_s.get(phase, 0.0))
-        yield phases
+        for d in catalogue(self._owners()).values():
+            if d.prometheus is None:
+                continue
+            name = f"sharelake_{d.prometheus}"
+            if isinstance(d.value, dict):  # seconds per sink step: one labelled family
+                family = CounterMetricFamily(name, d.doc, labels=["phase"])
+                for label, value in d.value.items():
+                    family.add_metric([label], value)
+                yield family
+            elif d.kind == "counter":
+                yield CounterMetricFamily(name, d.doc, value=d.value)
+            else:
+                yield GaugeMetricFamily(name, d.doc, value=d.value)
         yield GaugeMetricFamily("sharelake_scrape_timestamp_seconds", "when this scrape was taken", value=time.time())
 
 
-def serve_metrics(port: int, addr: str, snapshot: Callable[[], Snapshot]) -> Callable[[], None]:
-    """Serve the snapshot on http://addr:port/metrics; returns the function that stops the server."""
+def serve_metrics(port: int, addr: str, owners: Owners) -> Callable[[], None]:
+    """Serve the counters on http://addr:port/metrics; returns the function that stops the server."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_SnapshotCollector(snapshot))
+    registry.register(_CountersCollector(owners))
     server, thread = start_http_server(port, addr=addr, registry=registry)
     log.info("Prometheus metrics on http://%s:%d/metrics", addr, port)
 

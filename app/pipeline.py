@@ -21,8 +21,8 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from importlib.metadata import version
+from typing import Any
 
 import confluent_kafka
 from confluent_kafka import AcknowledgeType, ShareConsumer
@@ -37,7 +37,8 @@ from app.consume.elastic import ElasticSizer
 from app.consume.group_settings import BROKER_LOCK_CAP, GROUP_LOCKS
 from app.consume.member_pool import MemberPool
 from app.consume.share_member import ConsumerFactory
-from app.metrics import ProgressListener, Snapshot, serve_metrics
+from app.counters import collect
+from app.metrics import ProgressListener, serve_metrics
 from app.preflight import KafkaFacts, check_dead_letter_cap, check_kafka, check_not_spark_connect, check_table_path
 from app.sink.commit_log import DeltaCommitLog
 from app.sink.dead_letter import STAMP_COLUMN as DEAD_LETTER_STAMP
@@ -58,39 +59,33 @@ RENEW_SUPPORTED = hasattr(AcknowledgeType, "RENEW")
 DEFAULT_LOCK_MS = 30_000  # the broker's group.share.record.lock.duration.ms default
 
 
-@dataclass
 class RunSummary:
-    polls: int  # polls that brought records
-    polled: int
-    accepted: int
-    released: int
-    rejected: int
-    ack_errors: int
-    delta_commits: int
-    rows_written: int
-    dedup_hits: int
-    in_batch_duplicates: int
-    concurrent_duplicates: int
-    duplicates_repaired: int
-    dead_lettered: int
-    dead_letter_hits: int
-    late_accepts: int
-    failed_attempts: int
-    last_version: int
-    max_cycle_s: float
-    mean_cycle_s: float
-    acks_s: float  # the members' acknowledge + commit_sync time, summed over polls
-    start_s: float  # from the start to the members' start: checks, cache, warm-up, the clock's first batch
-    first_record_s: float  # from the start to the first poll with records (the group join ends there)
-    ingest_s: float  # from the first poll with records to the last commit of the main table
-    seconds: float
-    # where the sink's time went, summed over the run (app.sink.delta_sink.PHASES): `<phase>_s` in the line
-    phase_s: dict[str, float]
+    """The run's counters (every owner's, declared in `app.counters`) and how long its parts took.
+
+    Read as attributes (`summary.accepted`, `summary.phase_s["write"]`); `line()` is the job's
+    `run ended:` line.
+    """
+
+    def __init__(self, counters: dict[str, Any], timings: dict[str, float]):
+        self._values = {**counters, **timings}
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __repr__(self) -> str:
+        return f"RunSummary({self.line()})"
 
     def line(self) -> str:
-        fields = {k: v for k, v in asdict(self).items() if k != "phase_s"}
-        fields |= {f"{phase}_s": spent for phase, spent in self.phase_s.items()}
-        return " ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in fields.items())
+        flat: dict[str, Any] = {}
+        for name, value in self._values.items():
+            if isinstance(value, dict):  # seconds per sink step: `<step>_s`
+                flat |= {f"{step}_s": spent for step, spent in value.items()}
+            else:
+                flat[name] = value
+        return " ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in flat.items())
 
 
 def lock_note(cfg: SharelakeConfig, facts: KafkaFacts) -> str:
@@ -184,10 +179,11 @@ def run_ingest(
             DeltaWriter(spark, path, name, cfg.delta.checkpoint_interval, stats),
             DedupCache(DeltaCommitLog(spark, path, stamp), cfg.delta.dedup_lookback_commits),
             stamp,
+            prefix,
         )
-        for path, stamp, name, stats in (
-            (cfg.delta.table_path, "ingested_at", "delta", reader.stats_columns()),
-            (cfg.dead_letter_path, DEAD_LETTER_STAMP, "dead_letter", DEAD_LETTER_STATS),
+        for path, stamp, name, stats, prefix in (
+            (cfg.delta.table_path, "ingested_at", "delta", reader.stats_columns(), ""),
+            (cfg.dead_letter_path, DEAD_LETTER_STAMP, "dead_letter", DEAD_LETTER_STATS, "dead_letter_"),
         )
     )
     main.cache.load()
@@ -196,7 +192,15 @@ def run_ingest(
     pool = MemberPool(cfg.kafka, cfg.pump, buffer, consumer_factory)
     job_name = f"{cfg.run.app_name}/{cfg.kafka.group_id}@{socket.gethostname()}:{os.getpid()}"
     sink = DeltaSink(
-        buffer, main, dead, cfg.batch, reader, cfg.dead_letter.max_delivery_count, lock_ms / 1000, job_name
+        buffer,
+        main,
+        dead,
+        cfg.batch,
+        reader,
+        cfg.dead_letter.max_delivery_count,
+        lock_ms / 1000,
+        job_name,
+        on_fatal=pool.stop_polling,
     )
     pool.join_group()  # the members join the share group meanwhile; they acquire nothing before they poll
     query_name = f"sharelake-{cfg.kafka.group_id}"
@@ -221,31 +225,14 @@ def run_ingest(
             shutil.rmtree(temp_checkpoint, ignore_errors=True)
         raise
 
-    def snapshot() -> Snapshot:
-        t = pool.totals()
-        return Snapshot(
-            records_in=sink.stats.records_in,
-            polled=t.records,
-            accepted=t.accepted,
-            released=t.released,
-            rejected=t.rejected,
-            expired_locks=t.ack_errors,
-            dedup_hits=sink.stats.dedup_hits,
-            dead_lettered=sink.stats.dead_lettered,
-            delta_commits=main.stats.commits,
-            rows_written=main.stats.rows,
-            late_accepts=sink.stats.late_accepts,
-            members_active=pool.size,
-            buffer_records=buffer.records,
-            buffer_capacity=buffer.max_records,
-            phase_s=dict(sink.stats.phase_s),
-        )
+    def owners() -> list[Any]:  # every counter of the run: app.counters collects them
+        return [*pool.member_stats(), sink.stats, main.stats, dead.stats, pool.gauges()]
 
-    listener = ProgressListener(query_name, snapshot, sink.stats.recent.get) if cfg.metrics.progress_log else None
+    listener = ProgressListener(query_name, owners, sink.stats.batch_report) if cfg.metrics.progress_log else None
     if listener is not None:
         clock.streams.addListener(listener)
     stop_metrics = (
-        serve_metrics(cfg.metrics.prometheus_port, cfg.metrics.prometheus_addr, snapshot)
+        serve_metrics(cfg.metrics.prometheus_port, cfg.metrics.prometheus_addr, owners)
         if cfg.metrics.prometheus_port
         else None
     )
@@ -288,32 +275,16 @@ def run_ingest(
         if temp_checkpoint:
             shutil.rmtree(temp_checkpoint, ignore_errors=True)
     t, st = pool.totals(), sink.stats
+    first = t.first_record_at or members_at
     summary = RunSummary(
-        polls=t.polls,
-        polled=t.records,
-        accepted=t.accepted,
-        released=t.released,
-        rejected=t.rejected,
-        ack_errors=t.ack_errors,
-        delta_commits=main.stats.commits,
-        rows_written=main.stats.rows,
-        dedup_hits=st.dedup_hits,
-        in_batch_duplicates=st.in_batch_duplicates,
-        concurrent_duplicates=main.stats.concurrent_duplicates + dead.stats.concurrent_duplicates,
-        duplicates_repaired=main.stats.duplicates_repaired + dead.stats.duplicates_repaired,
-        dead_lettered=st.dead_lettered,
-        dead_letter_hits=st.dead_letter_hits,
-        late_accepts=st.late_accepts,
-        failed_attempts=st.failed_attempts,
-        last_version=main.stats.last_version,
-        max_cycle_s=st.max_cycle_s,
-        mean_cycle_s=st.cycle_s_sum / max(1, st.cycles),
-        acks_s=t.acks_s,
-        start_s=members_at - started,
-        first_record_s=(t.first_record_at or members_at) - started,
-        ingest_s=max(0.0, (main.stats.last_commit_at or members_at) - (t.first_record_at or members_at)),
-        seconds=time.monotonic() - started,
-        phase_s=dict(st.phase_s),
+        collect([*pool.member_stats(), st, main.stats, dead.stats]),
+        {
+            "mean_cycle_s": st.cycle_s_sum / max(1, st.cycles),
+            "start_s": members_at - started,  # checks, caches, the warm-up, the clock's first batch
+            "first_record_s": first - started,  # the group join ends there
+            "ingest_s": max(0.0, (main.stats.last_commit_at or members_at) - first),  # first record -> last commit
+            "seconds": time.monotonic() - started,
+        },
     )
     if error is not None:
         raise error

@@ -18,10 +18,12 @@ def share_receive(
     seconds: float,
     expect: int | None = None,
     earliest: bool = False,
+    delivery_counts: dict[tuple[int, int], int] | None = None,
 ) -> list[tuple[int, int]]:
     """What a fresh share consumer in `group` receives within `seconds` (ACCEPTing it all).
 
-    Stops early once `expect` records arrived. Returns (partition, offset) pairs.
+    Stops early once `expect` records arrived. Returns (partition, offset) pairs; each record's
+    delivery count goes into `delivery_counts` when given.
     """
     if earliest:
         apply_group_settings(broker.admin(), group, {"share.auto.offset.reset": "earliest"})
@@ -36,6 +38,8 @@ def share_receive(
             for m in consumer.poll(0.5):
                 if m.error() is None:
                     got.append((int(m.partition() or 0), int(m.offset() or 0)))
+                    if delivery_counts is not None:
+                        delivery_counts[got[-1]] = int(m.delivery_count() or 0)
                     consumer.acknowledge(m)
             consumer.commit_sync()
     finally:

@@ -71,8 +71,12 @@ def test_a_table_that_cannot_be_written_fails_the_job_and_accepts_nothing(
         run_ingest(spark, ingest_config(broker, topic, group, tmp_path / "t", "batch.write_attempts=2"))
     monkeypatch.delenv("SHARELAKE_FAULTS")
     # nothing was ACCEPTed: the same group still delivers every record
-    again = share_receive(broker, topic, group, seconds=30, expect=500)
+    counts: dict[tuple[int, int], int] = {}
+    again = share_receive(broker, topic, group, seconds=30, expect=500, delivery_counts=counts)
     assert sorted(again) == sorted((p.partition, p.offset) for p in produced)
+    # ... and the failing job cost each record one delivery per write attempt, none more: the members
+    # stopped polling before the last attempt's records were RELEASEd (else they took them again)
+    assert set(counts.values()) == {3}, sorted(set(counts.values()))
 
 
 def test_broker_restart_mid_run(spark: SparkSession, tmp_path: Path, unique: str) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import ShareConsumer
@@ -24,8 +25,20 @@ from confluent_kafka import ShareConsumer
 from app.bridge.record_buffer import RecordBuffer
 from app.config import KafkaConfig, PumpConfig
 from app.consume.share_member import ConsumerFactory, MemberStats, ShareMember
+from app.counters import gauge, summed
 
 log = logging.getLogger(__name__)
+
+IDLE_CLOSE_S = 5.0  # how long a stop waits for the members without records to close (leave the group)
+
+
+@dataclass
+class PoolGauges:
+    """The pool's and buffer's state now (see app.counters)."""
+
+    members_active: int = gauge("share-group members polling")
+    buffer_records: int = gauge("records waiting in the buffer")
+    buffer_capacity: int = gauge("the buffer's bound (pump.buffer_max_records)")
 
 
 def consumer_config(kafka: KafkaConfig, pump: PumpConfig, member_id: int) -> dict[str, Any]:
@@ -114,21 +127,20 @@ class MemberPool:
     def failures(self) -> list[BaseException]:
         return [m.failure for m in self._all() if m.failure is not None]
 
+    def member_stats(self) -> list[MemberStats]:
+        """Every member's counters, retired members' included (app.counters sums them)."""
+        return [m.stats for m in self._all()]
+
     def totals(self) -> MemberStats:
-        t = MemberStats()
-        for m in self._all():
-            s = m.stats
-            t.polls += s.polls
-            t.records += s.records
-            t.accepted += s.accepted
-            t.released += s.released
-            t.rejected += s.rejected
-            t.ack_errors += s.ack_errors
-            t.poll_errors += s.poll_errors
-            t.acks_s += s.acks_s
-            if s.first_record_at is not None:
-                t.first_record_at = min(s.first_record_at, t.first_record_at or s.first_record_at)
-        return t
+        """The members' counters summed, and the earliest first record."""
+        stats = self.member_stats()
+        total = summed(stats, MemberStats())
+        firsts = [s.first_record_at for s in stats if s.first_record_at is not None]
+        total.first_record_at = min(firsts) if firsts else None
+        return total
+
+    def gauges(self) -> PoolGauges:
+        return PoolGauges(self.size, self.buffer.records, self.buffer.max_records)
 
     def busy_members(self) -> int:
         """Active members holding a poll (so not idle): what more members would add to."""
@@ -154,6 +166,21 @@ class MemberPool:
     def in_flight(self) -> bool:
         return any(m.holds_records for m in self._all()) or self.buffer.records > 0
 
+    def stop_polling(self) -> None:
+        """No member polls again; the members that hold no records close now: the job is about to stop.
+
+        Returns once those have closed (bounded): an idle member's poll leaves its fetch waiting at
+        the broker after poll() returns, and records RELEASEd meanwhile would be acquired by that
+        fetch for a consumer that never polls again, costing them a delivery attempt when it
+        closes. The members holding records finish deciding them (the sink, or `stop`) and close.
+        """
+        members = self._all()
+        for m in members:
+            m.stop_polling()
+        deadline = time.monotonic() + self._pump.poll_timeout_ms / 1000 + IDLE_CLOSE_S
+        while any(m.is_alive() and not m.holds_records for m in members) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
     def stop(self, timeout_s: float) -> None:
         """Graceful stop within `timeout_s`: stop polling, wait for decisions, release the rest.
 
@@ -162,8 +189,7 @@ class MemberPool:
         are decided by the sink. Past the bound, members RELEASE whatever is still undecided.
         """
         members = self._all()
-        for m in members:
-            m.stop_polling()
+        self.stop_polling()  # the idle members close before any buffered poll is RELEASEd
         deadline = time.monotonic() + timeout_s
         while any(m.is_alive() for m in members) and time.monotonic() < deadline:
             for batch in self.buffer.take_all():

@@ -25,6 +25,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, ShareConsumer
 from app.acknowledge import protocol
 from app.acknowledge.lifecycle import AckCommand, Decision, PollBatch
 from app.bridge.record_buffer import RecordBuffer
+from app.counters import counter
 
 log = logging.getLogger(__name__)
 
@@ -33,16 +34,18 @@ ConsumerFactory = Callable[[dict[str, Any]], ShareConsumer]
 
 @dataclass
 class MemberStats:
-    """Counters one member keeps (written by its thread only, read by anyone)."""
+    """Counters one member keeps (written by its thread only, read by anyone; see app.counters)."""
 
-    polls: int = 0  # polls that brought records
-    records: int = 0
-    accepted: int = 0
-    released: int = 0
-    rejected: int = 0
-    ack_errors: int = 0  # acknowledgements the broker refused (e.g. the record lock had expired)
-    poll_errors: int = 0
-    acks_s: float = 0.0  # seconds from a poll's first acknowledgement to its commit_sync returning, summed
+    polls: int = counter("polls that brought records")
+    records: int = counter("records polled from the share group", name="polled")
+    accepted: int = counter("records ACCEPTed")
+    released: int = counter("records RELEASEd (failed writes, stops)")
+    rejected: int = counter("records REJECTed (after landing in the dead-letter table)")
+    ack_errors: int = counter(
+        "acknowledgements the broker refused (the record lock had expired)", prometheus="expired_locks"
+    )
+    poll_errors: int = counter("polls that failed (retried with backoff)")
+    acks_s: float = counter("seconds from a poll's first acknowledgement to its commit_sync returning", default=0.0)
     first_record_at: float | None = None  # time.monotonic() of the first poll that brought records
     # time.monotonic() since which every poll of this member came back empty; None while it has
     # records (a member waiting for decisions is not idle: it cannot poll)

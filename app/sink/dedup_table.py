@@ -30,6 +30,7 @@ from tenacity import Retrying, stop_after_attempt, wait_exponential_jitter
 
 from app import faults
 from app.acknowledge.lifecycle import CommitProof
+from app.counters import counter, gauge
 from app.sink.commit_log import SharelakeCommit, repair_metadata_json, user_metadata_json
 from app.sink.dedup_cache import DedupCache, Repair
 from app.sink.delta_writer import DeltaWriter
@@ -58,21 +59,24 @@ class Appended:
 
 @dataclass
 class TableStats:
-    commits: int = 0
-    rows: int = 0
-    concurrent_duplicates: int = 0  # offsets another writer committed while we wrote the same
-    duplicates_repaired: int = 0  # duplicate rows deleted again (ours and, at start, dead writers')
-    last_version: int = -1
+    """What one table's writer counts (see app.counters); `prefix` names the table's role."""
+
+    prefix: str = ""  # "" for the main table, "dead_letter_" for the dead-letter table
+    commits: int = counter("Delta commits of Sharelake's appends", name="{prefix}delta_commits")
+    rows: int = counter("rows written", name="{prefix}rows_written")
+    concurrent_duplicates: int = counter("offsets another writer committed while we wrote the same")
+    duplicates_repaired: int = counter("duplicate rows deleted again (ours and, at start, dead writers')")
+    last_version: int = gauge("the table version of our last commit", name="{prefix}last_version", default=-1)
     last_commit_at: float | None = None  # time.monotonic() when our last commit was durable
 
 
 class DedupTable:
-    def __init__(self, writer: DeltaWriter, cache: DedupCache, stamp_column: str):
+    def __init__(self, writer: DeltaWriter, cache: DedupCache, stamp_column: str, prefix: str = ""):
         self.writer = writer
         self.table_path = writer.table_path
         self.cache = cache
         self.stamp_column = stamp_column
-        self.stats = TableStats()
+        self.stats = TableStats(prefix=prefix)
         self._own_repairs: set[int] = set()  # versions of our commits whose duplicates are not deleted yet
 
     def proof_of_presence(self) -> CommitProof:

@@ -31,7 +31,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -49,6 +49,7 @@ from app.acknowledge.lifecycle import CommitProof, Decision, PollBatch
 from app.bridge.arrow_rows import stamped
 from app.bridge.record_buffer import RecordBuffer
 from app.config import BatchConfig
+from app.counters import counter, gauge
 from app.sink.batch_plan import COPY, PARKED, PRESENT, BatchPlan, Indices, plan_batch
 from app.sink.dead_letter import dead_letter_rows
 from app.sink.dedup_table import DedupTable
@@ -79,29 +80,44 @@ RECENT_CYCLES = 256  # per-batch step times kept for the progress line (by Spark
 
 @dataclass
 class SinkStats:
-    dedup_hits: int = 0  # records already in the table: ACCEPTed without a write
-    in_batch_duplicates: int = 0  # second copies inside one micro-batch: decided like the first
-    dead_lettered: int = 0  # records written to the dead-letter table (and REJECTed)
-    dead_letter_hits: int = 0  # records already in the dead-letter table: REJECTed without a write
-    error_classes: Counter[str] = field(default_factory=Counter)
-    late_accepts: int = 0  # ACCEPTed after the record lock duration: the ACCEPT likely failed
-    failed_attempts: int = 0
-    empty_batches: int = 0
-    max_cycle_s: float = 0.0  # longest acquire -> decision time of any poll
-    last_cycle_s: float = 0.0  # the same, for the last micro-batch with records
-    cycle_s_sum: float = 0.0  # of last_cycle_s over the micro-batches with records ...
-    cycles: int = 0  # ... and how many (mean_cycle_s = cycle_s_sum / cycles)
-    records_in: int = 0  # records drained into micro-batches (attempts that failed included)
+    """What the sink counts (see app.counters)."""
+
+    records_in: int = counter("records drained from the buffer into micro-batches (failed attempts included)")
+    dedup_hits: int = counter("redelivered records already in the table: ACCEPTed without a write")
+    in_batch_duplicates: int = counter("second copies inside one micro-batch: decided like the first")
+    dead_lettered: int = counter("records written to the dead-letter table (and REJECTed)")
+    dead_letter_hits: int = counter("records already in the dead-letter table: REJECTed without a write")
+    late_accepts: int = counter("records ACCEPTed after their lock duration: the ACCEPT likely failed")
+    failed_attempts: int = counter("micro-batch attempts that failed and RELEASEd their records")
+    empty_batches: int = counter("micro-batches that found no poll in the buffer")
+    max_cycle_s: float = gauge("longest acquire -> decision time of any poll (seconds)", default=0.0)
+    last_cycle_s: float = gauge("the same, for the last micro-batch with records (seconds)", default=0.0)
+    cycle_s_sum: float = counter("of last_cycle_s over the micro-batches with records (seconds)", default=0.0)
+    cycles: int = counter("micro-batches with records")
     # seconds spent per step of an attempt, summed (see PHASES): where a batch cycle goes
-    phase_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
-    # the same per Spark batch id, for the recent batches (the progress line reads them)
+    phase_s: dict[str, float] = counter(
+        "seconds the sink spent per step of its micro-batches",
+        prometheus="sink_phase_seconds",
+        default=lambda: dict.fromkeys(PHASES, 0.0),
+    )
+    error_classes: Counter[str] = field(default_factory=Counter)
+    # the same per Spark batch id, for the recent batches (the progress line reads them), with the
+    # records each drained (the line's `in`: exact, where a counter's delta read later is not)
     recent: dict[int, dict[str, float]] = field(default_factory=dict)
+    recent_in: dict[int, int] = field(default_factory=dict)
     cycle: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))  # the running one
 
     def start_cycle(self, batch_id: int) -> None:
         self.cycle = self.recent.setdefault(batch_id, dict.fromkeys(PHASES, 0.0))
+        self.recent_in.setdefault(batch_id, 0)
         while len(self.recent) > RECENT_CYCLES:
+            self.recent_in.pop(next(iter(self.recent)), None)
             del self.recent[next(iter(self.recent))]
+
+    def batch_report(self, batch_id: int) -> tuple[int, dict[str, float]] | None:
+        """(records drained, seconds per step) of a recent Spark batch id, for the progress line."""
+        steps = self.recent.get(batch_id)
+        return None if steps is None else (self.recent_in.get(batch_id, 0), steps)
 
 
 @contextmanager
@@ -136,6 +152,7 @@ class DeltaSink:
         max_delivery_count: int,
         lock_duration_s: float,
         job_name: str,
+        on_fatal: Callable[[], None] = lambda: None,
     ):
         self.buffer = buffer
         self.main = main
@@ -146,6 +163,7 @@ class DeltaSink:
         self.lock_duration_s = lock_duration_s
         self.job_name = job_name
         self.stats = SinkStats()
+        self._on_fatal = on_fatal  # the attempts are exhausted: the members must stop acquiring records
         self._closed = threading.Event()
         self._first_seen: dict[RecordKey, datetime] = {}
 
@@ -178,9 +196,9 @@ class DeltaSink:
         )
         for attempt in retrying:
             with attempt:
-                self._attempt(batch_id)
+                self._attempt(batch_id, last=attempt.retry_state.attempt_number >= self.batch.write_attempts)
 
-    def _attempt(self, batch_id: int) -> None:
+    def _attempt(self, batch_id: int, last: bool = False) -> None:
         if self._closed.is_set():
             return
         self.stats.start_cycle(batch_id)
@@ -194,11 +212,15 @@ class DeltaSink:
             self.stats.empty_batches += 1
             return
         drained_at = datetime.now(UTC)
-        self.stats.records_in += sum(len(p) for p in polls)
+        drained = sum(len(p) for p in polls)
+        self.stats.records_in += drained
+        self.stats.recent_in[batch_id] = self.stats.recent_in.get(batch_id, 0) + drained
         try:
             self._run(polls, batch_id)
         except BaseException:
             self.stats.failed_attempts += 1
+            if last:  # the job fails now: stop the members first, or they poll the released records
+                self._on_fatal()  # again at once, and each such poll costs the records a delivery attempt
             for p in polls:
                 p.release_undecided()
             self._remember_first_seen(polls, drained_at)

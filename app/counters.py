@@ -1,0 +1,97 @@
+"""What a run counts, declared once: each counter's name, meaning and kind, next to where it is kept.
+
+Counters are kept where the work happens, by their owners: each share member (`MemberStats`,
+written by its own thread), the Delta sink (`SinkStats`) and each Delta table (`TableStats`). Every
+field that is a counter or gauge is declared with `counter()` or `gauge()` from here, with its doc.
+`collect()` reads every declared field of the owners into one flat dict (a name kept by several
+owners is summed: the members' counts, both tables' duplicates), and the three places that show
+counters read that dict only: the progress line and the Prometheus endpoint (`app.metrics`) and
+the run summary (`app.pipeline.RunSummary`). A counter added to an owner shows in all three.
+
+Names: a field's name, or `name=` (with `{prefix}` for the table's role: "" for the main table,
+"dead_letter_" for the dead-letter table). `prometheus=` renames it there (kept for dashboards),
+`prometheus=None` leaves it out. A dict-valued counter (seconds per sink step) is one labelled
+Prometheus metric and one `<key>_s` entry per key in the summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, TypeVar
+
+Kind = Literal["counter", "gauge"]
+T = TypeVar("T")
+
+
+def counter(doc: str, *, name: str | None = None, prometheus: str | bool | None = True, default: Any = 0) -> Any:
+    """A field that only grows during a run."""
+    return _declared("counter", doc, name, prometheus, default)
+
+
+def gauge(doc: str, *, name: str | None = None, prometheus: str | bool | None = True, default: Any = 0) -> Any:
+    """A field that is a current or extreme value (a version, the longest cycle)."""
+    return _declared("gauge", doc, name, prometheus, default)
+
+
+def _declared(kind: Kind, doc: str, name: str | None, prometheus: str | bool | None, default: Any) -> Any:
+    meta = {"kind": kind, "doc": doc, "name": name, "prometheus": prometheus}
+    if callable(default):
+        return field(default_factory=default, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class Declared:
+    """One declared counter of one owner, with its current value."""
+
+    name: str  # in the run summary and the progress line
+    kind: Kind
+    doc: str
+    prometheus: str | None  # its Prometheus name (without sharelake_ and _total), None: not exported
+    value: Any  # a number, or a dict of numbers (a labelled counter)
+
+
+def declared(owner: Any) -> Iterator[Declared]:
+    """Every declared counter and gauge of one owner (a stats dataclass), in declaration order."""
+    prefix = getattr(owner, "prefix", "")
+    for f in fields(owner):
+        meta = f.metadata
+        if "kind" not in meta:
+            continue
+        name = (meta["name"] or f.name).format(prefix=prefix)
+        prom = meta["prometheus"]
+        exported = None if prom is None or prom is False else name if prom is True else str(prom).format(prefix=prefix)
+        yield Declared(name, meta["kind"], meta["doc"], exported, getattr(owner, f.name))
+
+
+def collect(owners: Iterable[Any]) -> dict[str, Any]:
+    """One flat dict of every owner's declared counters; a name several owners keep is summed."""
+    out: dict[str, Any] = {}
+    for owner in owners:
+        for d in declared(owner):
+            if isinstance(d.value, dict):
+                merged = out.setdefault(d.name, {})
+                for k, v in d.value.items():
+                    merged[k] = merged.get(k, 0) + v
+            else:
+                out[d.name] = out.get(d.name, 0) + d.value
+    return out
+
+
+def catalogue(owners: Iterable[Any]) -> dict[str, Declared]:
+    """name -> its declaration (values summed as in `collect`): for the Prometheus endpoint."""
+    values = collect(owners)
+    out: dict[str, Declared] = {}
+    for owner in owners:
+        for d in declared(owner):
+            out.setdefault(d.name, Declared(d.name, d.kind, d.doc, d.prometheus, values[d.name]))
+    return out
+
+
+def summed(owners: list[T], empty: T) -> T:
+    """`empty` (a fresh owner) with each declared counter set to its sum over `owners`."""
+    for f in fields(empty):  # type: ignore[arg-type]
+        if f.metadata.get("kind") == "counter" and not isinstance(getattr(empty, f.name), dict):
+            setattr(empty, f.name, sum(getattr(o, f.name) for o in owners))
+    return empty
