@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -86,12 +87,7 @@ def latency_windows_chart(series: dict[str, list[Window]], window_s: float, titl
     _latency_axis(ax, seen)
     ax.set_xlabel(f"seconds since the first measured record was produced ({window_s:g} s windows, by produce time)")
     ax.set_ylabel("produce -> Delta commit (s)")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, title, path)
 
 
 def latency_cdf_chart(samples: dict[str, np.ndarray], title: str, path: Path) -> Path:
@@ -116,12 +112,7 @@ def latency_cdf_chart(samples: dict[str, np.ndarray], title: str, path: Path) ->
     ax.set_ylabel("share of measured rows")
     ax.set_ylim(0, 1.01)
     ax.grid(alpha=0.3, which="both")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, title, path)
 
 
 def scaling_chart(cells: dict[tuple[int, int], Spread], path: Path) -> Path:
@@ -136,6 +127,16 @@ def scaling_chart(cells: dict[tuple[int, int], Spread], path: Path) -> Path:
     ax.set_title("Sharelake: members scaling")
     ax.legend()
     ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _save(fig: Any, ax: Any, title: str, path: Path) -> Path:
+    """Title, legend, layout; write the PNG and free the figure."""
+    ax.set_title(title)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

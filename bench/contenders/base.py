@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from bench.delta_log import data_commits, read_commits, rows_in
 from bench.settings import BenchSettings
 
 
@@ -104,3 +105,28 @@ def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+def started_at(log: Path) -> float | None:
+    """A bench spark job's `bench-started: <epoch seconds>` line (printed once its SparkSession is up)."""
+    m = re.search(r"^bench-started: ([\d.]+)$", log.read_text(errors="replace"), re.MULTILINE)
+    return float(m.group(1)) if m else None
+
+
+def delta_job_result(
+    ctx: RunContext, name: str, code: int, log: Path, table: Path, details: dict[str, float] | None = None
+) -> RunResult:
+    """The RunResult of a finished bench spark job that appended to `table`: rows in the table /
+    (its last data commit - its bench-started line)."""
+    if code != 0:
+        return failed(ctx, name, f"{'timed out' if code == -9 else f'exit code {code}'}: {tail(log, 8)}", log)
+    started = started_at(log)
+    commits = read_commits(table)
+    data = data_commits(commits)
+    if started is None or not data:
+        return failed(ctx, name, f"no bench-started line or no commit: {tail(log, 8)}", log)
+    window = data[-1].timestamp_ms / 1000 - started
+    details = {"data_commits": float(len(data)), **(details or {})}
+    return RunResult(
+        name, ctx.phase, ctx.partitions, ctx.members, True, rows_in(commits), window, "", table, log, details
+    )

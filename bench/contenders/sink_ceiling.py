@@ -14,23 +14,15 @@ JVM start nor the row build is in it), and ends at the last Delta commit.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from app.paths import PROJECT_ROOT
-from bench.contenders.base import RunContext, RunResult, failed, run_logged, tail
-from bench.delta_log import data_commits, read_commits, rows_in
+from bench.contenders.base import RunContext, RunResult, delta_job_result, run_logged
 from bench.workload import SCHEMA_DDL
 
 NAME = "sink-ceiling"
 JOB = PROJECT_ROOT / "bench" / "spark_jobs" / "sink_ceiling.py"
 DEFAULT_BATCH_ROWS = 20_000
-
-
-def _started(log: Path) -> float | None:
-    """The job's `bench-started: <epoch seconds>` line, None if it never printed it."""
-    m = re.search(r"^bench-started: ([\d.]+)$", log.read_text(errors="replace"), re.MULTILINE)
-    return float(m.group(1)) if m else None
 
 
 def sink_ceiling_command(ctx: RunContext, table: Path, batch_rows: int) -> list[str]:
@@ -46,15 +38,4 @@ def run_sink_ceiling(ctx: RunContext) -> RunResult:
     table, log = ctx.run_dir / "table", ctx.run_dir / "sink-ceiling.log"
     batch_rows = ctx.batch_rows if ctx.batch_rows > 0 else DEFAULT_BATCH_ROWS
     code = run_logged(sink_ceiling_command(ctx, table, batch_rows), log, ctx.settings.run_timeout_s)
-    if code != 0:
-        return failed(ctx, NAME, f"{'timed out' if code == -9 else f'exit code {code}'}: {tail(log, 8)}", log)
-    started = _started(log)
-    commits = read_commits(table)
-    data = data_commits(commits)
-    if started is None or not data:
-        return failed(ctx, NAME, f"no bench-started line or no commit: {tail(log, 8)}", log)
-    window = data[-1].timestamp_ms / 1000 - started
-    details = {"data_commits": float(len(data)), "batch_rows": float(batch_rows)}
-    return RunResult(
-        NAME, ctx.phase, ctx.partitions, ctx.members, True, rows_in(commits), window, "", table, log, details
-    )
+    return delta_job_result(ctx, NAME, code, log, table, {"batch_rows": float(batch_rows)})

@@ -17,13 +17,21 @@ line), the same window as Sharelake's: after the SparkSession is up, until the l
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from app.paths import PROJECT_ROOT, jars_in
-from bench.contenders.base import RunContext, RunResult, failed, run_logged, stop_group, tail
+from bench.contenders.base import (
+    RunContext,
+    RunResult,
+    delta_job_result,
+    failed,
+    run_logged,
+    started_at,
+    stop_group,
+    tail,
+)
 from bench.delta_log import data_commits, mean_commit_interval_s, read_commits, rows_in
 from bench.settings import BENCH_JARS
 from bench.workload import SCHEMA_DDL
@@ -47,11 +55,6 @@ def _submit(ctx: RunContext, job: Path, table: Path, *extra: str) -> tuple[list[
     return cmd, {"SPARK_DIST_CLASSPATH": dist}
 
 
-def _started(log: Path) -> float | None:
-    m = re.search(r"^bench-started: ([\d.]+)$", log.read_text(errors="replace"), re.MULTILINE)
-    return float(m.group(1)) if m else None
-
-
 def run_spark_kafka_source(ctx: RunContext) -> RunResult:
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
     table, log = ctx.run_dir / "table", ctx.run_dir / "spark-kafka-source.log"
@@ -60,18 +63,7 @@ def run_spark_kafka_source(ctx: RunContext) -> RunResult:
     except FileNotFoundError:
         return failed(ctx, NAME, f"no jars in {BENCH_JARS}: run `make bench-setup`")
     code = run_logged(cmd, log, ctx.settings.run_timeout_s, env=env)
-    if code != 0:
-        return failed(ctx, NAME, f"{'timed out' if code == -9 else f'exit code {code}'}: {tail(log, 8)}", log)
-    started = _started(log)
-    commits = read_commits(table)
-    data = data_commits(commits)
-    if started is None or not data:
-        return failed(ctx, NAME, f"no bench-started line or no commit: {tail(log, 8)}", log)
-    window = data[-1].timestamp_ms / 1000 - started
-    details = {"data_commits": float(len(data))}
-    return RunResult(
-        NAME, ctx.phase, ctx.partitions, ctx.members, True, rows_in(commits), window, "", table, log, details
-    )
+    return delta_job_result(ctx, NAME, code, log, table)
 
 
 @dataclass
@@ -94,7 +86,7 @@ class ContinuousJob:
 
     def result(self, code: int) -> RunResult:
         """The RunResult once stopped: rows in the table / (last Delta commit - bench-started)."""
-        started = _started(self.log)
+        started = started_at(self.log)
         commits = read_commits(self.table)
         data = data_commits(commits)
         if started is None or not data:
