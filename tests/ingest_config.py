@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from app.config import SharelakeConfig, load_config
-from app.embedded.kafka_broker import EmbeddedKafka
+from app.embedded.kafka_broker import KafkaBrokers
 
 
 def ingest_config(
-    broker: EmbeddedKafka, topic: str, group: str, table: Path, *extra: str, idle_ms: int = 6000
+    broker: KafkaBrokers, topic: str, group: str, table: Path, *extra: str, idle_ms: int = 6000
 ) -> SharelakeConfig:
     return load_config(
         None,

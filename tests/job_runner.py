@@ -12,14 +12,14 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.embedded.kafka_broker import EmbeddedKafka
+from app.embedded.kafka_broker import KafkaBrokers
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass
 class JobSpec:
-    broker: EmbeddedKafka
+    broker: KafkaBrokers
     topic: str
     group: str
     table: Path

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from chispa import assert_df_equality
+from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
@@ -21,11 +22,21 @@ KEY_COLUMNS = StructType(
 )
 
 
-def assert_exactly_once(spark: SparkSession, table: Path, produced: list[Produced]) -> None:
-    """The table holds exactly the produced records (topic, partition, offset, key, value), each once."""
-    actual = spark.read.format("delta").load(str(table)).select("topic", "partition", "offset", "key", "value")
+def assert_exactly_once(spark: SparkSession, table: Path, produced: list[Produced], where: str | None = None) -> None:
+    """The table holds exactly the produced records (topic, partition, offset, key, value), each once.
+
+    `where` keeps only some rows (e.g. one topic's, when another writer appends to the table too).
+    """
+    df = spark.read.format("delta").load(str(table))
+    actual = (df.where(where) if where else df).select("topic", "partition", "offset", "key", "value")
     expected = spark.createDataFrame([(p.topic, p.partition, p.offset, p.key, p.value) for p in produced], KEY_COLUMNS)
     total, distinct = actual.count(), actual.select("topic", "partition", "offset").distinct().count()
     assert total == distinct, f"{total - distinct} duplicate rows"
     assert total == len(produced), f"{len(produced) - total} records missing" if total < len(produced) else "extra rows"
     assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def dead_letter_rows(spark: SparkSession, table: Path) -> int:
+    """Rows in the dead-letter table next to `table` (0 when nothing ever created it)."""
+    path = str(table.parent / f"{table.name}_dead_letter")
+    return int(spark.read.format("delta").load(path).count()) if DeltaTable.isDeltaTable(spark, path) else 0

@@ -60,7 +60,10 @@ def standalone_cluster(tmp_path: Path) -> Iterator[tuple[str, Path]]:
          "--webui-port", str(free_port())],
         stdout=logs[0], stderr=subprocess.STDOUT, env=env,
     )  # fmt: skip
-    time.sleep(3)
+    deadline = time.monotonic() + 60
+    while "I have been elected leader" not in (tmp_path / "master.log").read_text(errors="replace"):
+        assert time.monotonic() < deadline and master.poll() is None, (tmp_path / "master.log").read_text()[-2000:]
+        time.sleep(0.2)
     worker = subprocess.Popen(
         [str(SPARK_CLASS), "org.apache.spark.deploy.worker.Worker", master_url, "--host", "127.0.0.1",
          "--cores", "1", "--memory", "2g", "--work-dir", str(work), "--webui-port", str(free_port())],

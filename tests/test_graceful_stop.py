@@ -28,9 +28,8 @@ def test_sigterm_drains_then_exits_and_loses_nothing(
     produced = produce_json_events(broker.bootstrap, spec.topic, 30_000)
     job = start_job(spec, "run.mode=continuous", f"run.stop_timeout_s={STOP_BOUND_S}", log=tmp_path / "run1.log")
     deadline = time.monotonic() + 120
-    while not (spec.table / "_delta_log").exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    time.sleep(1)
+    while len(list(spec.table.glob("_delta_log/*.json"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)  # mid-stream: the job has committed a batch and is writing the next
 
     # what YARN/Kubernetes do (SIGTERM to the container's main process) or a terminal's kill of the group
     sent = time.monotonic()

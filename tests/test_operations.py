@@ -3,7 +3,9 @@
 Real broker, real Delta. The elastic-members test measures the longest gap in consumption (the
 pool's polled count sampled every 50 ms) while the pool goes 1 -> 4 -> 1 members mid-stream, and
 the same for a classic consumer group on the same broker scaling 1 -> 4; the figures are written to
-`.cache/measurements/elastic_members.json` (for the closing note), not asserted on.
+`.cache/measurements/elastic_members.json` (for the closing note), not asserted on. The elastic
+sizer itself is tested through its own decisions on a measured load: it grows under a steady
+producer and shrinks once the topic goes quiet.
 """
 
 from __future__ import annotations
@@ -152,6 +154,49 @@ def test_elastic_members_grow_and_shrink_mid_stream_without_a_pause(
             "classic_group": classic,
         },
     )
+
+
+def test_the_elastic_sizer_grows_under_load_and_shrinks_when_the_topic_goes_quiet(
+    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The sizer's own decisions (`ElasticSizer.tick` on the measured buffer fill and busy members),
+    not the test's: ~1,000 records/s keep one member busy, so it grows; once the producer stops,
+    the members go idle, so it shrinks."""
+    topic, group = f"sizer-{unique}", f"g-{unique}"
+    broker.create_topic(topic, partitions=4)
+    produced: list[Produced] = []
+    stopped_at: list[float] = []
+
+    def produce_for(seconds: float) -> None:
+        end, i = time.monotonic() + seconds, 0
+        while time.monotonic() < end:
+            produced.extend(produce_json_events(broker.bootstrap, topic, 250, start=i))
+            i += 250
+            time.sleep(0.25)
+        stopped_at.append(time.monotonic())
+
+    threads: list[threading.Thread] = []
+
+    def start_producing(pool: MemberPool) -> None:  # once the members poll, as a live topic would be
+        threads.append(threading.Thread(target=produce_for, args=(25.0,)))
+        threads[0].start()
+
+    caplog.set_level(logging.INFO, logger="app.consume.elastic")
+    cfg = ingest_config(
+        broker, topic, group, tmp_path / "t", "pump.members=1", "pump.max_members=3", "pump.max_poll_records=200",
+        idle_ms=15_000,
+    )  # fmt: skip
+    summary = run_ingest(spark, cfg, on_pool_started=start_producing)
+    threads[0].join()
+
+    decisions = [(r.created, r.getMessage()) for r in caplog.records if r.name == "app.consume.elastic"]
+    steps = [(t, int(a), int(b), m) for t, m in decisions for a, b in re.findall(r"members: (\d+) -> (\d+)", m)]
+    assert steps and steps[0][1:3] == (1, 2) and "members busy" in steps[0][3], decisions
+    quiet = stopped_at[0] - time.monotonic() + time.time()  # the producer's stop, on the log records' clock
+    shrinks = [s for s in steps if s[2] < s[1]]
+    assert any(t > quiet - 1 and "idle" in m for t, _, _, m in shrinks), decisions  # shrank once quiet
+    assert_exactly_once(spark, tmp_path / "t", produced)
+    assert summary.released == 0 and summary.ack_errors == 0
 
 
 def classic_group_rebalance_gap(broker: EmbeddedKafka, unique: str) -> dict[str, float]:

@@ -24,7 +24,7 @@ from app.embedded.sample_data import produce_json_events
 from app.pipeline import run_ingest
 from tests.ingest_config import ingest_config
 from tests.job_runner import JobSpec, drain_job, run_summary
-from tests.kafka_helpers import share_receive
+from tests.kafka_helpers import nothing_left
 from tests.table_checks import assert_exactly_once
 
 
@@ -116,7 +116,7 @@ def test_kill_between_the_commit_and_post_commit_work_then_restart(
     second = run_summary(tmp_path / "run2.log")
     assert_exactly_once(spark, spec.table, produced)
     assert second["concurrent_duplicates"] == 0 and second["ack_errors"] == 0
-    assert share_receive(broker, spec.topic, spec.group, seconds=5) == []
+    assert nothing_left(broker, spec.topic, spec.group)
 
 
 def test_sharelake_checkpoints_the_table_in_the_background_and_readers_use_it(

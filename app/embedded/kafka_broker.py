@@ -1,10 +1,11 @@
-"""An embedded single-node Apache Kafka broker (KRaft, share groups on) for the demo, tests and bench.
+"""An embedded Apache Kafka node (KRaft, combined broker+controller, share groups on).
 
-Called by `jobs/demo.py`, the pytest session fixture and `bench/`. It runs the Kafka jars that
-`make jars` resolved from Maven Central (no Docker, no download at run time): it formats KRaft
-storage once (combined broker+controller, `--standalone`), starts `kafka.Kafka` on free loopback
-ports, waits until the broker answers, and stops only the process it started. The ports are kept
-in the data dir so a restart on the same data finds its own controller quorum again.
+Called by `jobs/demo.py`, the pytest session fixture and `bench/`, alone as a single-node broker,
+and by `app.embedded.kafka_cluster` as one node of a replicated cluster. It runs the Kafka jars
+that `make jars` resolved from Maven Central (no Docker, no download at run time): it formats KRaft
+storage once (`--standalone` alone, the cluster's static voters in a cluster), starts `kafka.Kafka`
+on loopback ports, waits until the broker answers, and stops (or kills) only the process it
+started. The ports are kept in the data dir so a restart on the same data finds its quorum again.
 """
 
 from __future__ import annotations
@@ -20,21 +21,18 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Protocol
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from app.embedded.security import Security
 from app.paths import KAFKA_JARS, jars_in
 
-# Settings that make a one-node cluster safe and quick; shortest lock allowed so tests can use
-# short record locks on their groups.
-SINGLE_NODE_SETTINGS: dict[str, str] = {
-    "offsets.topic.replication.factor": "1",
+# Settings every embedded node runs with, alone or in a cluster: quick group joins and the shortest
+# lock allowed, so tests can use short record locks on their groups.
+COMMON_SETTINGS: dict[str, str] = {
     "offsets.topic.num.partitions": "3",
-    "transaction.state.log.replication.factor": "1",
-    "transaction.state.log.min.isr": "1",
-    "share.coordinator.state.topic.replication.factor": "1",
-    "share.coordinator.state.topic.min.isr": "1",
     "share.coordinator.state.topic.num.partitions": "3",
     "group.initial.rebalance.delay.ms": "0",
     "group.share.min.record.lock.duration.ms": "1000",
@@ -52,6 +50,48 @@ SINGLE_NODE_SETTINGS: dict[str, str] = {
     "num.partitions": "1",
     "log.flush.interval.messages": "9223372036854775807",
 }
+
+# A single node can only keep one copy of each internal topic.
+SINGLE_NODE_SETTINGS: dict[str, str] = {
+    "offsets.topic.replication.factor": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+}
+
+
+class KafkaBrokers(Protocol):
+    """What clients and tests need of a running Kafka, one node or a cluster."""
+
+    @property
+    def bootstrap(self) -> str: ...
+
+    @property
+    def client_settings(self) -> dict[str, str | int | float | bool]: ...
+
+    def admin(self) -> AdminClient: ...
+
+    def create_topic(self, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> None: ...
+
+    def tail_logs(self, lines: int = 40) -> str: ...
+
+
+@dataclass(frozen=True)
+class Quorum:
+    """The static KRaft quorum a node of a cluster belongs to: its cluster id and every node's ports.
+
+    `ports` maps node id -> (broker port, controller port); every node is a voter.
+    """
+
+    cluster_id: str
+    ports: dict[int, tuple[int, int]]
+    settings: dict[str, str]
+
+    @property
+    def voters(self) -> str:
+        return ",".join(f"{n}@127.0.0.1:{c}" for n, (_, c) in sorted(self.ports.items()))
+
 
 LOG4J2 = """\
 status = warn
@@ -88,17 +128,27 @@ def cluster_id() -> str:
             return candidate
 
 
+def create_topic(admin: AdminClient, name: str, partitions: int, replicas: int, config: dict[str, str] | None) -> None:
+    """Create one topic and wait for it (`admin` is held here: the futures fail if it is collected)."""
+    topic = NewTopic(name, num_partitions=partitions, replication_factor=replicas, config=config or {})
+    admin.create_topics([topic], operation_timeout=30)[name].result(timeout=60)
+
+
 @dataclass
 class EmbeddedKafka:
     """One broker+controller JVM on loopback, owning `data_dir`.
 
     Use as a context manager, or call `start()` / `stop()`. `bootstrap` is the address clients use.
+    Alone (`quorum` None) it is a single-node cluster; with a `quorum` it is node `node_id` of it.
     """
 
     data_dir: Path
     extra_settings: dict[str, str] = field(default_factory=dict)
     heap: str = "768m"
     start_timeout_s: float = 90.0
+    node_id: int = 1
+    quorum: Quorum | None = None
+    security: Security | None = None  # a SASL_SSL listener with ACLs instead of PLAINTEXT
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     port: int = field(default=0, init=False)
     controller_port: int = field(default=0, init=False)
@@ -106,6 +156,14 @@ class EmbeddedKafka:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def replication_factor(self) -> int:
+        return 1
+
+    @property
+    def listener(self) -> str:
+        return "SASL_SSL" if self.security else "PLAINTEXT"
 
     @property
     def log_file(self) -> Path:
@@ -118,8 +176,14 @@ class EmbeddedKafka:
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def start(self) -> EmbeddedKafka:
+        self.launch()
+        self.wait_ready()
+        return self
+
+    def launch(self) -> None:
+        """Format the storage once and start the JVM, without waiting (a cluster starts all first)."""
         if self._proc is not None and self._proc.poll() is None:
-            return self
+            return
         self.data_dir.mkdir(parents=True, exist_ok=True)
         (self.data_dir / "logs").mkdir(exist_ok=True)
         self._choose_ports()
@@ -127,8 +191,6 @@ class EmbeddedKafka:
         if not (self.data_dir / "kraft" / "meta.properties").exists():
             self._format(props)
         self._launch(props)
-        self._wait_ready()
-        return self
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop the broker this object started (SIGTERM, then SIGKILL after `timeout_s`)."""
@@ -142,6 +204,13 @@ class EmbeddedKafka:
             proc.kill()
             proc.wait(timeout=10)
 
+    def kill(self) -> None:
+        """SIGKILL the JVM, as a crashed machine would leave it: no clean shutdown, no handover."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+
     def is_running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
@@ -153,16 +222,16 @@ class EmbeddedKafka:
 
     # -- client helpers ----------------------------------------------------------------------------
 
+    @property
+    def client_settings(self) -> dict[str, str | int | float | bool]:
+        """librdkafka settings of a client that may do anything here (the admin user, when secured)."""
+        return {"bootstrap.servers": self.bootstrap, **(self.security.client() if self.security else {})}
+
     def admin(self) -> AdminClient:
-        return AdminClient({"bootstrap.servers": self.bootstrap})
+        return AdminClient(dict(self.client_settings))
 
     def create_topic(self, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
-        admin = self.admin()  # keep a reference: the futures fail if the client is collected
-        futures = admin.create_topics(
-            [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})],
-            operation_timeout=30,
-        )
-        futures[name].result(timeout=60)
+        create_topic(self.admin(), name, partitions, self.replication_factor, config)
 
     def tail_logs(self, lines: int = 60) -> str:
         """The last lines of the broker's logs, for a failing test or a failed start to show."""
@@ -176,6 +245,9 @@ class EmbeddedKafka:
     # -- internals ---------------------------------------------------------------------------------
 
     def _choose_ports(self) -> None:
+        if self.quorum is not None:
+            self.port, self.controller_port = self.quorum.ports[self.node_id]
+            return
         saved = self.data_dir / "ports.json"
         if saved.exists():
             ports = json.loads(saved.read_text())
@@ -185,17 +257,23 @@ class EmbeddedKafka:
         saved.write_text(json.dumps({"broker": self.port, "controller": self.controller_port}))
 
     def _write_properties(self) -> Path:
+        if self.quorum is None:
+            quorum = {"controller.quorum.bootstrap.servers": f"127.0.0.1:{self.controller_port}"}
+            quorum |= SINGLE_NODE_SETTINGS
+        else:
+            quorum = {"controller.quorum.voters": self.quorum.voters, **self.quorum.settings}
         settings = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.bootstrap.servers": f"127.0.0.1:{self.controller_port}",
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "node.id": str(self.node_id),
+            "listeners": f"{self.listener}://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": f"{self.listener}://127.0.0.1:{self.port}",
             "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": self.listener,
+            "listener.security.protocol.map": f"{self.listener}:{self.listener},CONTROLLER:PLAINTEXT",
             "log.dirs": str(self.data_dir / "kraft"),
-            **SINGLE_NODE_SETTINGS,
+            **COMMON_SETTINGS,
+            **quorum,
+            **(self.security.broker_settings() if self.security else {}),
             **self.extra_settings,
         }
         path = self.data_dir / "server.properties"
@@ -212,10 +290,13 @@ class EmbeddedKafka:
         ]  # fmt: skip
 
     def _format(self, props: Path) -> None:
-        # `--cluster-id=<id>` in one argument: an id is never read as an option, whatever it starts with
-        cmd = self._java(
-            "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id()}", "-c", str(props), "--standalone"
-        )
+        # `--cluster-id=<id>` in one argument: an id is never read as an option, whatever it starts with.
+        # A cluster's nodes share its id and name their voters in the properties (a static quorum).
+        alone = self.quorum is None
+        cid = cluster_id() if self.quorum is None else self.quorum.cluster_id
+        args = ("format", f"--cluster-id={cid}", "-c", str(props), *(["--standalone"] if alone else []))
+        args += tuple(self.security.format_args()) if self.security else ()
+        cmd = self._java("kafka.tools.StorageTool", *args)
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         (self.data_dir / "logs" / "format.out").write_text(done.stdout + done.stderr)
         if done.returncode != 0:
@@ -232,7 +313,8 @@ class EmbeddedKafka:
         )
         out.close()
 
-    def _wait_ready(self) -> None:
+    def wait_ready(self) -> None:
+        """Wait until this node's broker answers metadata requests; raise with its log tail if not."""
         deadline = time.monotonic() + self.start_timeout_s
         last: Exception | None = None
         while time.monotonic() < deadline:

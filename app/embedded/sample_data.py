@@ -54,16 +54,22 @@ def produce_poison_records(bootstrap: str, topic: str) -> list[Produced]:
 
 
 def produce_json_events(
-    bootstrap: str, topic: str, count: int, start: int = 0, key_prefix: str = "k"
+    bootstrap: str, topic: str, count: int, start: int = 0, key_prefix: str = "k", client: dict[str, str] | None = None
 ) -> list[Produced]:
     items = ((f"{key_prefix}-{i}".encode(), event_value(i)) for i in range(start, start + count))
-    return produce_records(bootstrap, topic, items)
+    return produce_records(bootstrap, topic, items, client=client)
 
 
 def produce_records(
-    bootstrap: str, topic: str, items: Iterable[tuple[bytes | None, bytes | None]], max_bytes: int = 1_000_000
+    bootstrap: str,
+    topic: str,
+    items: Iterable[tuple[bytes | None, bytes | None]],
+    max_bytes: int = 1_000_000,
+    client: dict[str, str] | None = None,
 ) -> list[Produced]:
-    """Produce (key, value) pairs in order and wait for all; a None value is a tombstone."""
+    """Produce (key, value) pairs in order and wait for all; a None value is a tombstone.
+
+    `client`: extra librdkafka settings (a secured broker's security.protocol, sasl.*, ssl.*)."""
     # batch.size as the Java producer's default (16 KiB, ~150 small records): the broker hands a
     # share consumer whole record batches, so this also sets how many records one poll returns
     producer = Producer(
@@ -73,6 +79,7 @@ def produce_records(
             "batch.size": 16384,
             "enable.idempotence": True,
             "message.max.bytes": max(max_bytes, 1_000_000),
+            **(client or {}),
         }
     )
     produced: list[Produced] = []
