@@ -16,6 +16,7 @@ from typing import Any
 from bench.charts import scaling_chart, throughput_chart
 from bench.contenders import LABELS, RunResult
 from bench.cycle import CycleRun, cycle_json, cycle_section
+from bench.failover import FailoverRun, failover_json, failover_section
 from bench.figures import BASE, Spread, fmt, fmt_rate, md_table, pairwise_ratios, spreads
 from bench.latency import LatencyRun
 from bench.latency_report import latency_json, latency_section
@@ -66,6 +67,7 @@ class Outcome:
     latencies: dict[str, Latency] = field(default_factory=dict)  # contender -> its figures
     latency_errors: dict[str, str] = field(default_factory=dict)  # contender -> why it has no figures
     cycles: list[CycleRun] = field(default_factory=list)  # the cycle breakdown's runs
+    failover: FailoverRun | None = None  # broker deaths on a 3-node cluster
     locks: int = 0
     locks_source: str = ""
     produce_rates: dict[str, float] = field(default_factory=dict)
@@ -251,7 +253,8 @@ def render(o: Outcome, charts: Path) -> str:
     if s.size == "smoke":
         md.append("> **Smoke size**: this run only checks that the harness works. Its numbers mean nothing.\n")
     md.append(
-        "One embedded single-node Kafka broker; every contender in turn on the same topics. "
+        "One embedded single-node Kafka broker; every contender in turn on the same topics (the failover "
+        "phase alone runs on a 3-node cluster). "
         f"Total {o.seconds / 60:.1f} min.\n"
     )
     md.append("## Machine and versions\n")
@@ -268,6 +271,7 @@ def render(o: Outcome, charts: Path) -> str:
     _lock_caps(o, md)
     md += cycle_section(o.cycles)
     latency_section(o, md, charts)
+    md += failover_section(o.failover)
     _memory(o, md)
     _share_bound(o, md)
     _scaling(o, md, charts)
@@ -313,6 +317,7 @@ def _jsonable(o: Outcome) -> dict[str, Any]:
         ],
         "latency": latency_json(o),
         "cycle": cycle_json(o.cycles),
+        "failover": failover_json(o.failover),
         "locks": o.locks,
         "seconds": o.seconds,
     }

@@ -3,8 +3,8 @@
 Starts the embedded Kafka broker, produces the workload topics, runs every contender in turn
 (throughput rounds interleaved run by run, then Sharelake's scaling and memory phases, then the
 latency phase: Sharelake and Spark's Kafka source one after the other under the same offered load),
-stops the broker, checks every Delta table and computes the latency figures with one
-SparkSession, and writes the report:
+stops the broker, runs the failover phase on a 3-node cluster of its own, checks every Delta
+table and computes the latency figures with one SparkSession, and writes the report:
 bench/results/<date>-<size>.md with its PNG charts and a .json of the raw numbers.
 Each phase lives in its own module; this one only orders them and keeps going when a run fails.
 """
@@ -23,6 +23,7 @@ from app.embedded.kafka_broker import EmbeddedKafka
 from bench.contenders import CONTENDERS, RunContext, RunResult
 from bench.contenders.base import failed
 from bench.cycle import cycle_phase
+from bench.failover import failover_phase
 from bench.latency import LatencyRun, run_latency_phase
 from bench.machine import machine_facts
 from bench.report import Outcome, TableRow, write_report
@@ -179,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
             outcome.latency_runs = run_latency_phase(kafka, s, work / "runs" / "latency")
             outcome.results += [run.result for run in outcome.latency_runs]
             outcome.produce_rates = topics.produce_rates
+        if s.failover_records > 0 and "sharelake" in s.contenders:  # its own cluster, once the broker is gone
+            outcome.failover = failover_phase(s.failover_records, s.failover_rate, work / "runs" / "failover")
         verify_tables(outcome.results, outcome.latency_runs, outcome)
         outcome.seconds = time.monotonic() - began
         report = write_report(outcome, s.results_dir / f"{stamp}-{s.size}.md")

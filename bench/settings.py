@@ -57,6 +57,9 @@ class BenchSettings:
     # throughput rows with the group's record locks held at these caps (Kafka's group default 2,000;
     # a stock broker's group.share.max.partition.max.record.locks, 4,000), one run per partition count
     lock_caps: tuple[int, ...] = (2000, 4000)
+    # broker deaths on a 3-node cluster under a steady load (bench.failover); 0 skips the phase
+    failover_records: int = 100_000
+    failover_rate: int = 2_000
     idle_timeout_ms: int = 3000  # Sharelake until-drained: quiet this long after the last record
     drain_idle_seconds: float = 3.0  # plain drain: stop when every consumer saw nothing this long
     producer_batch_bytes: int = 16384  # the Java producer's default batch.size (sets share poll sizes)
@@ -92,6 +95,7 @@ SMOKE: dict[str, Any] = {
     "cycle_partitions": 2,
     "cycle_tuned": (),
     "lock_caps": (),
+    "failover_records": 0,  # three more JVMs: the failover test runs the scenario in CI
     "idle_timeout_ms": 2000,
     "drain_idle_seconds": 2.0,
     "run_timeout_s": 300.0,
@@ -149,6 +153,12 @@ def parser() -> argparse.ArgumentParser:
         help="the tuned run's overrides, comma-separated section.key=value (default: 8 members, ...)",
     )
     p.add_argument("--lock-caps", type=_ints, help="record-lock caps for the extra throughput rows (default 2000,4000)")
+    p.add_argument(
+        "--failover-records", type=int, help=f"the failover phase's records, 0 to skip (default {d.failover_records:,})"
+    )
+    p.add_argument(
+        "--failover-rate", type=int, help=f"its steady produce rate, records/s (default {d.failover_rate:,})"
+    )
     p.add_argument("--idle-timeout-ms", type=int, help="Sharelake run.idle_timeout_ms (default 3000)")
     p.add_argument("--producer-batch-bytes", type=int, help="producer batch.size (default 16384)")
     p.add_argument("--run-timeout-s", type=float, help="bound of one contender run (default 1800)")

@@ -1,0 +1,287 @@
+"""Broker deaths under a running job: kill -9 a leader and a coordinator of a 3-node cluster, measure stalls.
+
+Called by `tests/test_failover.py`, which asserts exactly-once on what it returns, and by
+`bench.run`'s failover phase (`failover_phase`, `failover_section`), which reports the stall of
+each death against the 5 s target. A
+producer feeds the topic at a steady rate while the job (started by the caller, continuous mode)
+ingests it; the scenario kills, one at a time and at random moments, the node that leads the most
+of the topic's partitions and then the node that coordinates the share group (or, when that is
+the same node, the one that leads the most share-state partitions), and restarts each after a
+while. The job itself is never restarted. A death's stall is the longest gap between two Delta
+commits from the kill until the restarted node is back (and a little after).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import logging
+import random
+import re
+import signal
+import statistics
+import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from app.embedded.kafka_cluster import EmbeddedKafkaCluster
+from app.embedded.sample_data import Produced, produce_json_events
+from app.paths import PROJECT_ROOT
+from bench.delta_log import data_commits, read_commits, rows_in
+from bench.figures import md_table
+from bench.settings import RESULTS_DIR
+
+log = logging.getLogger(__name__)
+
+CHUNK = 2_000  # records per produce call; the producer sleeps between chunks to hold the rate
+AFTER_RESTART_S = 5.0  # a stall may end just after the node is back: look this long past it
+
+
+@dataclass
+class Death:
+    node: int
+    role: str  # "partition leader" / "group coordinator" / "share-state leader"
+    killed_at: float  # epoch seconds
+    restarted_at: float = 0.0
+    stall_s: float = 0.0  # the longest gap between commits from the kill until shortly after the restart
+
+
+@dataclass
+class FailoverRun:
+    produced: list[Produced] = field(default_factory=list)
+    deaths: list[Death] = field(default_factory=list)
+    job_rc: int | None = None
+    job_survived: bool = False  # still running when every record had landed
+    commit_gap_median_s: float = 0.0  # between commits, over the whole run: the stalls' baseline
+    rows: int = 0  # rows in the table at the end, from its commit log
+    counters: dict[str, float] = field(default_factory=dict)  # the job's `run ended:` line
+    error: str = ""
+
+    def summary(self) -> str:
+        stalls = ", ".join(f"node {d.node} ({d.role}) {d.stall_s:.1f} s" for d in self.deaths)
+        return (
+            f"{len(self.produced)} records, {len(self.deaths)} broker deaths, stalls: {stalls}; "
+            f"median gap between commits {self.commit_gap_median_s:.2f} s"
+        )
+
+
+def most_leading(cluster: EmbeddedKafkaCluster, topic: str, exclude: frozenset[int] = frozenset()) -> int:
+    """The live node that leads the most partitions of `topic` (none of `exclude`)."""
+    counts = Counter(n for n in cluster.leaders(topic).values() if n >= 0 and n not in exclude)
+    return counts.most_common(1)[0][0]
+
+
+def produce_steadily(
+    bootstrap: str, topic: str, records: int, rate: int, out: list[Produced], errors: list[BaseException]
+) -> threading.Thread:
+    """A thread that produces `records` JSON events at about `rate` records/s into `out`."""
+
+    def run() -> None:
+        try:
+            started = time.monotonic()
+            for start in range(0, records, CHUNK):
+                out.extend(produce_json_events(bootstrap, topic, min(CHUNK, records - start), start=start))
+                ahead = (start + CHUNK) / rate - (time.monotonic() - started)
+                if ahead > 0:
+                    time.sleep(ahead)
+        except BaseException as e:  # noqa: BLE001 - the caller asserts on it
+            errors.append(e)
+
+    thread = threading.Thread(target=run, name="steady-producer", daemon=True)
+    thread.start()
+    return thread
+
+
+def stall_after(commit_times: list[float], killed_at: float, until: float) -> float:
+    """The longest gap between consecutive commits that overlaps [killed_at, until]."""
+    gaps = [b - a for a, b in itertools.pairwise(commit_times) if b >= killed_at and a <= until]
+    return max(gaps, default=until - killed_at)
+
+
+def run_failover(
+    cluster: EmbeddedKafkaCluster,
+    topic: str,
+    group: str,
+    table: Path,
+    start_job: Callable[[], subprocess.Popen[bytes]],
+    *,
+    records: int = 100_000,
+    rate: int = 2_000,
+    seed: int = 932,
+    land_timeout_s: float = 240.0,
+) -> FailoverRun:
+    """Produce `records` at `rate`, kill and restart two nodes while the job ingests, stop the job.
+
+    The topic must exist. The job is stopped with SIGTERM once every produced record is in the
+    table (or after `land_timeout_s`); `job_rc` is its exit code.
+    """
+    rng = random.Random(seed)
+    run = FailoverRun()
+    errors: list[BaseException] = []
+    job = start_job()
+    try:
+        producer = produce_steadily(cluster.bootstrap, topic, records, rate, run.produced, errors)
+        deadline = time.monotonic() + 120
+        while not data_commits(read_commits(table)) and time.monotonic() < deadline and job.poll() is None:
+            time.sleep(0.2)
+
+        for role in ("partition leader", "group coordinator"):
+            time.sleep(rng.uniform(2.0, 6.0))
+            if role == "partition leader":
+                node = most_leading(cluster, topic)
+            else:
+                node = cluster.group_coordinator(group)
+                if node in {d.node for d in run.deaths}:
+                    role, node = (
+                        "share-state leader",
+                        most_leading(cluster, "__share_group_state", exclude=frozenset(d.node for d in run.deaths)),
+                    )
+            death = Death(node, role, time.time())
+            cluster.kill(node)
+            run.deaths.append(death)
+            time.sleep(rng.uniform(5.0, 10.0))
+            cluster.restart(node)
+            death.restarted_at = time.time()
+
+        producer.join(timeout=600)
+        if errors:
+            raise errors[0]
+        deadline = time.monotonic() + land_timeout_s
+        while rows_in(read_commits(table)) < len(run.produced) and time.monotonic() < deadline:
+            if job.poll() is not None:
+                break
+            time.sleep(0.5)
+        run.job_survived = job.poll() is None
+    finally:
+        if job.poll() is None:
+            job.send_signal(signal.SIGTERM)  # the driver JVM: the job drains and exits
+        try:
+            run.job_rc = job.wait(90)
+        except subprocess.TimeoutExpired:
+            job.kill()
+            run.job_rc = job.wait(30)
+
+    commits = read_commits(table)
+    run.rows = rows_in(commits)
+    times = [c.timestamp_ms / 1000 for c in data_commits(commits)]
+    for d in run.deaths:
+        d.stall_s = stall_after(times, d.killed_at, d.restarted_at + AFTER_RESTART_S)
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    run.commit_gap_median_s = statistics.median(gaps) if gaps else 0.0
+    return run
+
+
+TARGET_STALL_S = 5.0
+
+
+def job_command(bootstrap: str, topic: str, group: str, table: Path) -> list[str]:
+    """The ingest job as users run it, continuous, on the run's topic, group and table."""
+    sets = [
+        f"kafka.bootstrap_servers={bootstrap}", f"kafka.topic={topic}", f"kafka.group_id={group}",
+        f"delta.table_path={table}", "run.mode=continuous",
+    ]  # fmt: skip
+    cmd = [str(PROJECT_ROOT / "spark-submit.sh"), "jobs/ingest.py", "--config", "conf/local.toml"]
+    for s in sets:
+        cmd += ["--set", s]
+    return cmd
+
+
+def run_ended(log: Path) -> dict[str, float]:
+    """The counters of the job's `run ended: k=v ...` line ({} when it has none)."""
+    found = re.findall(r"run ended: (.*)", log.read_text(errors="replace")) if log.exists() else []
+    return {k: float(v) for k, v in (kv.split("=") for kv in found[-1].split())} if found else {}
+
+
+def failover_phase(records: int, rate: int, work: Path, seed: int = 932) -> FailoverRun:
+    """The benchmark's phase: a fresh 3-node cluster, a 6-partition topic, the scenario above."""
+    work.mkdir(parents=True, exist_ok=True)
+    topic, group, table, log_path = "failover", "g-failover", work / "table", work / "job.log"
+    log.info("failover: 3-node cluster, %d records at %d records/s, two broker deaths", records, rate)
+    cluster = EmbeddedKafkaCluster(work / "cluster")
+
+    def start() -> subprocess.Popen[bytes]:
+        with log_path.open("wb") as out:
+            return subprocess.Popen(
+                job_command(cluster.bootstrap, topic, group, table), cwd=PROJECT_ROOT,
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+
+    try:
+        with cluster:
+            cluster.create_topic(topic, partitions=6)
+            run = run_failover(cluster, topic, group, table, start, records=records, rate=rate, seed=seed)
+    except Exception as e:
+        log.exception("failover phase failed")
+        run = FailoverRun(error=f"{e!r}")
+    run.counters = run_ended(log_path)
+    log.info("failover: %s", run.summary())
+    return run
+
+
+def failover_section(run: FailoverRun | None) -> list[str]:
+    """The report's markdown: each broker death's stall against the target, and what the job counted."""
+    if run is None:
+        return []
+    md = ["## Broker failover: a 3-node cluster loses a partition leader, then the group coordinator\n"]
+    if run.error:
+        return [*md, f"The phase failed: {run.error}\n"]
+    md.append(
+        f"{len(run.produced):,} records produced at a steady rate into 6 partitions (replication factor 3, "
+        "min.insync.replicas 2) while the job ran in continuous mode; each node was killed with SIGKILL at a "
+        "random moment and restarted 5-10 s later; the job was never restarted. Stall = the longest gap between "
+        "two Delta commits from the kill until 5 s after the node was back; the median gap between commits over "
+        f"the whole run was {run.commit_gap_median_s:.2f} s.\n"
+    )
+    rows = [
+        [f"node {d.node}", d.role, f"{d.stall_s:.1f}", "met" if d.stall_s <= TARGET_STALL_S else "not met"]
+        for d in run.deaths
+    ]
+    md.append(md_table(["killed", "its role", "stall (s)", f"target <= {TARGET_STALL_S:g} s"], rows) + "\n")
+    c = run.counters
+    keys = ("accepted", "released", "rejected", "dead_lettered", "dedup_hits", "ack_errors", "poll_errors")
+    md.append(
+        f"Rows in the table: {run.rows:,} of {len(run.produced):,} produced; the job "
+        f"{'kept running' if run.job_survived else 'ENDED BY ITSELF'} (exit {run.job_rc} after SIGTERM). "
+        "Its counters: " + ", ".join(f"{k} {int(c.get(k, 0)):,}" for k in keys) + ".\n"
+    )
+    return md
+
+
+def failover_json(run: FailoverRun | None) -> dict[str, object] | None:
+    if run is None:
+        return None
+    return {
+        "produced": len(run.produced),
+        "rows": run.rows,
+        "deaths": [asdict(d) for d in run.deaths],
+        "commit_gap_median_s": run.commit_gap_median_s,
+        "job_survived": run.job_survived,
+        "job_rc": run.job_rc,
+        "counters": run.counters,
+        "error": run.error,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--work-dir", type=Path, default=PROJECT_ROOT / ".cache" / "bench" / "failover")
+    ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--rate", type=int, default=2_000)
+    ap.add_argument("--seed", type=int, default=932)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stamp = time.strftime("%Y-%m-%d-%H%M%S")
+    run = failover_phase(args.records, args.rate, args.work_dir / stamp, args.seed)
+    report = RESULTS_DIR / f"{stamp}-failover.md"
+    report.write_text("\n".join([f"# Sharelake broker failover, {stamp}\n", *failover_section(run)]))
+    report.with_suffix(".json").write_text(json.dumps(failover_json(run), indent=2, default=str))
+    print(f"failover: report written to {report}")
+
+
+if __name__ == "__main__":
+    main()
