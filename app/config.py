@@ -9,6 +9,7 @@ and exit with code 2. Every key is documented in `conf/local.toml`.
 from __future__ import annotations
 
 import logging
+import os
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -81,6 +82,33 @@ class KafkaConfig(_Section):
         if clash:
             raise ValueError(f"set {sorted(clash)} with the kafka.* keys, not in kafka.client")
         return v
+
+    @field_validator("client")
+    @classmethod
+    def _secret_references(cls, v: dict[str, Any]) -> dict[str, Any]:
+        """`env:NAME` and `file:/path` values are read from the environment or a file at start, so
+        a password never has to be on the command line (where `ps` and cluster UIs show it)."""
+        out: dict[str, Any] = {}
+        for key, value in v.items():
+            if isinstance(value, str) and value.startswith("env:"):
+                name = value.removeprefix("env:")
+                if name not in os.environ:
+                    raise ValueError(
+                        f"kafka.client.{key} reads environment variable {name}, which is not set: "
+                        "set it in the job's environment (spark.yarn.appMasterEnv / spark.kubernetes.driverEnv)"
+                    )
+                value = os.environ[name]
+            elif isinstance(value, str) and value.startswith("file:"):
+                path = Path(value.removeprefix("file:"))
+                try:
+                    value = path.read_text().strip()
+                except OSError as e:
+                    raise ValueError(
+                        f"kafka.client.{key} reads file {path}, which cannot be read ({e.strerror}): "
+                        "mount or ship the file, readable by the job's user"
+                    ) from None
+            out[key] = value
+        return out
 
 
 class PumpConfig(_Section):

@@ -11,7 +11,7 @@ import os
 import uuid
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
@@ -45,6 +45,46 @@ def check_not_spark_connect(spark: SparkSession | None = None) -> None:
         raise ConfigError(SPARK_CONNECT_MESSAGE)
 
 
+AUTHORIZATION = (
+    KafkaError.GROUP_AUTHORIZATION_FAILED,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+)
+
+
+class ClientErrors:
+    """The errors librdkafka reports through `error_cb` while start-up waits on the broker: a failed
+    SASL authentication or TLS handshake shows up only here, the call itself just times out."""
+
+    def __init__(self) -> None:
+        self.seen: list[KafkaError] = []
+
+    def __call__(self, error: KafkaError) -> None:
+        self.seen.append(error)
+
+    def first(self, *codes: int) -> KafkaError | None:
+        return next((e for e in self.seen if e.code() in codes), None)
+
+
+def security_problem(cfg: SharelakeConfig, errors: ClientErrors) -> ConfigError | None:
+    """A failed authentication or TLS handshake, as the one line naming the setting to fix."""
+    where = cfg.kafka.bootstrap_servers
+    auth = errors.first(KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED)
+    if auth is not None:
+        user = cfg.kafka.client.get("sasl.username", "?")
+        return ConfigError(
+            f"kafka.client.sasl.username / sasl.password: authentication failed for user {user!r} on {where} "
+            f"({auth.str()[:300]}); fix the credentials or kafka.client.sasl.mechanism"
+        )
+    tls = errors.first(KafkaError._SSL)
+    if tls is not None:
+        return ConfigError(
+            f"kafka.client.ssl.ca.location: the TLS handshake with {where} failed ({tls.str()[:300]}); point it "
+            "at the CA certificate that signed the broker's certificate"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class KafkaFacts:
     """What start-up learned of the broker: the group's effective settings, the broker's lock cap."""
@@ -54,18 +94,31 @@ class KafkaFacts:
     partitions: int  # of the topic
 
 
-def check_kafka(admin: AdminClient, cfg: SharelakeConfig) -> KafkaFacts:
-    """Broker reachable, topic present, group settings accepted; what the job needs to know of them."""
+def check_kafka(admin: AdminClient, cfg: SharelakeConfig, errors: ClientErrors | None = None) -> KafkaFacts:
+    """Broker reachable, topic present, group settings accepted; what the job needs to know of them.
+
+    `errors`: the admin client's `error_cb`, to name an authentication or TLS failure."""
     k = cfg.kafka
+    errors = errors or ClientErrors()
+    user = k.client.get("sasl.username", "(the client's principal)")
     try:
         metadata = admin.list_topics(timeout=BROKER_TIMEOUT_S)
     except KafkaException as e:
+        admin.poll(1.0)  # serve the error callbacks librdkafka queued meanwhile (authentication, TLS)
+        problem = security_problem(cfg, errors)
+        if problem is not None:
+            raise problem from None
         raise ConfigError(
             f"kafka.bootstrap_servers = {k.bootstrap_servers!r}: no broker answered within "
             f"{BROKER_TIMEOUT_S:.0f}s ({_reason(e)}); check the address, the listener and the "
             "kafka.client security settings"
         ) from None
     topic = metadata.topics.get(k.topic)
+    if topic is not None and topic.error is not None and topic.error.code() in AUTHORIZATION:
+        raise ConfigError(
+            f"kafka.topic = {k.topic!r}: {user} is not authorized to read it ({topic.error.str()}); grant it READ "
+            "on the topic (README, Security)"
+        )
     if topic is None or topic.error is not None:
         raise ConfigError(
             f"kafka.topic = {k.topic!r}: no such topic on {k.bootstrap_servers}; create it or fix the name"
@@ -78,6 +131,12 @@ def check_kafka(admin: AdminClient, cfg: SharelakeConfig) -> KafkaFacts:
         apply_group_settings(admin, k.group_id, settings)
         return KafkaFacts(read_group_settings(admin, k.group_id), cap, len(topic.partitions))
     except KafkaException as e:
+        if e.args and isinstance(e.args[0], KafkaError) and e.args[0].code() in AUTHORIZATION:
+            raise ConfigError(
+                f"kafka.group_id = {k.group_id!r}: {user} is not authorized on the share group "
+                f"({e.args[0].str()}); grant it READ on the group, and DESCRIBE_CONFIGS and ALTER_CONFIGS when the "
+                "job sets group configs (README, Security)"
+            ) from None
         keys = ", ".join(f"{name}={value}" for name, value in settings.items())
         raise ConfigError(
             f"kafka.group_id = {k.group_id!r}: the broker refused the share-group settings ({keys}): "

@@ -74,6 +74,30 @@ def test_secrets_never_appear_in_config_errors() -> None:
     assert "1, 2" not in str(e.value) and "<hidden>" in str(e.value)
 
 
+def test_secrets_come_from_the_environment_or_a_file_never_the_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SHARELAKE_TEST_PW", "canary-4711")
+    (tmp_path / "pw").write_text("canary-0815\n")
+    cfg = load_config(
+        None,
+        [
+            *REQUIRED,
+            "kafka.client.sasl.password=env:SHARELAKE_TEST_PW",
+            f"kafka.client.sasl.username=file:{tmp_path / 'pw'}",
+        ],
+    )
+    assert cfg.kafka.client == {"sasl.password": "canary-4711", "sasl.username": "canary-0815"}
+
+    monkeypatch.delenv("SHARELAKE_TEST_PW")
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [*REQUIRED, "kafka.client.sasl.password=env:SHARELAKE_TEST_PW"])
+    assert str(e.value).startswith("config key kafka.client: kafka.client.sasl.password reads environment variable")
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [*REQUIRED, f"kafka.client.sasl.password=file:{tmp_path / 'missing'}"])
+    assert "cannot be read (No such file or directory)" in str(e.value) and "canary" not in str(e.value)
+
+
 def test_group_settings_the_job_owns() -> None:
     from app.consume.group_settings import desired_group_settings
 

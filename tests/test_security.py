@@ -1,0 +1,140 @@
+"""SASL_SSL with SCRAM-SHA-512, TLS certificates made at test time, and the standard authorizer with ACLs.
+
+One secured embedded broker for the module (`app.embedded.security`): `admin` is its only super
+user; the job's principal gets exactly the ACLs the README lists (READ on the topic and the share
+group, DESCRIBE_CONFIGS and ALTER_CONFIGS on the group because the job sets group configs). The
+job reads its password from an environment variable (`env:NAME`), never from the command line, and
+the password, a canary, must not appear in any log. A principal without the group ACL, a wrong
+password and a certificate the client does not trust each stop the job with one line (exit 2).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+from pyspark.sql import SparkSession
+
+from app.embedded.kafka_broker import EmbeddedKafka
+from app.embedded.sample_data import produce_json_events
+from app.embedded.security import Security, make_tls
+from tests.job_runner import JobSpec, run_job
+from tests.kafka_helpers import nothing_left
+from tests.table_checks import assert_exactly_once
+
+JOB_USER, INTRUDER = "sharelake-job", "intruder"
+CANARY = f"canary-{secrets.token_hex(8)}"  # the job's password: it must never reach a log
+PASSWORD_ENV = "SHARELAKE_TEST_SASL_PASSWORD"
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedKafka]:
+    folder = tmp_path_factory.mktemp("secure")
+    security = Security(make_tls(folder / "tls"), {JOB_USER: CANARY, INTRUDER: secrets.token_hex(8)})
+    with EmbeddedKafka(folder / "broker", security=security) as kafka:
+        yield kafka
+
+
+def grant(kafka: EmbeddedKafka, user: str, topic: str, group: str, *, group_acls: bool = True) -> None:
+    """The job's ACLs (README, "Security"): READ on the topic; READ, DESCRIBE_CONFIGS, ALTER_CONFIGS on the group."""
+
+    def allow(kind: ResourceType, name: str, op: AclOperation) -> AclBinding:
+        return AclBinding(
+            kind, name, ResourcePatternType.LITERAL, f"User:{user}", "*", op, AclPermissionType.ALLOW
+        )  # fmt: skip
+
+    acls = [allow(ResourceType.TOPIC, topic, AclOperation.READ)]
+    if group_acls:
+        acls += [allow(ResourceType.GROUP, group, op) for op in (AclOperation.READ, AclOperation.DESCRIBE_CONFIGS)]
+        acls.append(allow(ResourceType.GROUP, group, AclOperation.ALTER_CONFIGS))
+    admin = kafka.admin()  # held: the futures fail if the client is collected
+    for future in admin.create_acls(acls).values():
+        future.result(timeout=30)
+
+
+def job_security(kafka: EmbeddedKafka, user: str, ca_pem: Path | None = None) -> list[str]:
+    """The job's `--set`s for a secured broker; the password comes from the environment."""
+    assert kafka.security is not None
+    return [
+        "kafka.client.security.protocol=SASL_SSL",
+        "kafka.client.sasl.mechanism=SCRAM-SHA-512",
+        f"kafka.client.sasl.username={user}",
+        f"kafka.client.sasl.password=env:{PASSWORD_ENV}",
+        f"kafka.client.ssl.ca.location={ca_pem or kafka.security.tls.ca_pem}",
+    ]
+
+
+def setup_topic(kafka: EmbeddedKafka, name: str, records: int) -> list:  # type: ignore[type-arg]
+    kafka.create_topic(name, partitions=2)
+    assert kafka.security is not None
+    return produce_json_events(kafka.bootstrap, name, records, client=kafka.security.client())
+
+
+def start_failure(log: Path) -> list[str]:
+    """The `sharelake:` lines the job printed (config and start-up failures are one such line)."""
+    return [line for line in log.read_text(errors="replace").splitlines() if line.startswith("sharelake:")]
+
+
+def logs_hold(text: str, kafka: EmbeddedKafka, *logs: Path) -> list[str]:
+    """Which of the job's logs and the broker's logs contain `text`."""
+    files = [*logs, kafka.log_file, kafka.stdout_file]
+    return [str(f) for f in files if f.exists() and text in f.read_text(errors="replace")]
+
+
+def test_the_whole_ingest_runs_over_sasl_ssl_with_only_the_acls_it_needs(
+    secure: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = JobSpec(secure, f"secure-{unique}", f"g-{unique}", tmp_path / "table")
+    produced = setup_topic(secure, spec.topic, 3000)
+    grant(secure, JOB_USER, spec.topic, spec.group)
+    monkeypatch.setenv(PASSWORD_ENV, CANARY)
+    log = tmp_path / "job.log"
+
+    rc = run_job(spec, "run.mode=until-drained", "run.idle_timeout_ms=4000", *job_security(secure, JOB_USER), log=log)
+
+    assert rc == 0, log.read_text(errors="replace")[-3000:]
+    assert_exactly_once(spark, spec.table, produced)
+    assert nothing_left(secure, spec.topic, spec.group)
+    assert logs_hold(CANARY, secure, log) == []  # the password is in no log, the job's or the broker's
+
+
+@pytest.mark.parametrize(
+    ("case", "expect"),
+    [
+        ("no group ACL", "not authorized"),
+        ("wrong password", "authentication failed"),
+        ("untrusted certificate", "certificate"),
+    ],
+)
+def test_a_security_problem_stops_the_job_at_start_with_one_line(
+    case: str,
+    expect: str,
+    secure: EmbeddedKafka,
+    tmp_path: Path,
+    unique: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spec = JobSpec(secure, f"denied-{unique}", f"g-{unique}", tmp_path / "table")
+    setup_topic(secure, spec.topic, 10)
+    user, ca = JOB_USER, None
+    monkeypatch.setenv(PASSWORD_ENV, CANARY)
+    if case == "no group ACL":
+        user = INTRUDER
+        assert secure.security is not None
+        monkeypatch.setenv(PASSWORD_ENV, secure.security.users[INTRUDER])
+        grant(secure, INTRUDER, spec.topic, spec.group, group_acls=False)
+    elif case == "wrong password":
+        monkeypatch.setenv(PASSWORD_ENV, f"not-{CANARY}")
+    else:
+        ca = make_tls(tmp_path / "other-ca", name="other").ca_pem
+    log = tmp_path / "job.log"
+
+    rc = run_job(spec, "run.mode=until-drained", *job_security(secure, user, ca), log=log, timeout=180)
+
+    lines = start_failure(log)
+    assert rc == 2, log.read_text(errors="replace")[-3000:]
+    assert len(lines) == 1 and expect in lines[0].lower(), lines or log.read_text(errors="replace")[-3000:]
+    assert logs_hold(CANARY, secure, log) == []
