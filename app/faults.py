@@ -12,7 +12,8 @@ comma-separated rules, read at every hit so a test can change it in-process:
 Points: before_delta_commit, after_delta_commit (committed, not yet ACCEPTed), delta_post_commit
 (committed and decided; Delta's post-commit work done, Sharelake's own not begun), the same three
 for the dead-letter table (before_dead_letter_commit, ...), before_repair (about to delete
-duplicate rows another writer committed first), after_accept (ACCEPTs committed to Kafka,
+duplicate rows another writer committed first), after_repair (that DELETE committed, not yet
+noted by its writer), after_accept (ACCEPTs committed to Kafka,
 foreachBatch not yet returned: Spark will re-run this batch id).
 """
 

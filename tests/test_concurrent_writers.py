@@ -202,6 +202,32 @@ def test_duplicates_left_by_a_writer_that_died_before_repairing_are_deleted_at_t
     assert_exactly_once(spark, table, produced(range(0, 120)))
 
 
+def test_a_writer_that_dies_right_after_its_repair_delete_leaves_nothing_to_redo(
+    spark: SparkSession,
+    tmp_path: Path,
+    before_commit: Callable[[Callable[[], None]], None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The crash falls between the repair's DELETE commit and the writer noting it: the next start
+    reads the repair commit from the log and neither deletes again nor leaves a duplicate."""
+    table = tmp_path / "t"
+    a, b = Writer(spark, table, attempts=1), Writer(spark, table)
+    a.poll(range(0, 80))
+    b.poll(range(40, 120))
+    before_commit(b.micro_batch)
+    monkeypatch.setenv(faults.ENV, "error@after_repair#9")
+    with pytest.raises(faults.InjectedFault):
+        a.micro_batch()
+    assert_exactly_once(spark, table, produced(range(0, 120)))  # the DELETE had landed
+
+    monkeypatch.delenv(faults.ENV)
+    restarted = Writer(spark, table)
+    assert restarted.cache.repairs() == []  # the repair commit names the version it repaired
+    restarted.sink.repair_pending()
+    assert restarted.table.stats.duplicates_repaired == 0
+    assert_exactly_once(spark, table, produced(range(0, 120)))
+
+
 def test_another_writers_commit_between_two_of_ours_is_folded_before_the_next_decision(
     spark: SparkSession, tmp_path: Path, before_commit: Callable[[Callable[[], None]], None]
 ) -> None:

@@ -179,6 +179,7 @@ class DedupTable:
         ):
             with attempt:
                 rows = self.writer.delete(condition, metadata)
+        faults.hit("after_repair")  # the DELETE is committed; this writer has not noted it yet
         self.stats.duplicates_repaired += rows
         self.cache.repaired(commit.version)
         self._own_repairs.discard(commit.version)

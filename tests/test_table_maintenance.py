@@ -1,0 +1,119 @@
+"""Table maintenance while the job writes: OPTIMIZE, VACUUM and a foreign writer, plus a crash mid-way.
+
+Another SparkSession (the test's own) compacts the table, vacuums it (the retention check relaxed
+to a few seconds, so the files OPTIMIZE removed really go, while files being written stay) and
+appends rows of its own, in a loop, while the job ingests a steady stream in its own driver. The
+job is killed once mid-way, so its successor loads the dedup cache from a log full of OPTIMIZE's
+rewrite commits and must still recognise every redelivered record.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from app.embedded.kafka_broker import EmbeddedKafka
+from app.embedded.sample_data import Produced, produce_json_events
+from bench.delta_log import added_files, data_commits, read_commits
+from tests.job_runner import JobSpec, kill_job, run_summary, start_job
+from tests.kafka_helpers import nothing_left
+from tests.table_checks import assert_exactly_once, dead_letter_rows
+
+FOREIGN = "another-writer"  # the topic column of the rows the other writer appends
+VACUUM_RETAIN_HOURS = 0.005  # 18 s: what OPTIMIZE removed goes; files of a write under way stay
+
+
+class Maintenance(threading.Thread):
+    """OPTIMIZE, VACUUM and a foreign append, over and over, until stopped; counts what each did."""
+
+    def __init__(self, spark: SparkSession, table: Path):
+        super().__init__(name="maintenance", daemon=True)
+        self.spark, self.table = spark, str(table)
+        self.stop = threading.Event()
+        self.optimized_files = self.vacuums = self.foreign_rows = self.rounds = 0
+        self.conflicts: list[str] = []
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for step in (self._optimize, self._vacuum, self._append):
+                try:
+                    step()
+                except Exception as e:  # noqa: BLE001 - a conflict with the job's commit: counted, tried again
+                    self.conflicts.append(f"{step.__name__}: {str(e).splitlines()[0][:200]}")
+            self.rounds += 1
+            self.stop.wait(1.0)
+
+    def _optimize(self) -> None:
+        metrics = self.spark.sql(f"OPTIMIZE delta.`{self.table}`").first()
+        if metrics is not None:
+            self.optimized_files += int(metrics["metrics"]["numFilesRemoved"])
+
+    def _vacuum(self) -> None:
+        self.spark.sql(f"VACUUM delta.`{self.table}` RETAIN {VACUUM_RETAIN_HOURS} HOURS").collect()
+        self.vacuums += 1
+
+    def _append(self) -> None:
+        rows = self.spark.read.format("delta").load(self.table).where(F.col("topic") != FOREIGN).limit(5)
+        rows = rows.withColumn("topic", F.lit(FOREIGN)).withColumn("offset", -F.col("offset") - 1)
+        n = rows.count()
+        rows.write.format("delta").mode("append").save(self.table)
+        self.foreign_rows += n
+
+
+def test_optimize_vacuum_and_a_foreign_writer_lose_and_double_nothing(
+    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
+) -> None:
+    spec = JobSpec(broker, f"maint-{unique}", f"g-{unique}", tmp_path / "table", lock_ms=10_000)
+    broker.create_topic(spec.topic, partitions=4)
+    produced: list[Produced] = []
+
+    produced += produce_json_events(broker.bootstrap, spec.topic, 4000)  # for the job's first commits
+
+    def produce_steadily() -> None:  # 36,000 more over ~36 s, while maintenance runs and the job dies
+        for i in range(4, 40):
+            produced.extend(produce_json_events(broker.bootstrap, spec.topic, 1000, start=i * 1000))
+            time.sleep(1.0)
+
+    job = start_job(spec, "run.mode=continuous", log=tmp_path / "run1.log")
+    deadline = time.monotonic() + 120
+    while not data_commits(read_commits(spec.table)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    producer = threading.Thread(target=produce_steadily)
+    producer.start()
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    maintenance = Maintenance(spark, spec.table)
+    maintenance.start()
+    try:
+        while maintenance.optimized_files == 0 and time.monotonic() < deadline:  # compaction under the live job ...
+            time.sleep(0.5)
+        kill_job(job)  # ... then a crash: its successor loads the dedup cache from the maintained log
+        rc = start_job(spec, "run.mode=until-drained", "run.idle_timeout_ms=12000", log=tmp_path / "run2.log").wait(300)
+        producer.join()
+    finally:
+        maintenance.stop.set()
+        maintenance.join(120)
+        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+    log2 = (tmp_path / "run2.log").read_text(errors="replace")
+    assert rc == 0, log2[-3000:]
+    second = run_summary(tmp_path / "run2.log")
+    on_disk = sum(1 for f in spec.table.rglob("*.parquet") if "_delta_log" not in f.parts)
+    print(
+        f"maintenance: {maintenance.rounds} rounds, {maintenance.optimized_files} files compacted, "
+        f"{maintenance.vacuums} vacuums ({len(added_files(spec.table)) - on_disk} of the files ever added are gone "
+        f"from disk), {maintenance.foreign_rows} foreign rows, "
+        f"conflicts {maintenance.conflicts}; second run: {second}"
+    )
+
+    assert maintenance.optimized_files > 0 and maintenance.foreign_rows > 0  # the maintenance really ran
+    assert second["polled"] > 0  # the successor ingested the rest, deciding from the maintained log
+    assert_exactly_once(spark, spec.table, produced, where=f"topic = '{spec.topic}'")
+    foreign = spark.read.format("delta").load(str(spec.table)).where(F.col("topic") == FOREIGN).count()
+    assert foreign == maintenance.foreign_rows  # the other writer's rows are untouched
+    # conflicts, if any, were retried inside the batch: no RELEASE storm, nothing near the delivery cap
+    assert second["failed_attempts"] == 0 and second["released"] == 0, second
+    assert second["dead_lettered"] == 0 and dead_letter_rows(spark, spec.table) == 0
+    assert nothing_left(broker, spec.topic, spec.group)
