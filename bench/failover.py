@@ -45,7 +45,7 @@ AFTER_RESTART_S = 5.0  # a stall may end just after the node is back: look this 
 @dataclass
 class Death:
     node: int
-    role: str  # "partition leader" / "group coordinator" / "share-state leader"
+    role: str  # "partition leader" (and "group coordinator") / "group coordinator" / "share-state leader"
     killed_at: float  # epoch seconds
     restarted_at: float = 0.0
     stall_s: float = 0.0  # the longest gap between commits from the kill until shortly after the restart
@@ -134,6 +134,8 @@ def run_failover(
             time.sleep(rng.uniform(2.0, 6.0))
             if role == "partition leader":
                 node = most_leading(cluster, topic)
+                if node == cluster.group_coordinator(group):  # one death, both roles: say so in the report
+                    role = "partition leader and group coordinator"
             else:
                 node = cluster.group_coordinator(group)
                 if node in {d.node for d in run.deaths}:

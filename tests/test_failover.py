@@ -64,7 +64,7 @@ def test_broker_deaths_lose_and_double_nothing(
     print(f"failover: {run.summary()}")
     text = log.read_text(errors="replace")
 
-    assert [d.role for d in run.deaths][:1] == ["partition leader"] and len(run.deaths) == 2
+    assert len(run.deaths) == 2 and run.deaths[0].role.startswith("partition leader")
     assert run.job_survived, f"the job ended by itself (rc {run.job_rc}):\n{text[-3000:]}"
     assert run.job_rc in (0, 143), text[-3000:]
     summary = run_summary(log)
