@@ -43,8 +43,16 @@ def disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
-def remount(mnt: Path, options: str) -> None:
-    subprocess.run(["mount", "-o", f"remount,{options}", str(mnt)], check=True)
+def remount(mnt: Path, options: str, timeout_s: float = 30.0) -> None:
+    """Remount `mnt`; a read-only remount is refused while a file is open for writing (the job
+    mid-write), so it is tried again until the write is over."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done = subprocess.run(["mount", "-o", f"remount,{options}", str(mnt)], capture_output=True, text=True)
+        if done.returncode == 0:
+            return
+        assert time.monotonic() < deadline, f"remount,{options} of {mnt}: {done.stderr.strip()}"
+        time.sleep(0.05)
 
 
 def fill(mnt: Path) -> Path:
