@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 import socket
 import tempfile
@@ -39,6 +38,7 @@ from app.consume.group_settings import BROKER_LOCK_CAP, GROUP_LOCKS
 from app.consume.member_pool import MemberPool
 from app.consume.share_member import ConsumerFactory
 from app.counters import collect
+from app.error_lines import one_line
 from app.metrics import ProgressListener, serve_metrics
 from app.preflight import (
     ClientErrors,
@@ -149,33 +149,6 @@ def log_banner(cfg: SharelakeConfig, facts: KafkaFacts, lock_ms: int) -> None:
 
 class IngestError(RuntimeError):
     """The run could not go on (a member or the streaming query failed)."""
-
-
-# causes an operator fixes outside the job, found anywhere in a Java stack trace
-STORAGE_CAUSES = ("No space left on device", "Read-only file system", "Permission denied", "Disk quota exceeded")
-
-
-# the line a Python traceback ends with: `module.Name: message` (foreachBatch errors carry one)
-PYTHON_RAISED = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Fault|Exit|Interrupt)\b.*")
-
-
-def failure_line(error: object) -> str:
-    """One line for `run failed:` out of an error that may hold a whole Java stack trace or a Python
-    traceback: the line naming a storage cause if there is one, else what the Python code raised,
-    else the deepest `Caused by:`, else the first line."""
-    raw = str(error).splitlines()
-    lines = [line.strip() for line in raw if line.strip()]
-    for cause in STORAGE_CAUSES:
-        hit = next((line for line in lines if cause in line), None)
-        if hit is not None:  # from the exception that names the cause, on a line that may hold several
-            named = [m.start() for m in re.finditer(r"[\w.$]+(?:Exception|Error): ", hit[: hit.index(cause)])]
-            return hit[named[-1] if named else 0 :].removeprefix("Caused by: ")[:300]
-    if any("Traceback (most recent call last)" in line for line in raw):
-        raised = [line for line in raw if PYTHON_RAISED.match(line) and not line.startswith(("py4j", "pyspark"))]
-        if raised:
-            return raised[-1].strip()[:300]
-    deepest = [line.removeprefix("Caused by: ") for line in lines if line.startswith("Caused by:")]
-    return (deepest[-1] if deepest else lines[0] if lines else repr(error))[:300]
 
 
 QUERY_READY_TIMEOUT_S = 120.0
@@ -290,7 +263,7 @@ def run_ingest(
         while not stop_event.is_set():
             if query.exception() is not None:
                 log.warning("the streaming query failed; its error in full: %s", query.exception())
-                error = IngestError(f"streaming query failed: {failure_line(query.exception())}")
+                error = IngestError(f"streaming query failed: {one_line(query.exception())}")
                 break
             if pool.failures():
                 error = IngestError(f"share member failed: {pool.failures()[0]!r}")

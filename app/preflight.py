@@ -22,6 +22,7 @@ from app.consume.group_settings import (
     read_broker_lock_cap,
     read_group_settings,
 )
+from app.error_lines import one_line
 
 BROKER_TIMEOUT_S = 15.0  # how long start-up waits for a broker to answer
 PROBE_PREFIX = "_sharelake_write_probe"  # the file written (and deleted) to check a table path is writable
@@ -110,7 +111,7 @@ def check_kafka(admin: AdminClient, cfg: SharelakeConfig, errors: ClientErrors |
             raise problem from None
         raise ConfigError(
             f"kafka.bootstrap_servers = {k.bootstrap_servers!r}: no broker answered within "
-            f"{BROKER_TIMEOUT_S:.0f}s ({_reason(e)}); check the address, the listener and the "
+            f"{BROKER_TIMEOUT_S:.0f}s ({one_line(e, 200)}); check the address, the listener and the "
             "kafka.client security settings"
         ) from None
     topic = metadata.topics.get(k.topic)
@@ -140,7 +141,7 @@ def check_kafka(admin: AdminClient, cfg: SharelakeConfig, errors: ClientErrors |
         keys = ", ".join(f"{name}={value}" for name, value in settings.items())
         raise ConfigError(
             f"kafka.group_id = {k.group_id!r}: the broker refused the share-group settings ({keys}): "
-            f"{_reason(e)}; fix kafka.auto_offset_reset / kafka.record_lock_duration_ms / "
+            f"{one_line(e, 200)}; fix kafka.auto_offset_reset / kafka.record_lock_duration_ms / "
             "kafka.partition_max_record_locks, or check the "
             "broker's group.share.* bounds and ACLs"
         ) from None
@@ -184,15 +185,5 @@ def check_table_path(spark: SparkSession, table_path: str, key: str = "delta.tab
         raise
     except Exception as e:  # noqa: BLE001 - any storage error means: not usable as configured
         raise ConfigError(
-            f"{key} = {table_path!r}: not writable ({_reason(e)}); fix the path or its permissions"
+            f"{key} = {table_path!r}: not writable ({one_line(e, 200)}); fix the path or its permissions"
         ) from None
-
-
-def _reason(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    first = text[0] if text else type(e).__name__
-    for line in text:  # py4j puts the Java exception on a later line
-        if "Exception:" in line:
-            first = line.strip()
-            break
-    return first[:200]

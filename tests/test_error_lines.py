@@ -1,8 +1,8 @@
-"""The one line `run failed:` gives for an error that holds a whole Java stack trace (pure logic)."""
+"""The one line `run failed:` and start-up errors give for an error that holds a whole Java stack trace (pure logic)."""
 
 from __future__ import annotations
 
-from app.pipeline import failure_line
+from app.error_lines import one_line
 
 TRACE = """[FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred in the user provided function in foreach batch sink.
 py4j.protocol.Py4JJavaError: An error occurred while calling o812.save.
@@ -16,7 +16,7 @@ Caused by: java.nio.file.FileSystemException: /mnt/t/part-00000.parquet: Read-on
 
 
 def test_a_storage_cause_anywhere_in_the_trace_is_the_line() -> None:
-    assert failure_line(TRACE) == "java.nio.file.FileSystemException: /mnt/t/part-00000.parquet: Read-only file system"
+    assert one_line(TRACE) == "java.nio.file.FileSystemException: /mnt/t/part-00000.parquet: Read-only file system"
 
 
 def test_the_line_starts_at_the_exception_that_names_the_cause() -> None:
@@ -25,15 +25,15 @@ def test_the_line_starts_at_the_exception_that_names_the_cause() -> None:
         "most recent failure: Lost task 0.0 (TID 9) (127.0.0.1 executor driver): java.io.FileNotFoundException: "
         "/mnt/t/part-00000-3f9c.snappy.parquet (Read-only file system)"
     )
-    assert failure_line(f"boom\n{line}\n\tat x") == (
+    assert one_line(f"boom\n{line}\n\tat x") == (
         "java.io.FileNotFoundException: /mnt/t/part-00000-3f9c.snappy.parquet (Read-only file system)"
     )
 
 
 def test_otherwise_the_deepest_cause_or_the_first_line() -> None:
-    assert failure_line("boom\nCaused by: a.B: first\nCaused by: c.D: deepest\n\tat x") == "c.D: deepest"
-    assert failure_line("share member failed: KafkaException(...)") == "share member failed: KafkaException(...)"
-    assert len(failure_line("x" * 5000)) == 300
+    assert one_line("boom\nCaused by: a.B: first\nCaused by: c.D: deepest\n\tat x") == "c.D: deepest"
+    assert one_line("share member failed: KafkaException(...)") == "share member failed: KafkaException(...)"
+    assert len(one_line("x" * 5000)) == 300
 
 
 def test_a_python_traceback_gives_what_the_python_code_raised() -> None:
@@ -45,4 +45,12 @@ def test_a_python_traceback_gives_what_the_python_code_raised() -> None:
         "    raise InjectedFault(f'injected failure at {point} (hit {n})')\n"
         "app.faults.InjectedFault: injected failure at before_delta_commit (hit 3)\n"
     )
-    assert failure_line(proxy) == "app.faults.InjectedFault: injected failure at before_delta_commit (hit 3)"
+    assert one_line(proxy) == "app.faults.InjectedFault: injected failure at before_delta_commit (hit 3)"
+
+
+def test_a_py4j_error_gives_its_java_exception_not_the_call() -> None:
+    py4j = (
+        "An error occurred while calling o51.create.\n"
+        ": java.io.IOException: Mkdirs failed to create /x\n\tat a.B(C.java:1)"
+    )
+    assert one_line(py4j, 200) == "java.io.IOException: Mkdirs failed to create /x"
