@@ -63,6 +63,42 @@ def read_commits(table: Path) -> list[Commit]:
     return commits
 
 
+class CommitTail:
+    """Reads a growing table's commits incrementally: each `new()` returns only the versions written
+    since the last call (a soak samples its table every few seconds for hours)."""
+
+    def __init__(self, table: Path) -> None:
+        self.log_dir = table / "_delta_log"
+        self.next_version = 0
+
+    def new(self) -> list[Commit]:
+        out: list[Commit] = []
+        while True:
+            f = self.log_dir / f"{self.next_version:020d}.json"
+            try:
+                lines = f.read_text().splitlines()
+            except FileNotFoundError:
+                return out
+            info = next((json.loads(line)["commitInfo"] for line in lines if '"commitInfo"' in line), None)
+            if info is None:  # being written (Delta writes it whole, but a reader can race the rename)
+                return out
+            out.append(_commit(self.next_version, info))
+            self.next_version += 1
+
+
+def longest_open_write_s(table: Path) -> float:
+    """The longest any data file existed before the commit that added it (its mtime to commitInfo.timestamp):
+    the shortest VACUUM retention that cannot delete a file of a write still under way."""
+    longest = 0.0
+    for _, lines in _log_files(table):
+        actions = [json.loads(line) for line in lines if line.strip()]
+        info = next((a["commitInfo"] for a in actions if "commitInfo" in a), None)
+        for a in actions:
+            if info is not None and "add" in a:
+                longest = max(longest, (int(info["timestamp"]) - int(a["add"]["modificationTime"])) / 1000)
+    return longest
+
+
 def relative_data_path(path: str, table: Path) -> str:
     """A data file's path relative to the table root, decoded, from an add action's path (relative and
     URL-encoded, or an absolute URI) or from Spark's `_metadata.file_path` (an absolute, encoded URI)."""

@@ -1,6 +1,7 @@
 """Peak memory of a process tree, split into JVM and Python RSS, sampled in a background thread.
 
-Used by `bench.contenders.sharelake` around every Sharelake job: the spark-submit JVM is the
+Used by `bench.contenders.sharelake` around every Sharelake job (and `tree_rss` by `bench.soak`,
+which keeps the samples as a series): the spark-submit JVM is the
 tree's root and the Python driver its child (psutil walks the children at every sample, so
 processes started later are counted too).
 """
@@ -55,21 +56,29 @@ class TreeSampler(threading.Thread):
             self._halt.wait(self.interval_s)
 
     def _sample(self) -> None:
-        try:
-            root = psutil.Process(self.pid)
-            procs = [root, *root.children(recursive=True)]
-        except psutil.NoSuchProcess:
+        rss = tree_rss(self.pid)
+        if rss is None:
             return
-        rss = {"jvm": 0, "python": 0, "other": 0}
-        for p in procs:
-            kind = _kind(p)
-            try:
-                if kind != "gone":
-                    rss[kind] += p.memory_info().rss
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                continue
         pk = self.peak
         pk.jvm_mib = max(pk.jvm_mib, rss["jvm"] / MIB)
         pk.python_mib = max(pk.python_mib, rss["python"] / MIB)
         pk.total_mib = max(pk.total_mib, sum(rss.values()) / MIB)
         pk.samples += 1
+
+
+def tree_rss(pid: int) -> dict[str, int] | None:
+    """RSS bytes of `pid` and its descendants by kind ("jvm", "python", "other"); None once it is gone."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return None
+    rss = {"jvm": 0, "python": 0, "other": 0}
+    for p in procs:
+        kind = _kind(p)
+        try:
+            if kind != "gone":
+                rss[kind] += p.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return rss

@@ -106,16 +106,16 @@ def produce_backlog(bootstrap: str, topic: str, count: int, batch_bytes: int = 1
 
 
 class RateProducer(threading.Thread):
-    """Produces ids 0, 1, 2, ... at `rate` records/s in a background thread until `stop()`.
+    """Produces ids first_id, first_id + 1, ... at `rate` records/s in a background thread until `stop()`.
 
     Each record's Kafka timestamp is its produce() call (CreateTime), which the latency phase
-    compares with the Delta commit that holds the row. `sent` is the next id (records handed to
-    the client so far); `stats.records` counts the delivered ones once the thread has ended.
+    compares with the Delta commit that holds the row. `sent` counts the records handed to the
+    client so far; `stats.records` counts the delivered ones (final once the thread has ended).
     """
 
-    def __init__(self, bootstrap: str, topic: str, rate: int, batch_bytes: int = 16384):
+    def __init__(self, bootstrap: str, topic: str, rate: int, batch_bytes: int = 16384, first_id: int = 0):
         super().__init__(name="bench-rate-producer", daemon=True)
-        self.topic, self.rate = topic, rate
+        self.topic, self.rate, self.first_id = topic, rate, first_id
         self.stats = ProduceStats()
         self.sent = 0
         self.lag_s = 0.0  # how far the producer fell behind its schedule at most
@@ -142,7 +142,7 @@ class RateProducer(threading.Thread):
                 time.sleep(due - now)
             else:
                 self.lag_s = max(self.lag_s, now - due)
-            _send(self._producer, self.topic, self.sent, on_delivery)
+            _send(self._producer, self.topic, self.first_id + self.sent, on_delivery)
             self._producer.poll(0)
             self.sent += 1
         self._producer.flush(60)

@@ -1,0 +1,417 @@
+"""Soak: a long steady load at 60% of the measured maximum, with kill -9 of the driver and broker restarts.
+
+Run by `python -m bench.soak` (30 minutes; the report goes to `bench/results/<stamp>-soak.md`) and
+by `tests/test_soak.py` (a bounded 3-minute run in CI, asserting on what `run_soak` returns).
+
+One embedded broker (the demo's deployment) holds a 4-partition topic; the ingest job runs as users
+run it (`spark-submit.sh jobs/ingest.py`, continuous mode, the shipped defaults) and, like under a
+supervisor, is started again at once whenever it dies. The run:
+1. **calibrate**: a backlog is produced and drained by the running job; its drain rate (rows over
+   the time between its first and last commit) is the measured maximum;
+2. **steady**: a rate producer offers `fraction` of that maximum for `duration_s`; every
+   `fault_every_s` a fault strikes, alternately a SIGKILL of the driver's whole process group (the
+   job is started again at once) and a SIGKILL of the broker (started again on its own data after
+   `broker_down_s`);
+3. **drain**: the producer stops; once every delivered record is a row the job is stopped with SIGTERM;
+4. **check**: Spark counts the rows, the distinct `(topic, partition, offset)` and the distinct keys
+   (each produced id once), and the dead-letter rows.
+
+Every `sample_s` it samples the lag (records offered to the producer and not yet in a Delta commit,
+from the commit log read incrementally: during a broker outage the offered records wait in the
+producer) and the job's memory (RSS of the JVM and of the Python driver).
+A fault's recovery is the time from the fault until the lag is back under `fraction`'s 2 s worth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import statistics
+import subprocess
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from app.embedded.kafka_broker import EmbeddedKafka
+from app.paths import PROJECT_ROOT
+from bench.contenders.base import RunContext, stop_group
+from bench.contenders.sharelake import parse_job_log, sharelake_command
+from bench.delta_log import Commit, CommitTail, rows_in
+from bench.figures import md_table
+from bench.procmem import MIB, tree_rss
+from bench.settings import RESULTS_DIR, WORK_ROOT, BenchSettings
+from bench.workload import RateProducer, produce_backlog
+
+log = logging.getLogger(__name__)
+
+PARTITIONS = 4
+RECOVERED_LAG_S = 2.0  # a fault is over once the lag is back under this many seconds of offered load
+WARM_S = 60.0  # memory of a job incarnation is compared from this long after its start
+
+
+@dataclass
+class Sample:
+    t_s: float  # since the steady phase began
+    offered: int  # records handed to the producer so far, calibration backlog included
+    rows: int  # rows in the table's commits
+    jvm_mib: float
+    python_mib: float
+    incarnation: int  # which start of the job this sample measured (0 = the first)
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.offered - self.rows)
+
+
+@dataclass
+class Fault:
+    kind: str  # "driver kill -9" / "broker kill -9 + restart"
+    at_s: float  # since the steady phase began
+    recovered_s: float = -1.0  # until the lag was back under RECOVERED_LAG_S of load; -1 = never in the run
+    peak_lag: int = 0  # the largest lag sampled between the fault and its recovery
+
+
+@dataclass
+class SoakRun:
+    max_rate: float = 0.0  # records/s, the calibration's drain
+    rate: int = 0  # the offered load
+    duration_s: float = 0.0
+    fault_every_s: float = 0.0
+    samples: list[Sample] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
+    delivered: int = 0
+    rows: int = 0  # Spark's count of the table at the end
+    distinct_offsets: int = 0
+    distinct_keys: int = 0
+    dead_lettered: int = 0
+    incarnations: int = 0  # job starts
+    drained_s: float = 0.0  # from the producer's stop until every delivered record was a row
+    last_counters: dict[str, float] = field(default_factory=dict)  # the last job's `run ended:` line
+    error: str = ""
+
+    @property
+    def lost(self) -> int:
+        return self.delivered - self.distinct_keys
+
+    @property
+    def duplicates(self) -> int:
+        return self.rows - self.distinct_offsets
+
+
+class Job:
+    """The ingest job, started again at once whenever it is killed (as a supervisor would)."""
+
+    def __init__(self, ctx: RunContext, group: str, table: Path) -> None:
+        self.cmd = sharelake_command(ctx, group, table, "continuous")
+        self.run_dir = ctx.run_dir
+        self.incarnation = -1
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    @property
+    def log(self) -> Path:
+        return self.run_dir / f"job-{self.incarnation}.log"
+
+    def start(self) -> None:
+        self.incarnation += 1
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                self.cmd, cwd=PROJECT_ROOT, stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+
+    def kill9(self) -> None:
+        """SIGKILL the whole process group (spark-submit JVM and Python driver), then start again."""
+        assert self.proc is not None
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(30)
+        self.start()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> int | None:
+        if self.proc is None:
+            return None
+        stop_group(self.proc, grace_s=60.0)
+        return self.proc.returncode
+
+
+def restart(broker: EmbeddedKafka, down_s: float) -> None:
+    """SIGKILL the broker, leave it down for `down_s`, start it again on its own data and ports."""
+    broker.kill()
+    time.sleep(down_s)
+    broker.start()
+
+
+def calibrate(broker: EmbeddedKafka, topic: str, tail: CommitTail, records: int, timeout_s: float) -> float:
+    """Produce `records` (ids 0..records-1) and time the running job's drain of them: records/s."""
+    produce_backlog(broker.bootstrap, topic, records)
+    commits: list[Commit] = []
+    deadline = time.monotonic() + timeout_s
+    while rows_in(commits) < records:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"calibration: {rows_in(commits)} of {records} rows after {timeout_s:.0f}s")
+        time.sleep(0.5)
+        commits += tail.new()
+    data = [c for c in commits if c.output_rows > 0]
+    span_s = (data[-1].timestamp_ms - data[0].timestamp_ms) / 1000
+    return (rows_in(data) - data[0].output_rows) / span_s if span_s > 0 else float(records)
+
+
+def run_soak(
+    broker: EmbeddedKafka,
+    work: Path,
+    *,
+    duration_s: float,
+    fault_every_s: float,
+    fraction: float = 0.6,
+    calibrate_records: int = 200_000,
+    rate: int | None = None,
+    broker_down_s: float = 5.0,
+    sample_s: float = 2.0,
+    drain_timeout_s: float = 300.0,
+    spark: SparkSession | None = None,
+) -> SoakRun:
+    """The soak described above, on `broker` (started; it is killed and restarted) in `work`.
+
+    `rate` skips the calibration's measurement (the backlog is still produced and drained first).
+    `spark`: a session for the final check (None: one is built)."""
+    work.mkdir(parents=True, exist_ok=True)
+    topic, group, table = "soak", "g-soak", work / "table"
+    broker.create_topic(topic, partitions=PARTITIONS)
+    ctx = RunContext(broker.bootstrap, topic, PARTITIONS, 0, 0, work, BenchSettings())
+    run = SoakRun(duration_s=duration_s, fault_every_s=fault_every_s)
+    tail = CommitTail(table)
+    job = Job(ctx, group, table)
+    producer: RateProducer | None = None
+    restarting: threading.Thread | None = None
+    rows = 0
+    try:
+        measured = calibrate(broker, topic, tail, calibrate_records, timeout_s=600)
+        rows = calibrate_records
+        run.max_rate = measured
+        run.rate = rate or int(fraction * measured)
+        log.info("soak: drained the backlog at %.0f records/s; offering %d records/s for %.0f s",
+                 measured, run.rate, duration_s)  # fmt: skip
+        producer = RateProducer(broker.bootstrap, topic, run.rate, first_id=calibrate_records)
+        producer.start()
+        t0 = time.monotonic()
+        next_fault, kinds = fault_every_s, ["driver kill -9", "broker kill -9 + restart"]
+        while (now := time.monotonic() - t0) < duration_s:
+            if now >= next_fault:
+                fault = Fault(kinds[len(run.faults) % 2], now)
+                run.faults.append(fault)
+                log.info("soak: %s at %.0f s", fault.kind, now)
+                if fault.kind.startswith("driver"):
+                    job.kill9()
+                else:  # in the background: the sampling goes on through the outage
+                    restarting = threading.Thread(target=restart, args=(broker, broker_down_s), daemon=True)
+                    restarting.start()
+                next_fault += fault_every_s
+            if not job.alive():  # died by itself: that is a finding, but keep the load flowing
+                log.warning(
+                    "soak: the job exited with %s; starting it again", job.proc.returncode if job.proc else None
+                )
+                job.start()
+            rows += rows_in(tail.new())
+            rss = tree_rss(job.proc.pid) if job.proc else None
+            run.samples.append(
+                Sample(
+                    round(time.monotonic() - t0, 2), calibrate_records + producer.sent, rows,
+                    round((rss or {}).get("jvm", 0) / MIB, 1), round((rss or {}).get("python", 0) / MIB, 1),
+                    job.incarnation,
+                )
+            )  # fmt: skip
+            time.sleep(sample_s)
+        if restarting is not None:
+            restarting.join(300)
+        producer.stop()
+        producer.join(120)
+        if producer.failure is not None:
+            raise producer.failure
+        run.delivered = calibrate_records + producer.stats.records
+        if producer.stats.failures:
+            raise RuntimeError(f"{producer.stats.failures} records were not delivered: {producer.stats.first_error}")
+        stopped = time.monotonic()
+        while rows < run.delivered and time.monotonic() - stopped < drain_timeout_s:
+            time.sleep(0.5)
+            rows += rows_in(tail.new())
+        run.drained_s = time.monotonic() - stopped
+    except Exception as e:
+        log.exception("soak failed")
+        run.error = repr(e)
+        if producer is not None:
+            producer.stop()
+    finally:
+        job.stop()
+        run.incarnations = job.incarnation + 1
+        run.last_counters = parse_job_log(job.log).summary
+    _recoveries(run)
+    if not run.error:
+        _check(run, spark, table, topic)
+    return run
+
+
+def _recoveries(run: SoakRun) -> None:
+    recovered_lag = RECOVERED_LAG_S * run.rate
+    for fault in run.faults:
+        after = [s for s in run.samples if s.t_s >= fault.at_s]
+        fault.peak_lag = max((s.lag for s in after[:1]), default=0)
+        for s in after:
+            fault.peak_lag = max(fault.peak_lag, s.lag)
+            if s.t_s > fault.at_s + 1 and s.lag <= recovered_lag:
+                fault.recovered_s = round(s.t_s - fault.at_s, 1)
+                break
+
+
+def _check(run: SoakRun, spark: SparkSession | None, table: Path, topic: str) -> None:
+    from bench.verify import open_spark  # the benchmark's verification session, only when none is given
+
+    session = spark or open_spark()
+    try:
+        df = session.read.format("delta").load(str(table)).where(F.col("topic") == topic)
+        row = df.agg(
+            F.count(F.lit(1)).alias("n"),
+            F.count_distinct("topic", "partition", "offset").alias("offsets"),
+            F.count_distinct("key").alias("keys"),
+        ).first()
+        assert row is not None
+        run.rows, run.distinct_offsets, run.distinct_keys = int(row["n"]), int(row["offsets"]), int(row["keys"])
+        dead_letter = Path(f"{table}_dead_letter")
+        if (dead_letter / "_delta_log").exists():
+            run.dead_lettered = session.read.format("delta").load(str(dead_letter)).count()
+    finally:
+        if spark is None:
+            session.stop()
+
+
+def memory_by_incarnation(run: SoakRun) -> list[dict[str, float]]:
+    """Per job start that ran past WARM_S: RSS once warm and at its end, and the trend (MiB/min)."""
+    out = []
+    for inc in sorted({s.incarnation for s in run.samples}):
+        mine = [s for s in run.samples if s.incarnation == inc and s.python_mib > 0]
+        if not mine:
+            continue
+        start = mine[0].t_s
+        warm = [s for s in mine if s.t_s - start >= WARM_S]
+        if len(warm) < 5:
+            continue
+        minutes = np.array([s.t_s for s in warm]) / 60
+        entry: dict[str, float] = {"incarnation": inc, "minutes": round(float(minutes[-1] - minutes[0]), 1)}
+        for kind in ("python", "jvm"):
+            mib = np.array([getattr(s, f"{kind}_mib") for s in warm])
+            entry[f"{kind}_warm_mib"] = round(float(np.median(mib[: max(1, len(mib) // 5)])), 1)
+            entry[f"{kind}_end_mib"] = round(float(np.median(mib[-max(1, len(mib) // 5) :])), 1)
+            entry[f"{kind}_mib_per_min"] = round(float(np.polyfit(minutes, mib, 1)[0]), 2)
+        out.append(entry)
+    return out
+
+
+def soak_section(run: SoakRun) -> list[str]:
+    md = ["## Soak: a steady load with driver kills and broker restarts\n"]
+    if run.error:
+        md.append(f"The soak failed: {run.error}\n")
+    lags = [s.lag for s in run.samples]
+    md.append(
+        f"The job drained a backlog at **{run.max_rate:,.0f} records/s** (4 partitions, shipped defaults); the soak "
+        f"then offered {run.rate:,} records/s ({run.rate / run.max_rate:.0%} of that) for {run.duration_s / 60:.0f} "
+        f"minutes on one broker, with a fault every {run.fault_every_s / 60:.1f} minutes, alternately a SIGKILL of "
+        f"the driver (started again at once, {run.incarnations} starts in all) and "
+        "a SIGKILL of the broker (started again after a pause). Lag = records offered to the producer that no "
+        "Delta commit held yet, sampled every few seconds.\n"
+        if run.max_rate
+        else ""
+    )
+    if lags:
+        md.append(
+            f"Lag over the run: median {statistics.median(lags):,.0f} records "
+            f"({statistics.median(lags) / max(1, run.rate):.1f} s of load), p99 {np.percentile(lags, 99):,.0f}, "
+            f"max {max(lags):,}.\n"
+        )
+    rows = [
+        [f"{f.at_s / 60:.1f} min", f.kind, f"{f.peak_lag:,}",
+         f"{f.recovered_s:.0f}" if f.recovered_s >= 0 else "not within the run"]
+        for f in run.faults
+    ]  # fmt: skip
+    if rows:
+        md.append(
+            md_table(["at", "fault", "peak lag (records)", f"back under {RECOVERED_LAG_S:g} s of lag (s)"], rows) + "\n"
+        )
+    mem = memory_by_incarnation(run)
+    if mem:
+        md.append("Memory of each job start, from a minute after it started (median of the first and last fifth):\n")
+        md.append(
+            md_table(
+                ["start", "minutes", "Python MiB warm -> end", "trend MiB/min", "JVM MiB warm -> end", "trend MiB/min"],
+                [
+                    [
+                        f"{int(m['incarnation'])}",
+                        f"{m['minutes']:.1f}",
+                        f"{m['python_warm_mib']:.0f} -> {m['python_end_mib']:.0f}",
+                        f"{m['python_mib_per_min']:+.2f}",
+                        f"{m['jvm_warm_mib']:.0f} -> {m['jvm_end_mib']:.0f}",
+                        f"{m['jvm_mib_per_min']:+.2f}",
+                    ]
+                    for m in mem
+                ],
+            )
+            + "\n"
+        )
+    if run.rows:
+        md.append(
+            f"Exactly once at the end: {run.delivered:,} records delivered, {run.rows:,} rows, "
+            f"**{run.lost:,} lost, {run.duplicates:,} duplicates**, {run.dead_lettered:,} dead-lettered; the last "
+            f"backlog drained {run.drained_s:.1f} s after the producer stopped. The last job's counters: "
+            + ", ".join(
+                f"{k} {int(run.last_counters.get(k, 0)):,}"
+                for k in ("accepted", "released", "dedup_hits", "ack_errors")
+            )
+            + ".\n"
+        )
+    return md
+
+
+def soak_json(run: SoakRun) -> dict[str, object]:
+    out = asdict(run)
+    out["lost"], out["duplicates"] = run.lost, run.duplicates
+    out["memory"] = memory_by_incarnation(run)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--minutes", type=float, default=30.0)
+    ap.add_argument("--fault-every-minutes", type=float, default=2.5)
+    ap.add_argument("--fraction", type=float, default=0.6, help="of the measured maximum (default 0.6)")
+    ap.add_argument("--rate", type=int, help="offer this many records/s instead of a fraction of the maximum")
+    ap.add_argument("--calibrate-records", type=int, default=500_000)
+    ap.add_argument("--work-dir", type=Path, default=WORK_ROOT / "soak")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stamp = time.strftime("%Y-%m-%d-%H%M%S")
+    work = args.work_dir / stamp
+    with EmbeddedKafka(work / "broker") as broker:
+        run = run_soak(
+            broker, work / "run", duration_s=args.minutes * 60, fault_every_s=args.fault_every_minutes * 60,
+            fraction=args.fraction, calibrate_records=args.calibrate_records, rate=args.rate,
+        )  # fmt: skip
+    report = RESULTS_DIR / f"{stamp}-soak.md"
+    report.write_text("\n".join([f"# Sharelake soak, {stamp}\n", *soak_section(run)]))
+    report.with_suffix(".json").write_text(json.dumps(soak_json(run), indent=2, default=str))
+    print(f"soak: report written to {report}")
+
+
+if __name__ == "__main__":
+    main()

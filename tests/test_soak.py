@@ -1,0 +1,40 @@
+"""The soak, bounded: 3 minutes at 60% of the measured maximum, a driver kill -9 and a broker restart.
+
+`bench.soak` runs the same thing for 30 minutes (`python -m bench.soak`); CI runs this bounded form
+(`SHARELAKE_SOAK_SECONDS`, default 180). The test's own broker is killed and restarted, so the
+session's shared broker is left alone.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from app.embedded.kafka_broker import EmbeddedKafka
+from bench.soak import memory_by_incarnation, run_soak, soak_section
+from tests.kafka_helpers import nothing_left
+
+SECONDS = float(os.environ.get("SHARELAKE_SOAK_SECONDS", "180"))
+
+
+@pytest.mark.chaos
+def test_soak_under_kills_lands_everything_once(spark: SparkSession, tmp_path: Path) -> None:
+    with EmbeddedKafka(tmp_path / "broker") as broker:
+        run = run_soak(
+            broker, tmp_path / "soak", duration_s=SECONDS, fault_every_s=SECONDS / 3,
+            calibrate_records=100_000, spark=spark,
+        )  # fmt: skip
+        print("\n".join(soak_section(run)))
+        assert not run.error, run.error
+
+        kinds = [f.kind for f in run.faults]
+        assert kinds == ["driver kill -9", "broker kill -9 + restart"], kinds  # both faults really struck
+        assert run.incarnations == 2  # the kill's restart, and no death of its own
+        assert run.delivered > 100_000 and run.lost == 0 and run.duplicates == 0, run
+        assert run.rows == run.delivered and run.dead_lettered == 0
+        assert all(f.recovered_s >= 0 for f in run.faults), run.faults  # the lag came back after each
+        assert memory_by_incarnation(run), "no job start ran long enough to measure its memory"
+        assert nothing_left(broker, "soak", "g-soak")
