@@ -7,8 +7,15 @@ producer feeds the topic at a steady rate while the job (started by the caller, 
 ingests it; the scenario kills, one at a time and at random moments, the node that leads the most
 of the topic's partitions and then the node that coordinates the share group (or, when that is
 the same node, the one that leads the most share-state partitions), and restarts each after a
-while. The job itself is never restarted. A death's stall is the longest gap between two Delta
-commits from the kill until the restarted node is back (and a little after).
+while. The job itself is never restarted.
+
+One producer runs throughout, at a steady rate: records for a partition whose leader is away wait
+in its client while the other partitions keep flowing (a producer that flushed every chunk would
+stop all partitions at each death, and the stall measured would be its own). A death's stall is
+the longest gap between two Delta commits from the kill until the restarted node is back (and a
+little after); each partition's wait is the same gap between the commits that hold records of
+that partition (their offset ranges are in each commit's metadata), reported for the partitions
+the dead node led and for the others.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import argparse
 import itertools
 import json
 import logging
+import math
 import random
 import re
 import signal
@@ -32,13 +40,13 @@ from pathlib import Path
 from app.embedded.kafka_cluster import EmbeddedKafkaCluster
 from app.embedded.sample_data import Produced, produce_json_events
 from app.paths import PROJECT_ROOT
-from bench.delta_log import data_commits, read_commits, rows_in
+from bench.delta_log import Commit, data_commits, read_commits, rows_in
 from bench.figures import md_table
 from bench.settings import RESULTS_DIR
 
 log = logging.getLogger(__name__)
 
-CHUNK = 2_000  # records per produce call; the producer sleeps between chunks to hold the rate
+FIRST = 2_000  # records produced before the job's first commit; the steady rate starts after it
 AFTER_RESTART_S = 5.0  # a stall may end just after the node is back: look this long past it
 
 
@@ -47,13 +55,17 @@ class Death:
     node: int
     role: str  # "partition leader" (and "group coordinator") / "group coordinator" / "share-state leader"
     killed_at: float  # epoch seconds
+    led: list[int] = field(default_factory=list)  # the topic's partitions it led when it died
     restarted_at: float = 0.0
     stall_s: float = 0.0  # the longest gap between commits from the kill until shortly after the restart
+    led_wait_s: float = 0.0  # the same gap, between commits holding a partition it led (the longest)
+    others_wait_s: float = 0.0  # the same for the partitions other nodes led
 
 
 @dataclass
 class FailoverRun:
     produced: list[Produced] = field(default_factory=list)
+    produced_until: float = 0.0  # epoch seconds: the steady producer's last record was delivered
     deaths: list[Death] = field(default_factory=list)
     job_rc: int | None = None
     job_survived: bool = False  # still running when every record had landed
@@ -63,7 +75,11 @@ class FailoverRun:
     error: str = ""
 
     def summary(self) -> str:
-        stalls = ", ".join(f"node {d.node} ({d.role}) {d.stall_s:.1f} s" for d in self.deaths)
+        stalls = ", ".join(
+            f"node {d.node} ({d.role}, led {d.led}) {d.stall_s:.1f} s, its partitions waited {d.led_wait_s:.1f} s, "
+            f"the others {d.others_wait_s:.1f} s"
+            for d in self.deaths
+        )
         return (
             f"{len(self.produced)} records, {len(self.deaths)} broker deaths, stalls: {stalls}; "
             f"median gap between commits {self.commit_gap_median_s:.2f} s"
@@ -77,30 +93,51 @@ def most_leading(cluster: EmbeddedKafkaCluster, topic: str, exclude: frozenset[i
 
 
 def produce_steadily(
-    bootstrap: str, topic: str, records: int, rate: int, out: list[Produced], errors: list[BaseException]
+    bootstrap: str, topic: str, records: int, rate: int, start: int, run: FailoverRun, errors: list[BaseException]
 ) -> threading.Thread:
-    """A thread that produces `records` JSON events at about `rate` records/s into `out`."""
+    """A thread that produces JSON events start..start+records-1 at `rate` records/s into `run.produced`."""
 
-    def run() -> None:
+    def produce() -> None:
         try:
-            started = time.monotonic()
-            for start in range(0, records, CHUNK):
-                out.extend(produce_json_events(bootstrap, topic, min(CHUNK, records - start), start=start))
-                ahead = (start + CHUNK) / rate - (time.monotonic() - started)
-                if ahead > 0:
-                    time.sleep(ahead)
+            run.produced.extend(produce_json_events(bootstrap, topic, records, start=start, rate=rate))
+            run.produced_until = time.time()
         except BaseException as e:  # noqa: BLE001 - the caller asserts on it
             errors.append(e)
 
-    thread = threading.Thread(target=run, name="steady-producer", daemon=True)
+    thread = threading.Thread(target=produce, name="steady-producer", daemon=True)
     thread.start()
     return thread
 
 
-def stall_after(commit_times: list[float], killed_at: float, until: float) -> float:
-    """The longest gap between consecutive commits that overlaps [killed_at, until]."""
-    gaps = [b - a for a, b in itertools.pairwise(commit_times) if b >= killed_at and a <= until]
-    return max(gaps, default=until - killed_at)
+def longest_gap(times: list[float], start: float, end: float) -> float:
+    """The longest gap between consecutive `times` that overlaps [start, end] (end - start if none does)."""
+    gaps = [b - a for a, b in itertools.pairwise(times) if b >= start and a <= end]
+    return max(gaps, default=end - start)
+
+
+def partitions_of(commit: Commit, topic: str) -> set[int]:
+    """The partitions of `topic` whose records a Sharelake commit holds (its metadata's offset ranges)."""
+    ranges = commit.user_metadata.get("sharelake", {}).get("ranges", {}).get(topic, {})
+    return {int(p) for p in ranges}
+
+
+def measure_stalls(run: FailoverRun, commits: list[Commit], topic: str) -> None:
+    """Each death's stall and its partitions' waits, from the commits (load must still be flowing)."""
+    data = data_commits(commits)
+    times = [c.timestamp_ms / 1000 for c in data]
+    by_partition: dict[int, list[float]] = {}
+    for c in data:
+        for p in partitions_of(c, topic):
+            by_partition.setdefault(p, []).append(c.timestamp_ms / 1000)
+    for d in run.deaths:
+        end = min(d.restarted_at + AFTER_RESTART_S, run.produced_until or d.restarted_at + AFTER_RESTART_S)
+        if end <= d.killed_at:  # the producer had finished: nothing was there to wait for
+            d.stall_s = d.led_wait_s = d.others_wait_s = math.nan
+            continue
+        d.stall_s = longest_gap(times, d.killed_at, end)
+        waits = {p: longest_gap(t, d.killed_at, end) for p, t in by_partition.items()}
+        d.led_wait_s = max((w for p, w in waits.items() if p in d.led), default=math.nan)
+        d.others_wait_s = max((w for p, w in waits.items() if p not in d.led), default=math.nan)
 
 
 def run_failover(
@@ -125,10 +162,11 @@ def run_failover(
     errors: list[BaseException] = []
     job = start_job()
     try:
-        producer = produce_steadily(cluster.bootstrap, topic, records, rate, run.produced, errors)
+        run.produced += produce_json_events(cluster.bootstrap, topic, FIRST)
         deadline = time.monotonic() + 120
         while not data_commits(read_commits(table)) and time.monotonic() < deadline and job.poll() is None:
             time.sleep(0.2)
+        producer = produce_steadily(cluster.bootstrap, topic, records - FIRST, rate, FIRST, run, errors)
 
         for role in ("partition leader", "group coordinator"):
             time.sleep(rng.uniform(2.0, 6.0))
@@ -143,7 +181,8 @@ def run_failover(
                         "share-state leader",
                         most_leading(cluster, "__share_group_state", exclude=frozenset(d.node for d in run.deaths)),
                     )
-            death = Death(node, role, time.time())
+            led = sorted(p for p, n in cluster.leaders(topic).items() if n == node)
+            death = Death(node, role, time.time(), led)
             cluster.kill(node)
             run.deaths.append(death)
             time.sleep(rng.uniform(5.0, 10.0))
@@ -170,9 +209,8 @@ def run_failover(
 
     commits = read_commits(table)
     run.rows = rows_in(commits)
+    measure_stalls(run, commits, topic)
     times = [c.timestamp_ms / 1000 for c in data_commits(commits)]
-    for d in run.deaths:
-        d.stall_s = stall_after(times, d.killed_at, d.restarted_at + AFTER_RESTART_S)
     gaps = [b - a for a, b in itertools.pairwise(times)]
     run.commit_gap_median_s = statistics.median(gaps) if gaps else 0.0
     return run
@@ -235,15 +273,35 @@ def failover_section(run: FailoverRun | None) -> list[str]:
     md.append(
         f"{len(run.produced):,} records produced at a steady rate into 6 partitions (replication factor 3, "
         "min.insync.replicas 2) while the job ran in continuous mode; each node was killed with SIGKILL at a "
-        "random moment and restarted 5-10 s later; the job was never restarted. Stall = the longest gap between "
-        "two Delta commits from the kill until 5 s after the node was back; the median gap between commits over "
-        f"the whole run was {run.commit_gap_median_s:.2f} s.\n"
+        "random moment and restarted 5-10 s later; the job was never restarted. One producer ran throughout (records "
+        "for a partition without a leader waited in it while the others flowed). Stall = the longest gap between "
+        "two Delta commits from the kill until 5 s after the node was back; a partition's wait = the same gap "
+        "between the commits holding records of that partition (the longest over the partitions the node led, and "
+        f"over the others). The median gap between commits over the whole run was {run.commit_gap_median_s:.2f} s.\n"
     )
     rows = [
-        [f"node {d.node}", d.role, f"{d.stall_s:.1f}", "met" if d.stall_s <= TARGET_STALL_S else "not met"]
+        [
+            f"node {d.node}", d.role, ", ".join(map(str, d.led)) or "none", f"{d.stall_s:.1f}",
+            f"{d.led_wait_s:.1f}", f"{d.others_wait_s:.1f}",
+            "no load left" if math.isnan(d.stall_s) else "met" if d.stall_s <= TARGET_STALL_S else "not met",
+        ]
         for d in run.deaths
-    ]
-    md.append(md_table(["killed", "its role", "stall (s)", f"target <= {TARGET_STALL_S:g} s"], rows) + "\n")
+    ]  # fmt: skip
+    md.append(
+        md_table(
+            [
+                "killed",
+                "its role",
+                "partitions it led",
+                "stall (s)",
+                "its partitions waited (s)",
+                "the others waited (s)",
+                f"stall target <= {TARGET_STALL_S:g} s",
+            ],
+            rows,
+        )
+        + "\n"
+    )
     c = run.counters
     keys = ("accepted", "released", "rejected", "dead_lettered", "dedup_hits", "ack_errors", "poll_errors")
     md.append(

@@ -9,6 +9,7 @@ for any (key, value) pairs (the bad-input tests, the replay job's tests).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -54,10 +55,16 @@ def produce_poison_records(bootstrap: str, topic: str) -> list[Produced]:
 
 
 def produce_json_events(
-    bootstrap: str, topic: str, count: int, start: int = 0, key_prefix: str = "k", client: dict[str, str] | None = None
+    bootstrap: str,
+    topic: str,
+    count: int,
+    start: int = 0,
+    key_prefix: str = "k",
+    client: dict[str, str] | None = None,
+    rate: float | None = None,
 ) -> list[Produced]:
     items = ((f"{key_prefix}-{i}".encode(), event_value(i)) for i in range(start, start + count))
-    return produce_records(bootstrap, topic, items, client=client)
+    return produce_records(bootstrap, topic, items, client=client, rate=rate)
 
 
 def produce_records(
@@ -66,10 +73,13 @@ def produce_records(
     items: Iterable[tuple[bytes | None, bytes | None]],
     max_bytes: int = 1_000_000,
     client: dict[str, str] | None = None,
+    rate: float | None = None,
 ) -> list[Produced]:
     """Produce (key, value) pairs in order and wait for all; a None value is a tombstone.
 
-    `client`: extra librdkafka settings (a secured broker's security.protocol, sasl.*, ssl.*)."""
+    `client`: extra librdkafka settings (a secured broker's security.protocol, sasl.*, ssl.*).
+    `rate`: at most this many records/s, one producer throughout (records for a partition whose
+    leader is away wait in the client while the others flow on); None: as fast as it takes them."""
     # batch.size as the Java producer's default (16 KiB, ~150 small records): the broker hands a
     # share consumer whole record batches, so this also sets how many records one poll returns
     producer = Producer(
@@ -100,7 +110,10 @@ def produce_records(
             )
         )
 
-    for key, value in items:
+    started = time.monotonic()
+    for n, (key, value) in enumerate(items):
+        if rate and n % 100 == 0 and (ahead := n / rate - (time.monotonic() - started)) > 0:
+            time.sleep(ahead)
         while True:
             try:
                 producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
