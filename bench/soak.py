@@ -9,9 +9,9 @@ supervisor, is started again at once whenever it dies. The run:
 1. **calibrate**: a backlog is produced and drained by the running job; its drain rate (rows over
    the time between its first and last commit) is the measured maximum;
 2. **steady**: a rate producer offers `fraction` of that maximum for `duration_s`; every
-   `fault_every_s` a fault strikes, alternately a SIGKILL of the driver's whole process group (the
-   job is started again at once) and a SIGKILL of the broker (started again on its own data after
-   `broker_down_s`);
+   `fault_every_s` a fault strikes, in the order `pattern` gives: `D` a SIGKILL of the driver's
+   whole process group (the job is started again at once), `B` a SIGKILL of the broker (started
+   again on its own data after `broker_down_s`);
 3. **drain**: the producer stops; once every delivered record is a row the job is stopped with SIGTERM;
 4. **check**: Spark counts the rows, the distinct `(topic, partition, offset)` and the distinct keys
    (each produced id once), and the dead-letter rows.
@@ -19,7 +19,9 @@ supervisor, is started again at once whenever it dies. The run:
 Every `sample_s` it samples the lag (records offered to the producer and not yet in a Delta commit,
 from the commit log read incrementally: during a broker outage the offered records wait in the
 producer) and the job's memory (RSS of the JVM and of the Python driver).
-A fault's recovery is the time from the fault until the lag is back under `fraction`'s 2 s worth.
+A fault's recovery is the time from the fault until the lag is back under 2 s of the offered load,
+looked for until the next fault. Per job start the report also gives the median cycle and write
+time of its full micro-batches (from the progress lines), which shows the job's speed under the load.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from app.embedded.kafka_broker import EmbeddedKafka
 from app.paths import PROJECT_ROOT
 from bench.contenders.base import RunContext, stop_group
 from bench.contenders.sharelake import parse_job_log, sharelake_command
+from bench.cycle import progress_batches
 from bench.delta_log import Commit, CommitTail, rows_in
 from bench.figures import md_table
 from bench.procmem import MIB, tree_rss
@@ -55,6 +58,9 @@ log = logging.getLogger(__name__)
 PARTITIONS = 4
 RECOVERED_LAG_S = 2.0  # a fault is over once the lag is back under this many seconds of offered load
 WARM_S = 60.0  # memory of a job incarnation is compared from this long after its start
+RATE_WINDOW_S = 60.0  # the job's best commit rate under the load is taken over windows this long
+FULL_BATCH = 0.75  # a start's batches with at least this share of its largest are its full ones
+FAULT_KINDS = {"D": "driver kill -9", "B": "broker kill -9 + restart"}
 
 
 @dataclass
@@ -75,8 +81,9 @@ class Sample:
 class Fault:
     kind: str  # "driver kill -9" / "broker kill -9 + restart"
     at_s: float  # since the steady phase began
-    recovered_s: float = -1.0  # until the lag was back under RECOVERED_LAG_S of load; -1 = never in the run
-    peak_lag: int = 0  # the largest lag sampled between the fault and its recovery
+    recovered_s: float = -1.0  # until the lag was back under RECOVERED_LAG_S of load; -1 = not before the next fault
+    peak_lag: int = 0  # the largest lag sampled between the fault and its recovery (or the next fault)
+    lag_left: int = 0  # the lag when the next fault (or the run's end) came, if it had not recovered
 
 
 @dataclass
@@ -85,6 +92,7 @@ class SoakRun:
     rate: int = 0  # the offered load
     duration_s: float = 0.0
     fault_every_s: float = 0.0
+    pattern: str = "DB"
     samples: list[Sample] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
     delivered: int = 0
@@ -95,6 +103,7 @@ class SoakRun:
     incarnations: int = 0  # job starts
     drained_s: float = 0.0  # from the producer's stop until every delivered record was a row
     last_counters: dict[str, float] = field(default_factory=dict)  # the last job's `run ended:` line
+    batches: list[dict[str, float]] = field(default_factory=list)  # per job start, see batches_by_start
     error: str = ""
 
     @property
@@ -179,6 +188,7 @@ def run_soak(
     fraction: float = 0.6,
     calibrate_records: int = 200_000,
     rate: int | None = None,
+    pattern: str = "DB",
     broker_down_s: float = 5.0,
     sample_s: float = 2.0,
     drain_timeout_s: float = 300.0,
@@ -188,11 +198,13 @@ def run_soak(
 
     `rate` skips the calibration's measurement (the backlog is still produced and drained first).
     `spark`: a session for the final check (None: one is built)."""
+    if not pattern or set(pattern) - set(FAULT_KINDS):
+        raise ValueError(f"pattern {pattern!r}: use the letters D (driver kill) and B (broker restart)")
     work.mkdir(parents=True, exist_ok=True)
     topic, group, table = "soak", "g-soak", work / "table"
     broker.create_topic(topic, partitions=PARTITIONS)
     ctx = RunContext(broker.bootstrap, topic, PARTITIONS, 0, 0, work, BenchSettings())
-    run = SoakRun(duration_s=duration_s, fault_every_s=fault_every_s)
+    run = SoakRun(duration_s=duration_s, fault_every_s=fault_every_s, pattern=pattern)
     tail = CommitTail(table)
     job = Job(ctx, group, table)
     producer: RateProducer | None = None
@@ -208,10 +220,10 @@ def run_soak(
         producer = RateProducer(broker.bootstrap, topic, run.rate, first_id=calibrate_records)
         producer.start()
         t0 = time.monotonic()
-        next_fault, kinds = fault_every_s, ["driver kill -9", "broker kill -9 + restart"]
+        next_fault = fault_every_s
         while (now := time.monotonic() - t0) < duration_s:
             if now >= next_fault:
-                fault = Fault(kinds[len(run.faults) % 2], now)
+                fault = Fault(FAULT_KINDS[pattern[len(run.faults) % len(pattern)]], now)
                 run.faults.append(fault)
                 log.info("soak: %s at %.0f s", fault.kind, now)
                 if fault.kind.startswith("driver"):
@@ -258,6 +270,7 @@ def run_soak(
         job.stop()
         run.incarnations = job.incarnation + 1
         run.last_counters = parse_job_log(job.log).summary
+        run.batches = batches_by_start(ctx.run_dir, run.incarnations)
     _recoveries(run)
     if not run.error:
         _check(run, spark, table, topic)
@@ -265,15 +278,51 @@ def run_soak(
 
 
 def _recoveries(run: SoakRun) -> None:
+    """Each fault's peak lag and recovery, looked for between it and the next fault."""
     recovered_lag = RECOVERED_LAG_S * run.rate
-    for fault in run.faults:
-        after = [s for s in run.samples if s.t_s >= fault.at_s]
-        fault.peak_lag = max((s.lag for s in after[:1]), default=0)
-        for s in after:
+    ends = [f.at_s for f in run.faults[1:]] + [float("inf")]
+    for fault, end in zip(run.faults, ends, strict=True):
+        window = [s for s in run.samples if fault.at_s <= s.t_s < end]
+        for s in window:
             fault.peak_lag = max(fault.peak_lag, s.lag)
             if s.t_s > fault.at_s + 1 and s.lag <= recovered_lag:
                 fault.recovered_s = round(s.t_s - fault.at_s, 1)
                 break
+        else:
+            fault.lag_left = window[-1].lag if window else 0
+
+
+def best_rate(run: SoakRun, window_s: float = RATE_WINDOW_S) -> float:
+    """The most rows/s the job committed over any `window_s` of the steady phase (under the load)."""
+    best, j = 0.0, 0
+    samples = run.samples
+    for i, s in enumerate(samples):
+        j = max(j, i)
+        while j < len(samples) and samples[j].t_s - s.t_s < window_s:
+            j += 1
+        if j == len(samples):
+            break
+        best = max(best, (samples[j].rows - s.rows) / (samples[j].t_s - s.t_s))
+    return best
+
+
+def batches_by_start(run_dir: Path, starts: int) -> list[dict[str, float]]:
+    """Per job start: its micro-batches, and the median records, cycle and write ms of its full ones."""
+    out = []
+    for inc in range(starts):
+        log_path = run_dir / f"job-{inc}.log"
+        batches = list(progress_batches(log_path).values()) if log_path.exists() else []
+        if not batches:
+            continue
+        largest = max(b["records"] for b in batches)
+        full = [b for b in batches if b["records"] >= FULL_BATCH * largest]
+        out.append({
+            "start": inc, "batches": len(batches), "full_batches": len(full),
+            "records": statistics.median(b["records"] for b in full),
+            "cycle_ms": statistics.median(b["total"] for b in full),
+            "write_ms": statistics.median(b.get("sink.write", float("nan")) for b in full),
+        })  # fmt: skip
+    return out
 
 
 def _check(run: SoakRun, spark: SparkSession | None, table: Path, topic: str) -> None:
@@ -324,16 +373,24 @@ def soak_section(run: SoakRun) -> list[str]:
     if run.error:
         md.append(f"The soak failed: {run.error}\n")
     lags = [s.lag for s in run.samples]
+    order = ", ".join({"D": "driver", "B": "broker"}[c] for c in run.pattern)
     md.append(
-        f"The job drained a backlog at **{run.max_rate:,.0f} records/s** (4 partitions, shipped defaults); the soak "
-        f"then offered {run.rate:,} records/s ({run.rate / run.max_rate:.0%} of that) for {run.duration_s / 60:.0f} "
-        f"minutes on one broker, with a fault every {run.fault_every_s / 60:.1f} minutes, alternately a SIGKILL of "
-        f"the driver (started again at once, {run.incarnations} starts in all) and "
-        "a SIGKILL of the broker (started again after a pause). Lag = records offered to the producer that no "
-        "Delta commit held yet, sampled every few seconds.\n"
+        f"The job drained a backlog at **{run.max_rate:,.0f} records/s** (4 partitions, shipped defaults, nothing "
+        f"else running); the soak then offered {run.rate:,} records/s ({run.rate / run.max_rate:.0%} of that) for "
+        f"{run.duration_s / 60:.0f} minutes on one broker, with a fault every {run.fault_every_s / 60:.1f} minutes "
+        f"in the order {order}: driver = a SIGKILL of the driver's process group (started again at once, "
+        f"{run.incarnations} starts in all), broker = a SIGKILL of the broker (started again after a pause). "
+        "Lag = records offered to the producer that no Delta commit held yet, sampled every few seconds.\n"
         if run.max_rate
         else ""
     )
+    if run.samples and run.rate:
+        best = best_rate(run)
+        md.append(
+            f"Under the load (the producer, the broker and the job share the machine) the job committed at most "
+            f"**{best:,.0f} records/s** over any {RATE_WINDOW_S:.0f} s, {best / run.rate:.2f}x the offered rate: "
+            "that margin is what drains the lag a fault leaves.\n"
+        )
     if lags:
         md.append(
             f"Lag over the run: median {statistics.median(lags):,.0f} records "
@@ -342,12 +399,26 @@ def soak_section(run: SoakRun) -> list[str]:
         )
     rows = [
         [f"{f.at_s / 60:.1f} min", f.kind, f"{f.peak_lag:,}",
-         f"{f.recovered_s:.0f}" if f.recovered_s >= 0 else "not within the run"]
+         f"{f.recovered_s:.0f}" if f.recovered_s >= 0 else f"not before the next fault ({f.lag_left:,} left)"]
         for f in run.faults
     ]  # fmt: skip
     if rows:
         md.append(
             md_table(["at", "fault", "peak lag (records)", f"back under {RECOVERED_LAG_S:g} s of lag (s)"], rows) + "\n"
+        )
+    if run.batches:
+        md.append(
+            "Each job start's micro-batches; the medians are over its full batches (at least "
+            f"{FULL_BATCH:.0%} of its largest), which it runs while it catches up:\n"
+        )
+        batch_rows = [
+            [f"{int(b['start'])}", f"{int(b['batches'])}", f"{int(b['full_batches'])}",
+             f"{b['records']:,.0f}", f"{b['cycle_ms']:.0f}", f"{b['write_ms']:.0f}",
+             f"{b['records'] / b['cycle_ms'] * 1000:,.0f}"]
+            for b in run.batches
+        ]  # fmt: skip
+        md.append(
+            md_table(["start", "batches", "full", "records", "cycle ms", "write ms", "records/s"], batch_rows) + "\n"
         )
     mem = memory_by_incarnation(run)
     if mem:
@@ -368,6 +439,15 @@ def soak_section(run: SoakRun) -> list[str]:
                 ],
             )
             + "\n"
+        )
+        first, last = mem[0], mem[-1]
+        md.append(
+            f"Once warm, the first measured start held {first['python_warm_mib']:.0f} MiB in Python and "
+            f"{first['jvm_warm_mib']:.0f} MiB in the JVM, the last {last['python_warm_mib']:.0f} and "
+            f"{last['jvm_warm_mib']:.0f}: what a start needs does not grow with the table or the run.\n"
+            if abs(last["python_warm_mib"] - first["python_warm_mib"]) < 0.2 * first["python_warm_mib"]
+            else f"Once warm, the first measured start held {first['python_warm_mib']:.0f} MiB in Python, the last "
+            f"{last['python_warm_mib']:.0f}: it grows with the run.\n"
         )
     if run.rows:
         md.append(
@@ -397,6 +477,11 @@ def main() -> None:
     ap.add_argument("--fraction", type=float, default=0.6, help="of the measured maximum (default 0.6)")
     ap.add_argument("--rate", type=int, help="offer this many records/s instead of a fraction of the maximum")
     ap.add_argument("--calibrate-records", type=int, default=500_000)
+    ap.add_argument(
+        "--pattern", default="DBB",
+        help="the faults' order, repeated: D = driver kill -9, B = broker restart (default DBB: each job start "
+        "lives through two broker restarts, long enough to judge its memory)",
+    )  # fmt: skip
     ap.add_argument("--work-dir", type=Path, default=WORK_ROOT / "soak")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -405,7 +490,7 @@ def main() -> None:
     with EmbeddedKafka(work / "broker") as broker:
         run = run_soak(
             broker, work / "run", duration_s=args.minutes * 60, fault_every_s=args.fault_every_minutes * 60,
-            fraction=args.fraction, calibrate_records=args.calibrate_records, rate=args.rate,
+            fraction=args.fraction, calibrate_records=args.calibrate_records, rate=args.rate, pattern=args.pattern,
         )  # fmt: skip
     report = RESULTS_DIR / f"{stamp}-soak.md"
     report.write_text("\n".join([f"# Sharelake soak, {stamp}\n", *soak_section(run)]))
