@@ -60,6 +60,7 @@ RECOVERED_LAG_S = 2.0  # a fault is over once the lag is back under this many se
 WARM_S = 60.0  # memory of a job incarnation is compared from this long after its start
 RATE_WINDOW_S = 60.0  # the job's best commit rate under the load is taken over windows this long
 FULL_BATCH = 0.75  # a start's batches with at least this share of its largest are its full ones
+SETTLE_S = 10.0  # a fault's `landed` rows count from this long after it (past a broker's outage)
 FAULT_KINDS = {"D": "driver kill -9", "B": "broker kill -9 + restart"}
 
 
@@ -84,6 +85,7 @@ class Fault:
     recovered_s: float = -1.0  # until the lag was back under RECOVERED_LAG_S of load; -1 = not before the next fault
     peak_lag: int = 0  # the largest lag sampled between the fault and its recovery (or the next fault)
     lag_left: int = 0  # the lag when the next fault (or the run's end) came, if it had not recovered
+    landed: int = 0  # rows committed from SETTLE_S after the fault until the next one (the job went on)
 
 
 @dataclass
@@ -283,6 +285,8 @@ def _recoveries(run: SoakRun) -> None:
     ends = [f.at_s for f in run.faults[1:]] + [float("inf")]
     for fault, end in zip(run.faults, ends, strict=True):
         window = [s for s in run.samples if fault.at_s <= s.t_s < end]
+        settled = [s for s in window if s.t_s >= fault.at_s + SETTLE_S]
+        fault.landed = settled[-1].rows - settled[0].rows if settled else 0
         for s in window:
             fault.peak_lag = max(fault.peak_lag, s.lag)
             if s.t_s > fault.at_s + 1 and s.lag <= recovered_lag:

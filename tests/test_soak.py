@@ -35,6 +35,8 @@ def test_soak_under_kills_lands_everything_once(spark: SparkSession, tmp_path: P
         assert run.incarnations == 2  # the kill's restart, and no death of its own
         assert run.delivered > 100_000 and run.lost == 0 and run.duplicates == 0, run
         assert run.rows == run.delivered and run.dead_lettered == 0
-        assert all(f.recovered_s >= 0 for f in run.faults), run.faults  # the lag came back after each
+        # the job went on landing rows after each fault (how fast the lag came back is the
+        # benchmark's figure, not a test's: `bench.soak` reports it)
+        assert all(f.landed > 0 for f in run.faults), run.faults
         assert memory_by_incarnation(run), "no job start ran long enough to measure its memory"
         assert nothing_left(broker, "soak", "g-soak")
