@@ -117,6 +117,11 @@ class SoakRun:
         return self.rows - self.distinct_offsets
 
 
+def job_log(run_dir: Path, incarnation: int) -> Path:
+    """Where a job start writes its output."""
+    return run_dir / f"job-{incarnation}.log"
+
+
 class Job:
     """The ingest job, started again at once whenever it is killed (as a supervisor would)."""
 
@@ -129,7 +134,7 @@ class Job:
 
     @property
     def log(self) -> Path:
-        return self.run_dir / f"job-{self.incarnation}.log"
+        return job_log(self.run_dir, self.incarnation)
 
     def start(self) -> None:
         self.incarnation += 1
@@ -314,7 +319,7 @@ def batches_by_start(run_dir: Path, starts: int) -> list[dict[str, float]]:
     """Per job start: its micro-batches, and the median records, cycle and write ms of its full ones."""
     out = []
     for inc in range(starts):
-        log_path = run_dir / f"job-{inc}.log"
+        log_path = job_log(run_dir, inc)
         batches = list(progress_batches(log_path).values()) if log_path.exists() else []
         if not batches:
             continue
@@ -377,7 +382,7 @@ def soak_section(run: SoakRun) -> list[str]:
     if run.error:
         md.append(f"The soak failed: {run.error}\n")
     lags = [s.lag for s in run.samples]
-    order = ", ".join({"D": "driver", "B": "broker"}[c] for c in run.pattern)
+    order = ", ".join(FAULT_KINDS[c].split()[0] for c in run.pattern)
     md.append(
         f"The job drained a backlog at **{run.max_rate:,.0f} records/s** (4 partitions, shipped defaults, nothing "
         f"else running); the soak then offered {run.rate:,} records/s ({run.rate / run.max_rate:.0%} of that) for "
