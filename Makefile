@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 .PHONY: setup jars demo test lint pytest clean
 setup: $(VENV)/.installed jars
 
-jars: $(CACHE)/jars/kafka/.resolved $(CACHE)/jars/spark/.resolved $(CACHE)/jars/bench/.resolved
+jars: $(CACHE)/jars/kafka/.resolved $(CACHE)/jars/spark/.resolved $(CACHE)/jars/bench/.resolved $(CACHE)/registry/.resolved
 
 $(VENV)/.installed: requirements.txt
 	@$(PYTHON) -c 'import sys; v=sys.version_info[:2]; sys.exit(0 if v==(3,11) else "sharelake needs Python 3.11, found %d.%d: set PYTHON=/path/to/python3.11" % v)'
@@ -28,10 +28,16 @@ $(CACHE)/jars/kafka/.resolved: conf/maven/kafka-broker.pom.xml
 	$(MVN) -f $< dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(abspath $(CACHE))/jars/kafka
 	@touch $@
 
-# Delta Lake for Spark 4.2: only io.delta artifacts; Spark's own jars already hold the rest
+# Delta Lake for Spark 4.2 and spark-avro: only those artifacts; Spark's own jars already hold the rest
 $(CACHE)/jars/spark/.resolved: conf/maven/spark-jars.pom.xml
 	rm -rf $(CACHE)/jars/spark
-	$(MVN) -f $< dependency:copy-dependencies -DincludeScope=runtime -DincludeGroupIds=io.delta -DoutputDirectory=$(abspath $(CACHE))/jars/spark
+	$(MVN) -f $< dependency:copy-dependencies -DincludeScope=runtime -DincludeGroupIds=io.delta,org.apache.spark -DexcludeArtifactIds=spark-tags_2.13 -DoutputDirectory=$(abspath $(CACHE))/jars/spark
+	@touch $@
+
+# Apicurio Registry (the whole distribution, one tar.gz from Maven Central), for the embedded schema registry
+$(CACHE)/registry/.resolved: conf/maven/schema-registry.pom.xml
+	rm -rf $(CACHE)/registry
+	$(MVN) -f $< dependency:unpack -Dregistry.dir=$(abspath $(CACHE))/registry
 	@touch $@
 
 demo: setup

@@ -13,6 +13,8 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CACHE_DIR = Path(os.environ.get("SHARELAKE_CACHE", PROJECT_ROOT / ".cache"))
 KAFKA_JARS = CACHE_DIR / "jars" / "kafka"
 SPARK_JARS = CACHE_DIR / "jars" / "spark"
+# the unpacked Apicurio Registry distribution (a runner jar and its lib/), for the embedded schema registry
+REGISTRY_DIR = CACHE_DIR / "registry"
 
 
 def jars_in(folder: Path) -> list[Path]:

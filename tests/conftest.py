@@ -1,7 +1,8 @@
 """Session fixtures: one real embedded Kafka broker and one local SparkSession with Delta.
 
 Every test that crosses Kafka, Spark or Delta uses these (no fakes). Test data lives under the
-pytest session's temp dir; a failing test shows the broker's log tail.
+pytest session's temp dir; a failing test shows the broker's log tail. A real schema registry
+(Apicurio, `registry`) is started once too, for the tests that ask for it, and shows its log tail.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.embedded.kafka_broker import EmbeddedKafka  # noqa: E402
+from app.embedded.schema_registry import EmbeddedSchemaRegistry  # noqa: E402
 from app.spark_session import build_spark  # noqa: E402
 
 logging.getLogger("py4j").setLevel(logging.WARNING)
@@ -44,6 +46,15 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedKafka]:
 
 
 @pytest.fixture(scope="session")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedSchemaRegistry]:
+    """A schema registry (Apicurio, in memory) for the whole session; a test that pauses it resumes it."""
+    schema_registry = EmbeddedSchemaRegistry(tmp_path_factory.mktemp("registry"))
+    schema_registry.start()
+    yield schema_registry
+    schema_registry.stop()
+
+
+@pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     session = build_spark("sharelake-tests", "local[2]", TEST_SPARK_CONF)
     yield session
@@ -62,3 +73,5 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = outcome.get_result()
     if report.when == "call" and report.failed and "broker" in getattr(item, "funcargs", {}):
         report.sections.append(("embedded broker log tail", item.funcargs["broker"].tail_logs(40)))
+    if report.when == "call" and report.failed and "registry" in getattr(item, "funcargs", {}):
+        report.sections.append(("embedded schema registry log tail", item.funcargs["registry"].tail_logs(40)))
