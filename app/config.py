@@ -9,16 +9,18 @@ and exit with code 2. Every key is documented in `conf/local.toml`.
 from __future__ import annotations
 
 import logging
-import os
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from app.error_lines import ConfigError
+from app.secrets import is_secret_key, resolve_secret
+from app.sink.formats import FORMATS, PayloadSettings
+from app.sink.formats.raw import RawSettings
 
-class ConfigError(ValueError):
-    """A configuration problem, as one line naming the key and the fix."""
+__all__ = ["ConfigError", "SharelakeConfig", "load_config"]
 
 
 MAX_RECORD_LOCKS = 10_000  # Kafka's bound on share.partition.max.record.locks, whatever the broker allows
@@ -86,29 +88,8 @@ class KafkaConfig(_Section):
     @field_validator("client")
     @classmethod
     def _secret_references(cls, v: dict[str, Any]) -> dict[str, Any]:
-        """`env:NAME` and `file:/path` values are read from the environment or a file at start, so
-        a password never has to be on the command line (where `ps` and cluster UIs show it)."""
-        out: dict[str, Any] = {}
-        for key, value in v.items():
-            if isinstance(value, str) and value.startswith("env:"):
-                name = value.removeprefix("env:")
-                if name not in os.environ:
-                    raise ValueError(
-                        f"kafka.client.{key} reads environment variable {name}, which is not set: "
-                        "set it in the job's environment (spark.yarn.appMasterEnv / spark.kubernetes.driverEnv)"
-                    )
-                value = os.environ[name]
-            elif isinstance(value, str) and value.startswith("file:"):
-                path = Path(value.removeprefix("file:"))
-                try:
-                    value = path.read_text().strip()
-                except OSError as e:
-                    raise ValueError(
-                        f"kafka.client.{key} reads file {path}, which cannot be read ({e.strerror}): "
-                        "mount or ship the file, readable by the job's user"
-                    ) from None
-            out[key] = value
-        return out
+        """`env:NAME` and `file:/path` values are read from the environment or a file at start."""
+        return {k: resolve_secret(f"kafka.client.{k}", x) if isinstance(x, str) else x for k, x in v.items()}
 
 
 class PumpConfig(_Section):
@@ -164,31 +145,6 @@ class DeltaConfig(_Section):
     checkpoint_interval: int = Field(default=100, ge=1)
 
 
-class PayloadConfig(_Section):
-    """How record values are read; parsed in Spark, never in a per-record Python loop."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    # raw: the value as bytes; text: as a UTF-8 string; json: parsed with `schema` into columns
-    format: Literal["raw", "text", "json"] = "raw"
-    # json only: the value's fields as a Spark DDL string, e.g. "id long, name string, amount double"
-    schema_ddl: str | None = Field(default=None, alias="schema")
-    # json only: top-level fields that must be present and non-null
-    required_fields: list[str] = Field(default_factory=list)
-    # a value longer than this is dead-lettered (class too_large), not written
-    max_value_bytes: int = Field(default=1_048_576, ge=1)
-    # a record without a value (a tombstone) is dead-lettered (class null_value) unless allowed
-    allow_null_value: bool = False
-
-    @model_validator(mode="after")
-    def _schema_goes_with_json(self) -> PayloadConfig:
-        if self.format == "json" and not (self.schema_ddl or "").strip():
-            raise ValueError("payload.format = 'json' needs payload.schema, e.g. schema = \"id long, name string\"")
-        if self.format != "json" and (self.schema_ddl or self.required_fields):
-            raise ValueError("payload.schema and payload.required_fields apply to format = 'json' only")
-        return self
-
-
 class DeadLetterConfig(_Section):
     # the dead-letter Delta table; default: the main table's path + "_dead_letter"
     table_path: str | None = None
@@ -223,7 +179,7 @@ class SharelakeConfig(_Section):
     pump: PumpConfig = PumpConfig()
     batch: BatchConfig = BatchConfig()
     run: RunConfig = RunConfig()
-    payload: PayloadConfig = PayloadConfig()
+    payload: PayloadSettings = RawSettings()  # the format's own section (app.sink.formats)
     dead_letter: DeadLetterConfig = DeadLetterConfig()
     metrics: MetricsConfig = MetricsConfig()
 
@@ -262,16 +218,27 @@ def merge_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 def _one_line(err: ValidationError) -> str:
     first = err.errors()[0]
-    key = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    loc = [str(p) for p in first["loc"]]
+    if loc[:1] == ["payload"] and len(loc) > 1 and loc[1] in FORMATS:
+        loc = [loc[0], *loc[2:]]  # the format's tag is how pydantic chose the section's model: not a key
+    key = ".".join(loc) or "(top level)"
     kind = first["type"]
+    got = first.get("input")
     if kind == "missing":
         return f"config key {key} is required: add it to the config file or pass --set {key}=..."
+    if kind == "union_tag_invalid":
+        tag = first.get("ctx", {}).get("tag")
+        return f"config key {key}.format = {tag!r}: not a payload format; use one of {', '.join(FORMATS)}"
+    if kind == "extra_forbidden" and loc[:1] == ["payload"]:
+        fmt = err.errors()[0]["loc"][1]
+        return f"config key {key} does not apply to payload.format = {fmt!r}: remove it (see conf/local.toml)"
     if kind == "extra_forbidden":
         return f"config key {key} is not a known key: remove it or fix its spelling (see conf/local.toml)"
-    got = first.get("input")
     if kind == "value_error" and isinstance(got, dict):  # a section-level rule: the message names the keys
         return f"config key {key}: {first['msg'].removeprefix('Value error, ')}"
-    shown = "<hidden>" if any(s in key for s in ("password", "secret", "sasl")) else repr(got)
+    if kind == "value_error" and first["msg"].startswith("Value error, " + key):  # the message names the key
+        return first["msg"].removeprefix("Value error, ")
+    shown = "<hidden>" if is_secret_key(key) else repr(got)
     return f"config key {key} = {shown}: {first['msg']}; fix the value (see conf/local.toml)"
 
 

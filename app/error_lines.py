@@ -5,6 +5,10 @@ start-up ConfigError) and `app.pipeline` (`run failed:`). py4j and Spark wrap th
 their text; the line a user needs is, in order: the exception that names a storage cause (read-only,
 full, permission), what the Python code raised (foreachBatch errors carry its traceback), the
 deepest `Caused by:`, the first Java exception line, else the first line.
+
+`ConfigError` lives here too: the one-line error a job prints before it exits with code 2. It is
+raised by the config's validation (`app.config`), the payload formats' start-up checks
+(`app.sink.formats`) and the start-up checks (`app.preflight`).
 """
 
 from __future__ import annotations
@@ -16,6 +20,10 @@ STORAGE_CAUSES = ("No space left on device", "Read-only file system", "Permissio
 # the line a Python traceback ends with: `module.Name: message`
 PYTHON_RAISED = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Fault|Exit|Interrupt)\b.*")
 JAVA_EXCEPTION = re.compile(r"[\w.$]+(?:Exception|Error): ")
+
+
+class ConfigError(ValueError):
+    """A configuration problem, as one line naming the key and the fix."""
 
 
 def one_line(error: object, limit: int = 300) -> str:

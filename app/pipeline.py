@@ -55,7 +55,8 @@ from app.sink.dedup_cache import DedupCache
 from app.sink.dedup_table import DedupTable
 from app.sink.delta_sink import DeltaSink
 from app.sink.delta_writer import DeltaWriter
-from app.sink.payload import PayloadReader, parse_schema
+from app.sink.formats import payload_format
+from app.sink.formats.avro import AvroSettings
 from app.sink.warm_up import warm_up
 
 log = logging.getLogger(__name__)
@@ -115,6 +116,16 @@ def lock_note(cfg: SharelakeConfig, facts: KafkaFacts) -> str:
     )
 
 
+def payload_note(cfg: SharelakeConfig) -> str:
+    """The payload format for the banner, with its registry's URL (which never holds credentials)."""
+    p = cfg.payload
+    if isinstance(p, AvroSettings):
+        source = f"registry {p.registry.url}" if p.registry is not None else "payload.avro_schema"
+        auth = " (basic auth)" if p.registry is not None and p.registry.basic_auth_user else ""
+        return f"avro, writer schemas from {source}{auth}"
+    return p.format
+
+
 def log_banner(cfg: SharelakeConfig, facts: KafkaFacts, lock_ms: int) -> None:
     """One block at start: versions, what is read, where it goes, and how."""
     group_settings = facts.group_settings
@@ -139,7 +150,7 @@ def log_banner(cfg: SharelakeConfig, facts: KafkaFacts, lock_ms: int) -> None:
         lock_note(cfg, facts),
         cfg.delta.table_path,
         cfg.dead_letter_path,
-        cfg.payload.format,
+        payload_note(cfg),
         cfg.run.mode,
         members,
         pump.max_poll_records,
@@ -179,7 +190,8 @@ def run_ingest(
     check_dead_letter_cap(cfg, group_settings)
     check_table_path(spark, cfg.delta.table_path)
     check_table_path(spark, cfg.dead_letter_path, key="dead_letter.table_path")
-    reader = PayloadReader(cfg.payload, parse_schema(spark, cfg.payload))
+    fmt = payload_format(cfg.payload)
+    fmt.start(spark, cfg.delta.table_path)  # raises ConfigError: a bad schema, an unreachable registry
     lock_ms = int(group_settings.get("share.record.lock.duration.ms") or DEFAULT_LOCK_MS)
     log_banner(cfg, facts, lock_ms)
 
@@ -191,7 +203,7 @@ def run_ingest(
             prefix,
         )
         for path, stamp, name, stats, prefix in (
-            (cfg.delta.table_path, "ingested_at", "delta", reader.stats_columns(), ""),
+            (cfg.delta.table_path, "ingested_at", "delta", fmt.stats_columns(), ""),
             (cfg.dead_letter_path, DEAD_LETTER_STAMP, "dead_letter", DEAD_LETTER_STATS, "dead_letter_"),
         )
     )
@@ -205,11 +217,13 @@ def run_ingest(
         main,
         dead,
         cfg.batch,
-        reader,
+        fmt,
         cfg.dead_letter.max_delivery_count,
         lock_ms / 1000,
         job_name,
         on_fatal=pool.stop_polling,
+        on_pause=pool.pause_polling,
+        on_resume=pool.resume_polling,
     )
     pool.join_group()  # the members join the share group meanwhile; they acquire nothing before they poll
     query_name = f"sharelake-{cfg.kafka.group_id}"
@@ -217,7 +231,7 @@ def run_ingest(
     clock = clock_session(spark, local_checkpoint=temp_checkpoint is not None)
     try:
         sink.repair_pending()  # duplicates a writer that died before repairing them left behind
-        warm_up_s = warm_up(spark, reader, cfg.dead_letter.max_delivery_count, job_name)  # before any lock
+        warm_up_s = warm_up(spark, fmt, cfg.dead_letter.max_delivery_count, job_name)  # before any lock
         try:
             query = (
                 clock_stream(clock)

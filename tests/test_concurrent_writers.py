@@ -22,14 +22,14 @@ from pyspark.sql import SparkSession
 from app import faults
 from app.acknowledge.lifecycle import AckCommand, PollBatch, RecordState
 from app.bridge.record_buffer import RecordBuffer
-from app.config import BatchConfig, PayloadConfig
+from app.config import BatchConfig
 from app.embedded.sample_data import Produced
 from app.sink.commit_log import DeltaCommitLog
 from app.sink.dedup_cache import DedupCache
 from app.sink.dedup_table import DedupTable
 from app.sink.delta_sink import DeltaSink
 from app.sink.delta_writer import DeltaWriter
-from app.sink.payload import PayloadReader
+from app.sink.formats.raw import RawFormat, RawSettings
 from tests.table_checks import assert_exactly_once
 
 TOPIC = "race"
@@ -90,7 +90,7 @@ class Writer:
             self.table,
             dead,
             BatchConfig(max_wait_ms=0, write_attempts=attempts),
-            PayloadReader(PayloadConfig(), None),
+            RawFormat(RawSettings()),
             max_delivery_count=4,
             lock_duration_s=30.0,
             job_name="test",

@@ -34,8 +34,21 @@ def test_overrides_are_typed_and_win() -> None:
         ([*REQUIRED, "kafka.client.group.id=x"], "config key kafka.client"),
         (["kafka.topic"], "write it as section.key=value"),
         ([*REQUIRED, "payload.format=json"], "config key payload: payload.format = 'json' needs payload.schema"),
-        ([*REQUIRED, "payload.schema=id long"], "payload.schema and payload.required_fields apply to format = 'json'"),
-        ([*REQUIRED, "payload.format=xml"], "config key payload.format = 'xml'"),
+        ([*REQUIRED, "payload.schema=id long"], "config key payload.schema does not apply to payload.format = 'raw'"),
+        ([*REQUIRED, "payload.format=xml"], "config key payload.format = 'xml': not a payload format; use one of raw"),
+        ([*REQUIRED, "payload.format=avro"], "config key payload: payload.format = 'avro' needs payload.registry.url"),
+        (
+            [*REQUIRED, "payload.format=avro", "payload.registry.url=http://user:pw@registry:8081"],
+            "payload.registry.url holds credentials: move them to payload.registry.basic_auth_user",
+        ),
+        (
+            [*REQUIRED, "payload.format=avro", "payload.registry.url=http://r:1", "payload.registry.basic_auth_user=u"],
+            "config key payload.registry: payload.registry.basic_auth_user and basic_auth_password go together",
+        ),
+        (
+            [*REQUIRED, "payload.format=avro", "payload.avro_schema='{}'", "payload.schema=id long"],
+            "config key payload.schema does not apply to payload.format = 'avro'",
+        ),
         ([*REQUIRED, "dead_letter.max_delivery_count=0"], "config key dead_letter.max_delivery_count = 0"),
         ([*REQUIRED, "delta.checkpoint_interval=0"], "config key delta.checkpoint_interval = 0: Input should be"),
     ],

@@ -12,8 +12,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from app.bridge.arrow_rows import records_to_arrow
-from app.config import PayloadConfig
-from app.sink.payload import ERROR_CLASS, PayloadReader, parse_schema, precheck
+from app.sink.formats.base import ERROR_CLASS, precheck
+from app.sink.formats.json import JsonFormat, JsonSettings
 from tests.test_concurrent_writers import Rec
 
 
@@ -31,12 +31,15 @@ RECORDS: Any = [Valued(0, b'{"id": 1}'), Valued(1, None)]
 
 def test_a_tombstone_is_dead_lettered_unless_null_values_are_allowed(spark: SparkSession) -> None:
     table = records_to_arrow(RECORDS, 0, datetime.now(UTC))
-    strict = PayloadConfig(format="json", schema="id long")
+    strict = JsonSettings(schema="id long")
     assert [(b.index, b.error_class) for b in precheck(table, strict, 4)] == [(1, "null_value")]
 
-    lenient = PayloadConfig(format="json", schema="id long", allow_null_value=True)
+    lenient = JsonSettings(schema="id long", allow_null_value=True)
     assert precheck(table, lenient, 4) == []
-    reader = PayloadReader(lenient, parse_schema(spark, lenient))
+    fmt = JsonFormat(lenient)
+    fmt.start(spark, "unused")
+    found, reader = fmt.read(table)
+    assert found == []
     classified = reader.classify(spark.createDataFrame(table))
     assert [r[ERROR_CLASS] for r in classified.orderBy("offset").collect()] == [None, None]
     rows = reader.main_rows(classified).orderBy("offset").select("offset", "id").collect()

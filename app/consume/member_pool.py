@@ -71,6 +71,7 @@ class MemberPool:
             self.members.append(self._new_member())
         self._started = False
         self._polling = False
+        self._paused = False  # by pause_polling, until resume_polling
 
     def _new_member(self) -> ShareMember:
         i = self._next_id
@@ -157,6 +158,8 @@ class MemberPool:
         """
         if self.in_flight():
             return False
+        if self.paused:  # waiting for the sink's dependency: not drained, just held back
+            return False
         needed = idle_timeout_s if self.totals().records else empty_timeout_s
         now = time.monotonic()
         with self._lock:
@@ -165,6 +168,24 @@ class MemberPool:
 
     def in_flight(self) -> bool:
         return any(m.holds_records for m in self._all()) or self.buffer.records > 0
+
+    def pause_polling(self) -> None:
+        """No member polls until `resume_polling` (the sink's dependency is down); none leaves the group."""
+        with self._lock:
+            self._polling, self._paused = False, True
+            for m in self.members:
+                m.pause_polling()
+        log.warning("members paused: no poll until the sink's dependency answers again")
+
+    def resume_polling(self) -> None:
+        with self._lock:
+            self._polling, self._paused = True, False
+            for m in self.members:
+                m.start_polling()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
 
     def stop_polling(self) -> None:
         """No member polls again; the members that hold no records close now: the job is about to stop.

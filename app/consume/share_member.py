@@ -87,6 +87,10 @@ class ShareMember(threading.Thread):
         partitions in the background) but acquired nothing: a share consumer fetches only in poll()."""
         self._polling.set()
 
+    def pause_polling(self) -> None:
+        """Poll no more until `start_polling`: the current poll is still decided and committed."""
+        self._polling.clear()
+
     def stop_polling(self) -> None:
         """Finish the current poll's decisions, commit, close; poll no more."""
         self._stop_polling.set()
@@ -117,6 +121,8 @@ class ShareMember(threading.Thread):
                 if self._current is None:
                     if self._stop_polling.is_set():
                         break
+                    if not self._polling.wait(0.1):  # paused: a dependency of the sink is down
+                        continue
                     self._poll_once(consumer)
                 else:
                     self._serve_current(consumer)

@@ -3,15 +3,18 @@
 Called by `jobs/demo.py`, the end-to-end tests and `bench/`. `produce_json_events` returns what
 the broker acknowledged for each record (partition and offset from the delivery reports), so a
 test can compare the Delta table with exactly what was produced; `produce_records` does the same
-for any (key, value) pairs (the bad-input tests, the replay job's tests).
+for any (key, value) pairs (the bad-input tests, the replay job's tests). `avro_values` serializes
+records as users' producers do: confluent-kafka's `AvroSerializer`, registering the schema in a
+schema registry under the topic's value subject (Confluent wire format).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
@@ -47,6 +50,53 @@ POISON_VALUES: dict[str, bytes | None] = {  # one record per way a value can fai
     "invalid-utf8": b'{"id": 2, "user": "\xff\xfe"}',
     "tombstone": None,
 }
+
+
+EVENT_AVRO_SCHEMA = json.dumps(  # `event_value`'s fields as an Avro record (the first version)
+    {
+        "type": "record",
+        "name": "Event",
+        "namespace": "sharelake.sample",
+        "fields": [
+            {"name": "id", "type": "long"},
+            {"name": "user", "type": "string"},
+            {"name": "amount", "type": "double"},
+            {"name": "kind", "type": "string"},
+        ],
+    }
+)
+# the second version: adds an optional field with a default (a BACKWARD-compatible change)
+EVENT_AVRO_SCHEMA_V2 = json.dumps(
+    {
+        **json.loads(EVENT_AVRO_SCHEMA),
+        "fields": [
+            *json.loads(EVENT_AVRO_SCHEMA)["fields"],
+            {"name": "region", "type": ["null", "string"], "default": None},
+        ],
+    }
+)
+
+
+def event_record(i: int, region: bool = False) -> dict[str, Any]:
+    """`event_value(i)` as a dict (with a `region` for the second Avro version)."""
+    record: dict[str, Any] = json.loads(event_value(i))
+    if region:
+        record["region"] = ("eu", "us", "apac")[i % 3]
+    return record
+
+
+def avro_values(registry_url: str, topic: str, schema: str, records: Iterable[dict[str, Any]]) -> Iterator[bytes]:
+    """`records` in the Confluent wire format, `schema` registered under `<topic>-value` (as users' producers do)."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    serializer = AvroSerializer(SchemaRegistryClient({"url": registry_url}), schema)
+    context = SerializationContext(topic, MessageField.VALUE)
+    for record in records:
+        value = serializer(record, context)
+        assert value is not None
+        yield value
 
 
 def produce_poison_records(bootstrap: str, topic: str) -> list[Produced]:

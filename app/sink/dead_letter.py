@@ -16,7 +16,7 @@ from datetime import datetime
 import pyarrow as pa
 
 from app.bridge.arrow_rows import RECORD_SCHEMA
-from app.sink.payload import BadRecord
+from app.sink.formats.base import BadRecord
 
 DEAD_LETTER_SCHEMA = pa.schema(
     [

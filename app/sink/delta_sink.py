@@ -7,18 +7,30 @@ DataFrame is ignored). One attempt:
 2. plan (`app.sink.batch_plan`): fold other writers' new commits into both dedup caches, then sort
    every row: already in the main table (ACCEPT, no write), already in the dead-letter table
    (REJECT, no write), a second copy inside this batch (decided like the first), or a candidate;
-3. the driver checks (`app.sink.payload.precheck`: no value, too large, delivery cap) on Arrow;
-4. one Spark job: the candidates' data frame is parsed once, the rows that cannot land are
-   filtered out and counted (`DataFrame.observe`), the rest appended to the main table;
-5. as soon as that commit is durable: ACCEPT what it holds (INVARIANT 1). Only when the job
-   counted bad records: a second Spark job names them and their error class, and they go to the
-   dead-letter table with the driver-check failures, then are REJECTed with that commit's proof.
+3. the driver checks on Arrow: those every format shares (`app.sink.formats.base.precheck`: no
+   value, too large, delivery cap), then the payload format's own (`PayloadFormat.read`: for Avro the
+   wire-format header and each schema id, fetched from the registry once);
+4. one Spark job: the candidates' data frame is parsed once by the format, the rows that cannot
+   land are filtered out and counted (`DataFrame.observe`), the rest appended to the main table;
+5. once that commit is durable, and only when the job counted bad records: a second Spark job
+   names them and their error class (`BatchRead.classify`);
+6. ACCEPT what the main commit holds (INVARIANT 1); the bad records go to the dead-letter table
+   (the driver-check failures with them), then are REJECTed with that commit's proof.
+
+Bad records are diagnosed before any decision is sent, so a record the commit did not hold is
+never ACCEPTed; the commit is durable before either.
 
 A failed attempt RELEASEs the attempt's undecided records (never ACCEPTs or REJECTs them) and is
 retried with exponential backoff (tenacity) on whatever the buffer holds then; after
 `batch.write_attempts` failures in a row the error propagates and the query (and job) fails.
 A record that keeps failing comes back with a higher delivery count and is dead-lettered at
 `dead_letter.max_delivery_count`, before the broker would archive it unseen.
+
+A dependency of the format that is down (`DependencyUnavailable`: the schema registry) is never
+the record's fault: the members stop polling first (`on_pause`), so the RELEASEd records are not
+delivered again meanwhile and spend no delivery attempt; each retry first asks the format whether
+its dependency answers again (`PayloadFormat.probe`), and only then do the members poll again
+(`on_resume`). When the attempts run out the job stops with the dependency's one line.
 
 No `txnAppId`/`txnVersion` keyed on the Spark batch id: after a crash Spark re-runs the last
 batch id with whatever the buffer holds now, and Delta would silently skip that write; the
@@ -53,8 +65,17 @@ from app.counters import counter, gauge
 from app.sink.batch_plan import COPY, PARKED, PRESENT, BatchPlan, Indices, plan_batch
 from app.sink.dead_letter import dead_letter_rows
 from app.sink.dedup_table import DedupTable
+from app.sink.formats.base import (
+    BAD,
+    ERROR_CLASS,
+    ERROR_MESSAGE,
+    BadRecord,
+    BatchRead,
+    DependencyUnavailable,
+    PayloadFormat,
+    precheck,
+)
 from app.sink.offset_ranges import BatchOffsets, partition_groups
-from app.sink.payload import BAD, ERROR_CLASS, ERROR_MESSAGE, BadRecord, PayloadReader, precheck
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +87,8 @@ ROW = "_row"  # a candidate's index in the attempt, carried through Spark to nam
 PHASES = (
     "drain",  # waiting for the buffer's polls
     "plan",  # folding other writers' new commits into the dedup caches; sorting the rows
-    "arrow",  # the candidates' rows, the driver checks, the write stamp, the claimed offsets
+    "arrow",  # the candidates' rows, the shared driver checks, the write stamp, the claimed offsets
+    "read",  # the payload format's driver checks (Avro: headers, schema ids, the registry)
     "frame",  # createDataFrame
     "wait",  # waiting for a committer: the last two commits' post-commit work (a checkpoint) still running
     "write",  # the Spark job and the Delta commit, until the commit is durable
@@ -148,22 +170,27 @@ class DeltaSink:
         main: DedupTable,
         dead: DedupTable,
         batch: BatchConfig,
-        reader: PayloadReader,
+        fmt: PayloadFormat,
         max_delivery_count: int,
         lock_duration_s: float,
         job_name: str,
         on_fatal: Callable[[], None] = lambda: None,
+        on_pause: Callable[[], None] = lambda: None,
+        on_resume: Callable[[], None] = lambda: None,
     ):
         self.buffer = buffer
         self.main = main
         self.dead = dead
         self.batch = batch
-        self.reader = reader
+        self.format = fmt
         self.max_delivery_count = max_delivery_count
         self.lock_duration_s = lock_duration_s
         self.job_name = job_name
         self.stats = SinkStats()
         self._on_fatal = on_fatal  # the attempts are exhausted: the members must stop acquiring records
+        self._on_pause = on_pause  # a dependency is down: the members stop polling until it is back
+        self._on_resume = on_resume
+        self._dependency_down = False
         self._closed = threading.Event()
         self._first_seen: dict[RecordKey, datetime] = {}
 
@@ -202,6 +229,11 @@ class DeltaSink:
         if self._closed.is_set():
             return
         self.stats.start_cycle(batch_id)
+        if self._dependency_down:  # raises DependencyUnavailable again while it is still down
+            self.format.probe()
+            self._dependency_down = False
+            log.warning("the payload format's dependency answers again: the members poll again")
+            self._on_resume()
         self.main.retry_own_repairs()
         self.dead.retry_own_repairs()
         with _timed(self.stats, "drain"):
@@ -217,8 +249,11 @@ class DeltaSink:
         self.stats.recent_in[batch_id] = self.stats.recent_in.get(batch_id, 0) + drained
         try:
             self._run(polls, batch_id)
-        except BaseException:
+        except BaseException as e:
             self.stats.failed_attempts += 1
+            if isinstance(e, DependencyUnavailable) and not last:
+                self._dependency_down = True  # stop polling first: released records are not delivered again
+                self._on_pause()
             if last:  # the job fails now: stop the members first, or they poll the released records
                 self._on_fatal()  # again at once, and each such poll costs the records a delivery attempt
             for p in polls:
@@ -261,7 +296,11 @@ class DeltaSink:
         stamp = datetime.now(UTC)
         with _timed(self.stats, "arrow"):
             rows = plan.rows.take(pa.array(candidates, pa.int64()))
-            bad = {b.index: b for b in precheck(rows, self.reader.cfg, self.max_delivery_count)}
+            bad = {b.index: b for b in precheck(rows, self.format.settings, self.max_delivery_count)}
+        with _timed(self.stats, "read"):
+            found, read = self.format.read(rows)  # DependencyUnavailable: nothing written, all RELEASEd
+            bad = {**{b.index: b for b in found}, **bad}  # a shared check's class wins
+        with _timed(self.stats, "arrow"):
             keep = np.ones(rows.num_rows, dtype=np.bool_)
             keep[list(bad)] = False
             kept = np.flatnonzero(keep)
@@ -273,24 +312,22 @@ class DeltaSink:
             return _Written(bad=bad)
         with _timed(self.stats, "frame"):
             frame = self.main.writer.frame(to_write)
-        parsed = self.reader.parse(frame)
+        parsed = read.parse(frame)
         observed = None
-        if self.reader.needs_spark:
+        if read.needs_spark:
             observed = Observation()
             parsed = parsed.observe(observed, F.count_if(F.col(BAD)).alias("bad"))
-            main_rows = self.reader.main_rows(parsed.where(~F.col(BAD)))
+            main_rows = read.main_rows(parsed.where(~F.col(BAD)))
         else:
-            main_rows = self.reader.main_rows(parsed)
+            main_rows = read.main_rows(parsed)
         with _timed(self.stats, "wait"):
             self.main.writer.wait_for_room()
         with _timed(self.stats, "write"):
-            appended = self.main.append(
-                main_rows, claim, batch_id, stamp, merge_schema=self.reader.cfg.format == "json"
-            )
+            appended = self.main.append(main_rows, claim, batch_id, stamp, merge_schema=self.format.merge_schema)
         with _timed(self.stats, "diagnose"):
             counted = int(observed.get["bad"]) if observed is not None and appended is not None else 0
             unsure_commit = appended is None and observed is not None  # no commit: maybe every row was bad
-            unreadable = self._diagnose(frame) if counted or unsure_commit else {}
+            unreadable = self._diagnose(read, frame) if counted or unsure_commit else {}
         bad |= unreadable
         written = claim
         if appended is None:
@@ -309,9 +346,9 @@ class DeltaSink:
             log.error("%d records are neither in the commit nor unreadable: RELEASEd", unsure.size)
         return _Written(proof, accepted, bad, unsure)
 
-    def _diagnose(self, frame: DataFrame) -> dict[int, BadRecord]:
+    def _diagnose(self, read: BatchRead, frame: DataFrame) -> dict[int, BadRecord]:
         """The records the write filtered out, with their error class (a second Spark job, bad batches only)."""
-        verdicts = self.reader.classify(frame).where(F.col(BAD)).select(ROW, ERROR_CLASS, ERROR_MESSAGE).collect()
+        verdicts = read.classify(frame).where(F.col(BAD)).select(ROW, ERROR_CLASS, ERROR_MESSAGE).collect()
         return {int(r[ROW]): BadRecord(int(r[ROW]), r[ERROR_CLASS], r[ERROR_MESSAGE]) for r in verdicts}
 
     # -- the dead-letter table -------------------------------------------------------------------------

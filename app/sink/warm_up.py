@@ -13,7 +13,6 @@ logs a warning: the real path then warms itself on the first batch, as before.
 
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import shutil
@@ -24,19 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
-from pyspark.sql.types import (
-    ArrayType,
-    BooleanType,
-    DataType,
-    DateType,
-    FractionalType,
-    IntegralType,
-    MapType,
-    StringType,
-    StructType,
-    TimestampNTZType,
-    TimestampType,
-)
 
 from app import faults
 from app.acknowledge.lifecycle import AckCommand, PollBatch
@@ -48,7 +34,7 @@ from app.sink.dedup_cache import DedupCache
 from app.sink.dedup_table import DedupTable
 from app.sink.delta_sink import DeltaSink
 from app.sink.delta_writer import ROWS_PER_TASK, DeltaWriter
-from app.sink.payload import PayloadReader
+from app.sink.formats.base import PayloadFormat
 
 log = logging.getLogger(__name__)
 
@@ -87,44 +73,7 @@ class _Record:
         return 1
 
 
-def _sample(data_type: DataType) -> Any:
-    """A JSON value that `from_json` reads as `data_type` (null where no simple one exists)."""
-    if isinstance(data_type, IntegralType):
-        return 1
-    if isinstance(data_type, FractionalType):
-        return 1.5
-    if isinstance(data_type, StringType):
-        return "warm-up"
-    if isinstance(data_type, BooleanType):
-        return True
-    if isinstance(data_type, DateType):
-        return "2026-01-01"
-    if isinstance(data_type, TimestampType | TimestampNTZType):
-        return "2026-01-01T00:00:00"
-    if isinstance(data_type, ArrayType):
-        return []
-    if isinstance(data_type, MapType):
-        return {}
-    if isinstance(data_type, StructType):
-        return {f.name: _sample(f.dataType) for f in data_type.fields}
-    return None
-
-
-def sample_values(reader: PayloadReader, count: int) -> list[bytes | None]:
-    """`count` values in the configured format, the last one unreadable (or, for raw, missing)."""
-    fmt = reader.cfg.format
-    if fmt == "json":
-        assert reader.schema is not None
-        good: bytes = json.dumps(_sample(reader.schema)).encode()
-        bad: bytes | None = b'{"warm": '
-    elif fmt == "text":
-        good, bad = b"warm-up text", b"\xff\xfe"
-    else:
-        good, bad = b"warm-up value", None
-    return [good] * (count - 1) + [bad]
-
-
-def warm_up(spark: SparkSession, reader: PayloadReader, max_delivery_count: int, job_name: str) -> float:
+def warm_up(spark: SparkSession, fmt: PayloadFormat, max_delivery_count: int, job_name: str) -> float:
     """Run the write path once on temporary tables; the seconds it took (0 if it failed)."""
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="sharelake-warm-up-"))
@@ -134,16 +83,17 @@ def warm_up(spark: SparkSession, reader: PayloadReader, max_delivery_count: int,
     sink_log.setLevel(logging.ERROR)  # its dead-lettered sample record is not news
     try:
         with faults.suspended():
+            twin = fmt.warm_up_twin()  # the format's reader, on a schema of its own where it keeps state
             for name, stamp, stats in (
-                ("warm_up", "ingested_at", reader.stats_columns()),
+                ("warm_up", "ingested_at", twin.stats_columns()),
                 ("warm_up_dead_letter", DEAD_LETTER_STAMP, DEAD_LETTER_STATS),
             ):
                 writer = DeltaWriter(spark, str(work / name), name, checkpoint_every=1_000_000, stats_columns=stats)
                 tables.append(DedupTable(writer, DedupCache(None), stamp))
             buffer = RecordBuffer(1_000_000)
             batch = BatchConfig(max_records=1_000_000, max_wait_ms=0, write_attempts=1)
-            sink = DeltaSink(buffer, tables[0], tables[1], batch, reader, max_delivery_count, 3600.0, job_name)
-            values = sample_values(reader, 2 * ROWS_PER_TASK)
+            sink = DeltaSink(buffer, tables[0], tables[1], batch, twin, max_delivery_count, 3600.0, job_name)
+            values = twin.sample_values(2 * ROWS_PER_TASK)
             records: Any = [_Record(i, v) for i, v in enumerate(values)]
             commands: queue.Queue[AckCommand] = queue.Queue()
             buffer.put(PollBatch(-1, records, commands), timeout_s=1)

@@ -7,7 +7,7 @@ workload produces them (`bench.workload.record_key` / `record_value`, partition 
 1, 2... per partition) in `app.bridge.arrow_rows.RECORD_SCHEMA`, split into batches of
 `--batch-rows`. Only then it prints `bench-started: <epoch seconds>` and writes each batch as
 `DeltaSink._write_main` writes the main table (stamp with a `_row` column, claimed offsets,
-`DeltaWriter.frame`, `PayloadReader.parse`, the BAD count observed in the write job,
+`DeltaWriter.frame`, the JSON format's parse (`app.sink.formats.json`), the BAD count observed in the write job,
 `main_rows`, `DeltaWriter.append` with the commit metadata), without the dedup caches, the driver
 checks or dead letters (the workload has no bad records: a batch that counts any fails the job).
 It prints `bench-finished: <epoch seconds>` once the writer is closed.
@@ -29,13 +29,13 @@ from pyspark.sql import Observation
 from pyspark.sql import functions as F
 
 from app.bridge.arrow_rows import RECORD_SCHEMA, stamped
-from app.config import PayloadConfig
 from app.job_cli import start_logging
 from app.sink.commit_log import user_metadata_json
 from app.sink.dedup_table import micros
 from app.sink.delta_writer import DeltaWriter
+from app.sink.formats.base import BAD
+from app.sink.formats.json import JsonFormat, JsonSettings
 from app.sink.offset_ranges import BatchOffsets
-from app.sink.payload import BAD, PayloadReader, parse_schema
 from app.spark_session import build_spark
 from bench.workload import record_key, record_value
 
@@ -74,19 +74,20 @@ def main() -> None:
     args = p.parse_args()
     start_logging()
     spark = build_spark("bench-sink-ceiling")
-    cfg = PayloadConfig(format="json", schema=args.schema)
-    reader = PayloadReader(cfg, parse_schema(spark, cfg))
-    writer = DeltaWriter(spark, args.table, "delta", checkpoint_every=100, stats_columns=reader.stats_columns())
+    fmt = JsonFormat(JsonSettings(schema=args.schema))
+    fmt.start(spark, args.table)
+    writer = DeltaWriter(spark, args.table, "delta", checkpoint_every=100, stats_columns=fmt.stats_columns())
     batches = record_batches(args.records, args.partitions, args.batch_rows)
     print(f"bench-started: {time.time():.3f}", flush=True)
     for batch_id, records in enumerate(batches):
         stamp = datetime.now(UTC)
         rows = stamped(records.append_column(ROW, pa.array(range(records.num_rows), pa.int64())), batch_id, stamp)
         claim = BatchOffsets.of_rows(rows)
-        parsed = reader.parse(writer.frame(rows))
+        _, read = fmt.read(rows)  # json: no driver verdicts, one read for every batch
+        parsed = read.parse(writer.frame(rows))
         observed = Observation()
         parsed = parsed.observe(observed, F.count_if(F.col(BAD)).alias("bad"))
-        main_rows = reader.main_rows(parsed.where(~F.col(BAD)))
+        main_rows = read.main_rows(parsed.where(~F.col(BAD)))
         metadata = user_metadata_json(uuid.uuid4().hex, batch_id, claim, micros(stamp))
         proof = writer.append(main_rows, metadata, batch_id, merge_schema=True)  # returns once durable
         bad = int(observed.get["bad"]) if proof is not None else 0

@@ -1,0 +1,166 @@
+"""The seam every payload format plugs into, and what all formats share.
+
+A format is one module of `app.sink.formats` with two classes:
+
+- its **settings** (a pydantic model, a subclass of `FormatSettings`): the `[payload]` keys it
+  reads, validated when the config loads (`app.config`);
+- its **reader** (a subclass of `PayloadFormat`): the start-up check (`start`), the driver-side
+  verdicts of one batch (`read`), and the Spark parse that runs inside the one write job
+  (`BatchRead.parse`), with the diagnosis of the records it could not read (`BatchRead.classify`)
+  and the main table's columns (`BatchRead.main_rows`); its error classes (`error_classes`).
+
+The Delta sink (`app.sink.delta_sink`) calls, per batch: `precheck` (the checks every format
+shares, on Arrow: no value, too large, the delivery cap), then the format's `read` on the same
+rows, then one Spark job that parses, filters the rows flagged `BAD` and appends the rest, and only
+for a batch that had bad rows a second job that classifies them. Every error class is permanent:
+the record goes to the dead-letter table and is REJECTed. A format whose dependency is down (a
+schema registry) raises `DependencyUnavailable` from `read`: never the record's fault, so the sink
+RELEASEs the batch and retries it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import pyarrow as pa
+import pyarrow.compute as _pc
+from pydantic import BaseModel, ConfigDict, Field
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from app.bridge.arrow_rows import ROW_SCHEMA
+
+# the Kafka metadata columns every main-table row carries (payload fields must not reuse these names)
+METADATA_COLUMNS = tuple(ROW_SCHEMA.names)
+# the error classes of the checks every format shares (`precheck`)
+SHARED_ERROR_CLASSES = ("null_value", "too_large", "delivery_count_exceeded")
+ERROR_CLASS = "_error_class"
+ERROR_MESSAGE = "_error_message"
+BAD = "_bad"  # true for a record that cannot land (set by BatchRead.parse)
+PARSED = "_parsed"  # the value read into a struct by the format (json, avro)
+pc: Any = _pc  # pyarrow.compute's kernels are generated at import: untyped
+SHOWN_CHARS = 200  # of a bad value, in its error message
+
+
+class DependencyUnavailable(RuntimeError):
+    """A service a format needs (a schema registry) did not answer: the batch is RELEASEd and retried."""
+
+
+class FormatSettings(BaseModel):
+    """The `[payload]` keys every format has; a format's settings add its own."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    format: str
+    # a value longer than this is dead-lettered (class too_large), not written
+    max_value_bytes: int = Field(default=1_048_576, ge=1)
+    # a record without a value (a tombstone) is dead-lettered (class null_value) unless allowed
+    allow_null_value: bool = False
+
+
+@dataclass(frozen=True)
+class BadRecord:
+    index: int  # row of the batch's Arrow table
+    error_class: str
+    message: str
+
+
+def precheck(table: pa.Table, cfg: FormatSettings, max_delivery_count: int) -> list[BadRecord]:
+    """The rows of `table` (in `arrow_rows.ROW_SCHEMA`) that fail the checks every format shares."""
+    value = table.column("value")
+    no_value = pc.and_(pc.is_null(value), not cfg.allow_null_value)
+    lengths = pc.binary_length(value)
+    too_large = pc.fill_null(pc.greater(lengths, cfg.max_value_bytes), False)
+    exhausted = pc.fill_null(pc.greater_equal(table.column("delivery_count"), max_delivery_count), False)
+    any_bad = pc.or_(pc.or_(no_value, too_large), exhausted)
+    bad: list[BadRecord] = []
+    if not pc.any(any_bad).as_py():
+        return bad
+    for i in pc.indices_nonzero(any_bad).to_pylist():  # only builds messages; the test was vectorized
+        null, large, spent = no_value[i].as_py(), too_large[i].as_py(), exhausted[i].as_py()
+        if null:
+            bad.append(BadRecord(i, "null_value", "the record has no value; set payload.allow_null_value to keep them"))
+        elif large:
+            bad.append(
+                BadRecord(
+                    i,
+                    "too_large",
+                    f"value of {lengths[i].as_py()} bytes is over payload.max_value_bytes = {cfg.max_value_bytes}",
+                )
+            )
+        elif spent:
+            count = table.column("delivery_count")[i].as_py()
+            bad.append(
+                BadRecord(
+                    i,
+                    "delivery_count_exceeded",
+                    f"delivered {count} times without landing (dead_letter.max_delivery_count = {max_delivery_count})",
+                )
+            )
+    return bad
+
+
+class BatchRead(ABC):
+    """How one batch's values are read in Spark. Static formats reuse one for every batch."""
+
+    # whether some records can only be judged in Spark (raw is fully checked on the driver)
+    needs_spark: bool = True
+
+    @abstractmethod
+    def parse(self, df: DataFrame) -> DataFrame:
+        """`df` (ROW_SCHEMA) with the parsed value and BAD; a format without a Spark check: `df`."""
+
+    @abstractmethod
+    def classify(self, df: DataFrame) -> DataFrame:
+        """`df` (ROW_SCHEMA) parsed, plus ERROR_CLASS / ERROR_MESSAGE (null for a good record)."""
+
+    @abstractmethod
+    def main_rows(self, parsed: DataFrame) -> DataFrame:
+        """The main table's columns of parsed rows: metadata, then the value as the format reads it."""
+
+
+def no_error(df: DataFrame) -> DataFrame:
+    """`df` with null ERROR_CLASS / ERROR_MESSAGE: for a read that flags nothing in Spark."""
+    return df.withColumns({ERROR_CLASS: F.lit(None).cast("string"), ERROR_MESSAGE: F.lit(None).cast("string")})
+
+
+class PayloadFormat(ABC):
+    """One payload format's reader: built from its settings by `app.sink.formats.payload_format`."""
+
+    name: ClassVar[str]
+    error_classes: ClassVar[tuple[str, ...]]  # its own classes, beside SHARED_ERROR_CLASSES
+    # whether an append may add columns to the main table (formats whose shape can grow)
+    merge_schema: ClassVar[bool] = False
+
+    def __init__(self, settings: FormatSettings):
+        self.settings = settings
+
+    def start(self, spark: SparkSession, table_path: str) -> None:  # noqa: B027 - most formats check nothing
+        """The start-up check, before the job joins the group: ConfigError (one line) on a problem."""
+
+    def probe(self) -> None:  # noqa: B027 - a format without a dependency is always there
+        """After `DependencyUnavailable`: return once the dependency answers again, else raise it again."""
+
+    @abstractmethod
+    def read(self, rows: pa.Table) -> tuple[list[BadRecord], BatchRead]:
+        """One batch's rows (ROW_SCHEMA): the driver's verdicts and the Spark read of the batch.
+
+        Raises `DependencyUnavailable` when a service the format needs did not answer.
+        """
+
+    def stats_columns(self) -> tuple[str, ...]:
+        """The main table's columns Delta keeps file statistics on (data skipping): the record's
+        identity, times and counts; never the raw key, value or headers, whose statistics readers
+        cannot use and writers pay for. Formats with typed fields add theirs."""
+        return tuple(c for c in METADATA_COLUMNS if c not in ("key", "value", "headers"))
+
+    @abstractmethod
+    def sample_values(self, count: int) -> Sequence[bytes | None]:
+        """`count` values for the warm-up (`app.sink.warm_up`), the last one unreadable."""
+
+    def warm_up_twin(self) -> PayloadFormat:
+        """The reader the warm-up runs on (a format with state returns a fresh one)."""
+        return self

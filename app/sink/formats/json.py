@@ -1,0 +1,229 @@
+"""`payload.format = "json"`: a JSON object read into columns with `payload.schema` (Spark DDL).
+
+Start-up check: the schema parses, describes an object, and names no Sharelake column. In Spark,
+each value is parsed once (`from_json` in PERMISSIVE mode with a corrupt-record column), and a
+cheap `_bad` column says whether the record can land: invalid UTF-8, not readable as the schema (not
+JSON, not an object, a field of the wrong type) or a required field null or absent. Only a batch
+with bad records pays for `classify`: `invalid_utf8`; `malformed_json` (`try_parse_json` fails too),
+`schema_mismatch` (not an object, or a field `from_json` could not read as its declared type: named
+in the message) and `missing_required_field`.
+
+A JSON object with a key twice is read as `from_json` reads it (the last value wins), as Spark's own
+JSON sources do. Called through the format seam by the Delta sink.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import pyarrow as pa
+from pydantic import Field, model_validator
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    DataType,
+    DateType,
+    FractionalType,
+    IntegralType,
+    MapType,
+    NumericType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+    _parse_datatype_string,
+)
+
+from app.error_lines import ConfigError
+from app.sink.formats.base import (
+    BAD,
+    ERROR_CLASS,
+    ERROR_MESSAGE,
+    METADATA_COLUMNS,
+    PARSED,
+    SHOWN_CHARS,
+    BadRecord,
+    BatchRead,
+    FormatSettings,
+    PayloadFormat,
+)
+
+_CORRUPT = "_corrupt_record"
+_PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # a column name usable in delta.dataSkippingStatsColumns
+
+
+class JsonSettings(FormatSettings):
+    format: Literal["json"] = "json"
+    # the value's fields as a Spark DDL string, e.g. "id long, name string, amount double"
+    schema_ddl: str | None = Field(default=None, alias="schema")
+    # top-level fields that must be present and non-null
+    required_fields: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _has_schema(self) -> JsonSettings:
+        if not (self.schema_ddl or "").strip():
+            raise ValueError("payload.format = 'json' needs payload.schema, e.g. schema = \"id long, name string\"")
+        return self
+
+
+def parse_schema(ddl: str, required_fields: list[str]) -> StructType:
+    """`payload.schema` as a StructType, checked; ConfigError (one line) when it cannot be used."""
+    try:
+        parsed = _parse_datatype_string(ddl)
+    except Exception as e:  # noqa: BLE001 - Spark's parser raises its own exception types
+        reason = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+        raise ConfigError(
+            f"payload.schema = {ddl!r}: not a Spark DDL schema ({reason}); write it like 'id long, name string'"
+        ) from None
+    if not isinstance(parsed, StructType):
+        raise ConfigError(f"payload.schema = {ddl!r}: describe the fields of an object, like 'id long, name string'")
+    names = [f.name for f in parsed.fields]
+    clash = sorted({n for n in names if n.lower() in METADATA_COLUMNS or n.startswith("_")})
+    if clash:
+        raise ConfigError(
+            f"payload.schema = {ddl!r}: field(s) {', '.join(clash)} collide with Sharelake's own columns "
+            f"({', '.join(METADATA_COLUMNS)}, or a leading underscore); rename them in the producer's JSON"
+        )
+    unknown = [n for n in required_fields if n not in names]
+    if unknown:
+        raise ConfigError(
+            f"payload.required_fields names {', '.join(unknown)}, not in payload.schema; add the field(s) to "
+            "the schema or drop them from required_fields"
+        )
+    return parsed
+
+
+class _JsonRead(BatchRead):
+    """The parse and diagnosis of one schema; built once, reused for every batch."""
+
+    def __init__(self, schema: StructType, required_fields: list[str]):
+        text = F.col("value").cast("string")
+        valid_utf8 = F.expr("is_valid_utf8(cast(value as string))")
+        kept_null = F.col("value").isNull()  # only reaches Spark when payload.allow_null_value is set
+        with_corrupt = StructType([*schema.fields]).add(_CORRUPT, "string")
+        parsed = F.col(PARSED)
+        missing = F.concat_ws(", ", *(F.when(parsed[name].isNull(), F.lit(name)) for name in required_fields))
+        unreadable = parsed.isNull() | parsed[_CORRUPT].isNotNull()
+        absent = F.lit(False)
+        for name in required_fields:
+            absent = absent | parsed[name].isNull()
+        self._parse = {
+            PARSED: F.from_json(text, with_corrupt, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}),
+            BAD: ~kept_null & (~valid_utf8 | unreadable | absent),
+        }
+        # the diagnosis of bad records only: the variant parse tells malformed JSON from a mismatch
+        variant = F.expr("try_parse_json(cast(value as string))")
+        kind = F.expr("schema_of_variant(try_parse_json(cast(value as string)))")
+        shown = F.substring(text, 1, SHOWN_CHARS)
+        mismatched = F.concat_ws(", ", *(_mismatch(f.name, f.dataType.simpleString()) for f in schema.fields))
+        self._class = (
+            F.when(~F.col(BAD), F.lit(None).cast("string"))
+            .when(~valid_utf8, F.lit("invalid_utf8"))
+            .when(variant.isNull(), F.lit("malformed_json"))
+            .when(~kind.startswith("OBJECT"), F.lit("schema_mismatch"))
+            .when(unreadable, F.lit("schema_mismatch"))
+            .when(missing != "", F.lit("missing_required_field"))
+            .otherwise(F.lit("schema_mismatch"))
+        )
+        self._message = (
+            F.when(~F.col(BAD), F.lit(None).cast("string"))
+            .when(~valid_utf8, F.lit("the value is not valid UTF-8"))
+            .when(variant.isNull(), F.concat(F.lit("not valid JSON: "), shown))
+            .when(
+                ~kind.startswith("OBJECT"),
+                F.concat(F.lit("the JSON value is "), kind, F.lit(", payload.schema describes an object: "), shown),
+            )
+            .when(
+                unreadable,
+                F.concat(
+                    F.lit("fields not matching payload.schema: "),
+                    F.when(mismatched != "", mismatched).otherwise(F.lit("(unknown)")),
+                    F.lit(": "),
+                    shown,
+                ),
+            )
+            .when(missing != "", F.concat(F.lit("required fields null or absent: "), missing))
+            .otherwise(F.concat(F.lit("not readable as payload.schema: "), shown))
+        )
+        metadata = [F.col(c) for c in METADATA_COLUMNS if c != "value"]
+        self._main = [*metadata, *(F.col(PARSED)[f.name].alias(f.name) for f in schema.fields)]
+
+    def parse(self, df: DataFrame) -> DataFrame:
+        return df.withColumns(self._parse)
+
+    def classify(self, df: DataFrame) -> DataFrame:
+        return self.parse(df).withColumns({ERROR_CLASS: self._class, ERROR_MESSAGE: self._message})
+
+    def main_rows(self, parsed: DataFrame) -> DataFrame:
+        return parsed.select(*self._main)
+
+
+def _mismatch(name: str, type_name: str) -> Column:
+    """`name (expected type)` when the JSON has a non-null `name` that from_json could not read."""
+    if "'" in name or "]" in name:  # not expressible as a variant path: the message says "(unknown)"
+        return F.lit(None).cast("string")
+    variant = F.expr("try_parse_json(cast(value as string))")
+    present = F.call_function("try_variant_get", variant, F.lit(f"$['{name}']"), F.lit("variant"))
+    unread = present.isNotNull() & ~F.call_function("is_variant_null", present) & F.col(PARSED)[name].isNull()
+    return F.when(unread, F.lit(f"{name} (expected {type_name})"))
+
+
+class JsonFormat(PayloadFormat):
+    name = "json"
+    error_classes = ("invalid_utf8", "malformed_json", "schema_mismatch", "missing_required_field")
+    merge_schema = True  # payload.schema may gain fields between runs
+
+    def __init__(self, settings: JsonSettings):
+        super().__init__(settings)
+        self.json = settings
+        self.schema: StructType | None = None
+        self._read: _JsonRead | None = None
+
+    def start(self, spark: SparkSession, table_path: str) -> None:
+        if self._read is None:
+            self.schema = parse_schema(self.json.schema_ddl or "", self.json.required_fields)
+            self._read = _JsonRead(self.schema, self.json.required_fields)
+
+    def read(self, rows: pa.Table) -> tuple[list[BadRecord], BatchRead]:
+        assert self._read is not None, "JsonFormat.start() first"
+        return [], self._read
+
+    def stats_columns(self) -> tuple[str, ...]:
+        """Beside the metadata's, the JSON fields of simple types."""
+        simple = (NumericType, StringType, DateType, TimestampType, TimestampNTZType)
+        fields = [] if self.schema is None else self.schema.fields
+        typed = (f.name for f in fields if isinstance(f.dataType, simple) and _PLAIN_NAME.match(f.name))
+        return (*super().stats_columns(), *typed)
+
+    def sample_values(self, count: int) -> Sequence[bytes | None]:
+        assert self.schema is not None
+        good = json.dumps(_sample(self.schema)).encode()
+        return [good] * (count - 1) + [b'{"warm": ']
+
+
+def _sample(data_type: DataType) -> Any:
+    """A JSON value that `from_json` reads as `data_type` (null where no simple one exists)."""
+    if isinstance(data_type, IntegralType):
+        return 1
+    if isinstance(data_type, FractionalType):
+        return 1.5
+    if isinstance(data_type, StringType):
+        return "warm-up"
+    if isinstance(data_type, BooleanType):
+        return True
+    if isinstance(data_type, DateType):
+        return "2026-01-01"
+    if isinstance(data_type, TimestampType | TimestampNTZType):
+        return "2026-01-01T00:00:00"
+    if isinstance(data_type, ArrayType):
+        return []
+    if isinstance(data_type, MapType):
+        return {}
+    if isinstance(data_type, StructType):
+        return {f.name: _sample(f.dataType) for f in data_type.fields}
+    return None

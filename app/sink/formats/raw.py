@@ -1,0 +1,48 @@
+"""`payload.format = "raw"`: the value as bytes, as Kafka holds it.
+
+No Spark check: the shared driver checks (`app.sink.formats.base.precheck`) are all a raw value
+can fail. Called through the format seam by the Delta sink.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from app.sink.formats.base import METADATA_COLUMNS, BadRecord, BatchRead, FormatSettings, PayloadFormat, no_error
+
+
+class RawSettings(FormatSettings):
+    format: Literal["raw"] = "raw"
+
+
+class _RawRead(BatchRead):
+    needs_spark = False
+
+    def parse(self, df: DataFrame) -> DataFrame:
+        return df
+
+    def classify(self, df: DataFrame) -> DataFrame:
+        return no_error(df)
+
+    def main_rows(self, parsed: DataFrame) -> DataFrame:
+        return parsed.select(*(F.col(c) for c in METADATA_COLUMNS))
+
+
+class RawFormat(PayloadFormat):
+    name = "raw"
+    error_classes = ()
+
+    def __init__(self, settings: RawSettings):
+        super().__init__(settings)
+        self._read = _RawRead()
+
+    def read(self, rows: pa.Table) -> tuple[list[BadRecord], BatchRead]:
+        return [], self._read
+
+    def sample_values(self, count: int) -> Sequence[bytes | None]:
+        return [b"warm-up value"] * (count - 1) + [None]

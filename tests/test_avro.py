@@ -1,0 +1,283 @@
+"""Avro in the Confluent wire format, end to end: real broker, real schema registry, real Delta.
+
+Records are produced as users' producers do (confluent-kafka's AvroSerializer against the embedded
+Apicurio registry). What a user checks: the table holds exactly the good records, decoded into
+columns; a second schema version adds its column and the older rows read null; each kind of bad
+record is in the dead-letter table once with its class; a registry outage loses, duplicates and
+dead-letters nothing; the group has nothing left to deliver (a sentinel proves it).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+
+from app import faults
+from app.config import ConfigError
+from app.embedded.kafka_broker import EmbeddedKafka
+from app.embedded.sample_data import (
+    EVENT_AVRO_SCHEMA,
+    EVENT_AVRO_SCHEMA_V2,
+    Produced,
+    avro_values,
+    event_record,
+    produce_records,
+)
+from app.embedded.schema_registry import EmbeddedSchemaRegistry
+from app.pipeline import run_ingest
+from tests.ingest_config import ingest_config
+from tests.job_runner import JobSpec, run_job, run_summary
+from tests.kafka_helpers import nothing_left
+from tests.table_checks import dead_letter_rows
+
+COLUMNS = "topic string, partition int, offset long, key binary, id long, user string, amount double, kind string"
+
+
+@pytest.fixture(autouse=True)
+def clean_faults(monkeypatch: pytest.MonkeyPatch) -> None:
+    faults.reset()
+    monkeypatch.delenv(faults.ENV, raising=False)
+
+
+def avro_settings(registry: EmbeddedSchemaRegistry, *extra: str) -> tuple[str, ...]:
+    return ("payload.format=avro", f"payload.registry.url={registry.url}", *extra)
+
+
+def produce_events(
+    broker: EmbeddedKafka, registry: EmbeddedSchemaRegistry, topic: str, ids: range, v2: bool = False
+) -> list[Produced]:
+    schema = EVENT_AVRO_SCHEMA_V2 if v2 else EVENT_AVRO_SCHEMA
+    values = avro_values(registry.url, topic, schema, (event_record(i, region=v2) for i in ids))
+    return produce_records(broker.bootstrap, topic, ((f"k-{i}".encode(), v) for i, v in zip(ids, values, strict=True)))
+
+
+def expected_rows(produced: list[Produced], ids: range, region: bool) -> list[tuple[Any, ...]]:
+    """The rows of `produced` (keyed `k-<i>`, delivery reports come per partition, not in order)."""
+    assert sorted(int(p.key.decode().removeprefix("k-")) for p in produced) == list(ids)
+    out = []
+    for p in produced:
+        record = event_record(int(p.key.decode().removeprefix("k-")), region=region)
+        out.append((p.topic, p.partition, p.offset, p.key, *record.values(), *(() if region else (None,))))
+    return out
+
+
+def test_two_schema_versions_land_exactly_once_and_the_new_field_becomes_a_column(
+    broker: EmbeddedKafka, registry: EmbeddedSchemaRegistry, spark: SparkSession, tmp_path: Path, unique: str
+) -> None:
+    topic, group = f"avro-{unique}", f"g-{unique}"
+    broker.create_topic(topic, partitions=2)
+    first, second = range(0, 3000), range(3000, 6000)
+    old = produce_events(broker, registry, topic, first)
+    new = produce_events(broker, registry, topic, second, v2=True)  # adds `region`: a second schema id
+    cfg = ingest_config(broker, topic, group, tmp_path / "t", *avro_settings(registry))
+    summary = run_ingest(spark, cfg)
+
+    table = spark.read.format("delta").load(str(tmp_path / "t"))
+    assert table.schema["region"].nullable  # the new field became a nullable column, no DDL
+    expected = spark.createDataFrame(
+        expected_rows(old, first, region=False) + expected_rows(new, second, region=True),
+        f"{COLUMNS}, region string",
+    )
+    actual = table.select(*expected.columns)
+    assert actual.count() == 6000
+    assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)  # old rows: region null
+    # both schema ids were read in one micro-batch (the backlog held both when the job started)
+    mixed = table.groupBy("batch_id").agg({"region": "count", "*": "count"}).collect()
+    assert any(0 < r["count(region)"] < r["count(1)"] for r in mixed), mixed
+    assert summary.dead_lettered == 0 and summary.released == 0
+    assert nothing_left(broker, topic, group)
+
+
+def test_each_bad_avro_record_is_dead_lettered_once_with_its_class(
+    broker: EmbeddedKafka, registry: EmbeddedSchemaRegistry, spark: SparkSession, tmp_path: Path, unique: str
+) -> None:
+    topic, group = f"avro-bad-{unique}", f"g-{unique}"
+    broker.create_topic(topic, partitions=2)
+    good = produce_events(broker, registry, topic, range(0, 2000))
+    # a writer that turns `amount` into a string: Avro cannot read it into the table's double column
+    changed = json.loads(EVENT_AVRO_SCHEMA)
+    changed["fields"][2] = {"name": "amount", "type": "string"}
+    (incompatible,) = avro_values(
+        registry.url, f"{topic}-changed", json.dumps(changed), [{**event_record(1), "amount": "12.50"}]
+    )
+    known_id = struct.unpack(">I", next(avro_values(registry.url, topic, EVENT_AVRO_SCHEMA, [event_record(2)]))[1:5])[0]
+    bad_values = {
+        "not_wire_format": b"\x01\x00\x00\x00\x01abc",  # magic byte 1
+        "too_short": b"\x00\x00",  # not_wire_format as well
+        "unknown_schema_id": b"\x00" + struct.pack(">I", 987_654) + b"\x02",
+        "avro_decode_failed": b"\x00" + struct.pack(">I", known_id) + b"\x02",  # id, then a truncated body
+        "schema_incompatible": incompatible,
+    }
+    bad = produce_records(broker.bootstrap, topic, ((name.encode(), v) for name, v in bad_values.items()))
+    good += produce_events(broker, registry, topic, range(2000, 4000))
+    cfg = ingest_config(broker, topic, group, tmp_path / "t", *avro_settings(registry))
+    summary = run_ingest(spark, cfg)
+
+    actual = spark.read.format("delta").load(str(tmp_path / "t")).select("offset", "partition", "id")
+    assert actual.count() == 4000
+    assert actual.select("partition", "offset").distinct().count() == 4000
+    assert sorted(r["id"] for r in actual.collect()) == list(range(4000))
+
+    parked = spark.read.format("delta").load(cfg.dead_letter_path).collect()
+    by_key = {r["key"].decode(): r for r in parked}
+    assert len(parked) == len(by_key) == len(bad_values)  # each once
+    classes = {name: by_key[name]["error_class"] for name in bad_values}
+    assert classes == {
+        "not_wire_format": "not_wire_format",
+        "too_short": "not_wire_format",
+        "unknown_schema_id": "unknown_schema_id",
+        "avro_decode_failed": "avro_decode_failed",
+        "schema_incompatible": "schema_incompatible",
+    }
+    message = by_key["schema_incompatible"]["error_message"]
+    assert "amount" in message and "double" in message and "string" in message, message
+    assert {r["key"].decode(): bytes(r["value"]) for r in parked} == {k: v for k, v in bad_values.items()}  # raw
+    assert {(p.partition, p.offset) for p in bad} == {(r["partition"], r["offset"]) for r in parked}
+    assert summary.dead_lettered == len(bad_values)
+    assert nothing_left(broker, topic, group)
+
+
+def test_plain_avro_bodies_read_with_a_fixed_schema(
+    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
+) -> None:
+    import io
+
+    import fastavro
+
+    topic, group = f"avro-plain-{unique}", f"g-{unique}"
+    broker.create_topic(topic)
+    parsed = fastavro.parse_schema(json.loads(EVENT_AVRO_SCHEMA))
+
+    def body(i: int) -> bytes:
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, parsed, event_record(i))
+        return out.getvalue()
+
+    good = produce_records(broker.bootstrap, topic, ((f"k-{i}".encode(), body(i)) for i in range(500)))
+    produce_records(broker.bootstrap, topic, [(b"broken", b"\x02")])
+    schema_file = tmp_path / "event.avsc"
+    schema_file.write_text(EVENT_AVRO_SCHEMA)
+    cfg = ingest_config(
+        broker,
+        topic,
+        group,
+        tmp_path / "t",
+        "payload.format=avro",
+        f"payload.avro_schema=file:{schema_file}",
+        'payload.required_fields=["id"]',
+    )
+    summary = run_ingest(spark, cfg)
+    expected = spark.createDataFrame(expected_rows(good, range(500), region=False), f"{COLUMNS}, region string")
+    actual = spark.read.format("delta").load(str(tmp_path / "t")).select(*expected.columns[:-1])
+    assert_df_equality(actual, expected.drop("region"), ignore_row_order=True, ignore_nullable=True)
+    parked = spark.read.format("delta").load(cfg.dead_letter_path).collect()
+    assert [(r["key"], r["error_class"]) for r in parked] == [(b"broken", "avro_decode_failed")]
+    assert "payload.avro_schema" in parked[0]["error_message"]
+    assert summary.dead_lettered == 1
+
+
+def test_a_registry_outage_mid_run_loses_duplicates_and_dead_letters_nothing(
+    broker: EmbeddedKafka, registry: EmbeddedSchemaRegistry, spark: SparkSession, tmp_path: Path, unique: str
+) -> None:
+    topic, group = f"avro-outage-{unique}", f"g-{unique}"
+    broker.create_topic(topic, partitions=2)
+    before = produce_events(broker, registry, topic, range(0, 1000))
+    # the second version's values are serialized (and its schema registered) before the outage; they
+    # reach the broker during it, so the job meets a schema id it has never fetched while it is down
+    ids = range(1000, 3000)
+    later = list(avro_values(registry.url, topic, EVENT_AVRO_SCHEMA_V2, (event_record(i, True) for i in ids)))
+    cfg = ingest_config(
+        broker,
+        topic,
+        group,
+        tmp_path / "t",
+        *avro_settings(registry, "payload.registry.timeout_s=1"),
+        "batch.write_attempts=8",
+    )
+    result: dict[str, Any] = {}
+    job = threading.Thread(target=lambda: result.update(summary=run_ingest(spark, cfg)), daemon=True)
+    job.start()
+    table = tmp_path / "t"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (table / "_delta_log").exists():  # the first batch landed
+        time.sleep(0.2)
+    assert (table / "_delta_log").exists(), "the job landed nothing before the outage"
+    registry.pause()  # the registry hangs: every request times out
+    try:
+        keyed = ((f"k-{i}".encode(), v) for i, v in zip(ids, later, strict=True))
+        after = produce_records(broker.bootstrap, topic, keyed)
+        paused_at = time.monotonic()
+        while time.monotonic() - paused_at < 6:  # the job keeps failing to fetch the new id meanwhile
+            time.sleep(0.2)
+    finally:
+        registry.resume()
+    job.join(240)
+    assert not job.is_alive(), "the job did not finish after the registry came back"
+    summary = result["summary"]
+
+    actual = spark.read.format("delta").load(str(table)).select("partition", "offset", "id", "region")
+    assert actual.count() == 3000  # 0 lost
+    assert actual.select("partition", "offset").distinct().count() == 3000  # 0 duplicates
+    assert {(p.partition, p.offset) for p in before + after} == {
+        (r["partition"], r["offset"]) for r in actual.collect()
+    }
+    assert dead_letter_rows(spark, table) == 0  # 0 dead-lettered: the outage was not the records' fault
+    assert summary.failed_attempts >= 1 and summary.released >= 1  # it really met the outage
+    assert nothing_left(broker, topic, group)
+
+
+def test_an_unreachable_registry_stops_the_job_at_start_with_one_line(
+    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
+) -> None:
+    topic = f"avro-noreg-{unique}"
+    broker.create_topic(topic)
+    url = "http://127.0.0.1:9/apis/ccompat/v7"  # the discard port: nothing listens
+    cfg = ingest_config(
+        broker, topic, f"g-{unique}", tmp_path / "t", "payload.format=avro", f"payload.registry.url={url}"
+    )
+    with pytest.raises(ConfigError) as e:
+        run_ingest(spark, cfg)
+    line = str(e.value)
+    assert "\n" not in line
+    assert line.startswith(f"payload.registry.url = '{url}': unreachable"), line
+
+
+def test_the_registry_password_never_appears_in_the_job_log(
+    broker: EmbeddedKafka, registry: EmbeddedSchemaRegistry, tmp_path: Path, unique: str
+) -> None:
+    topic, group = f"avro-secret-{unique}", f"g-{unique}"
+    broker.create_topic(topic)
+    produce_events(broker, registry, topic, range(200))
+    secret = f"pw-{unique}-do-not-log"
+    spec = JobSpec(broker, topic, group, tmp_path / "t")
+    log = tmp_path / "job.log"
+    import os
+
+    os.environ["SHARELAKE_TEST_REGISTRY_PW"] = secret
+    try:
+        code = run_job(
+            spec,
+            *avro_settings(
+                registry,
+                "payload.registry.basic_auth_user=ingest",
+                "payload.registry.basic_auth_password=env:SHARELAKE_TEST_REGISTRY_PW",
+            ),
+            "run.mode=until-drained",
+            "run.idle_timeout_ms=3000",
+            log=log,
+        )
+    finally:
+        del os.environ["SHARELAKE_TEST_REGISTRY_PW"]
+    text = log.read_text(errors="replace")
+    assert code == 0, text[-3000:]
+    assert run_summary(log)["rows_written"] == 200
+    assert f"registry {registry.url} (basic auth)" in text  # the banner names the URL, not the credentials
+    assert secret not in text
