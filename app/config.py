@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import logging
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from app.error_lines import ConfigError
 from app.secrets import is_secret_key, resolve_secret
 from app.sink.formats import FORMATS, PayloadSettings
+from app.sink.formats.base import FormatSettings
 from app.sink.formats.raw import RawSettings
 
-__all__ = ["ConfigError", "SharelakeConfig", "load_config"]
+__all__ = ["ConfigError", "Route", "SharelakeConfig", "load_config"]
 
 
 MAX_RECORD_LOCKS = 10_000  # Kafka's bound on share.partition.max.record.locks, whatever the broker allows
@@ -32,7 +34,10 @@ class _Section(BaseModel):
 
 class KafkaConfig(_Section):
     bootstrap_servers: str
-    topic: str
+    # one topic into delta.table_path ...
+    topic: str | None = None
+    # ... or several, each routed by its [topics.<name>] section into its own table
+    topics: list[str] | None = None
     group_id: str
     # Set on the share group at start (IncrementalAlterConfigs on the GROUP resource).
     # The broker default is `latest`, which silently skips records produced before the group existed.
@@ -47,6 +52,21 @@ class KafkaConfig(_Section):
     partition_max_record_locks: Annotated[int, Field(ge=100, le=MAX_RECORD_LOCKS)] | Literal["max", "unchanged"] = "max"
     # Extra librdkafka settings for the share consumers (security.protocol, sasl.*, ...).
     client: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _topic_or_topics(self) -> KafkaConfig:
+        if (self.topic is None) == (self.topics is None):
+            raise ValueError("set kafka.topic (one topic into delta.table_path) or kafka.topics (routed), not both")
+        if self.topics is not None and not self.topics:
+            raise ValueError("kafka.topics is empty: list the topics the job reads")
+        if self.topics is not None and len(set(self.topics)) != len(self.topics):
+            raise ValueError("kafka.topics names a topic twice")
+        return self
+
+    @property
+    def subscribed(self) -> list[str]:
+        """The topics the job's share group members subscribe to."""
+        return list(self.topics) if self.topics is not None else [str(self.topic)]
 
     def client_config(self) -> dict[str, Any]:
         """librdkafka settings every client of the job starts from: kafka.client + the broker + logging."""
@@ -132,7 +152,8 @@ class BatchConfig(_Section):
 
 
 class DeltaConfig(_Section):
-    table_path: str
+    # the table of kafka.topic (routed topics name theirs in [topics.<name>])
+    table_path: str | None = None
     # The trigger clock's streaming checkpoint. It holds only rate-source offsets, so by default
     # each run uses a fresh temporary one on the driver (replicas of a job never collide); set a
     # path to keep Spark's batch ids across restarts.
@@ -173,19 +194,109 @@ class RunConfig(_Section):
     app_name: str = "sharelake-ingest"
 
 
+class TopicRoute(_Section):
+    """`[topics.<name>]`: where one of kafka.topics lands, and how its values are read."""
+
+    table_path: str
+    # the [payload] keys this topic reads differently (merged over [payload] at load)
+    payload: PayloadSettings = RawSettings()
+
+
+@dataclass(frozen=True)
+class Route:
+    """One destination: its topics, its main table, how their values are read (`SharelakeConfig.routes`)."""
+
+    topics: tuple[str, ...]
+    table_path: str
+    payload: FormatSettings
+    key: str  # the config key naming its table, for error lines
+
+
+def _merge_payload(default: Any, override: Any) -> Any:
+    """A topic's `payload` keys over the default [payload]: a topic of another format keeps only the
+    keys every format shares (max_value_bytes, allow_null_value) from the default."""
+    if not isinstance(default, dict) or not isinstance(override, dict):
+        return override
+    fmt = override.get("format", default.get("format", "raw"))
+    if fmt != default.get("format", "raw"):
+        default = {k: v for k, v in default.items() if k in FormatSettings.model_fields and k != "format"}
+    return {**default, **override}
+
+
 class SharelakeConfig(_Section):
     kafka: KafkaConfig
-    delta: DeltaConfig
+    delta: DeltaConfig = DeltaConfig()
     pump: PumpConfig = PumpConfig()
     batch: BatchConfig = BatchConfig()
     run: RunConfig = RunConfig()
     payload: PayloadSettings = RawSettings()  # the format's own section (app.sink.formats)
     dead_letter: DeadLetterConfig = DeadLetterConfig()
     metrics: MetricsConfig = MetricsConfig()
+    # routed mode (kafka.topics): one section per topic
+    topics: dict[str, TopicRoute] = Field(default_factory=dict)
+    _routes: list[Route] = PrivateAttr(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _topic_payloads(cls, data: Any) -> Any:
+        """Each [topics.<name>] section's payload: the default [payload] with the topic's own keys over it."""
+        if not isinstance(data, dict) or not isinstance(data.get("topics"), dict):
+            return data
+        default = data.get("payload", {})
+        topics = {}
+        for name, route in data["topics"].items():
+            if isinstance(route, dict):
+                route = {**route, "payload": _merge_payload(default, route.get("payload", {}))}
+            topics[name] = route
+        return {**data, "topics": topics}
+
+    @model_validator(mode="after")
+    def _routed(self) -> SharelakeConfig:
+        if self.kafka.topic is not None:
+            if self.delta.table_path is None:
+                raise ValueError("kafka.topic needs delta.table_path: the table its records land in")
+            if self.topics:
+                raise ValueError("[topics.<name>] sections route kafka.topics; with kafka.topic use delta.table_path")
+            self._routes = [Route((self.kafka.topic,), self.delta.table_path, self.payload, "delta.table_path")]
+            return self
+        subscribed = self.kafka.subscribed
+        unrouted = [t for t in subscribed if t not in self.topics]
+        if unrouted:
+            raise ValueError(
+                f"kafka.topics subscribes to {', '.join(unrouted)}, which no [topics.<name>] section routes: "
+                f"add [topics.{unrouted[0]}] with its table_path, or drop the topic from kafka.topics"
+            )
+        stray = [t for t in self.topics if t not in subscribed]
+        if stray:
+            raise ValueError(f"[topics.{stray[0]}] routes a topic kafka.topics does not list: add it there or drop it")
+        if self.delta.table_path is not None:
+            raise ValueError("delta.table_path is for kafka.topic; routed topics name theirs in [topics.<name>]")
+        if self.dead_letter.table_path is None:
+            raise ValueError("kafka.topics needs dead_letter.table_path: the one dead-letter table all topics share")
+        by_table: dict[str, list[str]] = {}
+        for topic in subscribed:
+            by_table.setdefault(self.topics[topic].table_path, []).append(topic)
+        routes = []
+        for table, names in by_table.items():
+            payloads = [self.topics[t].payload for t in names]
+            if any(p != payloads[0] for p in payloads):
+                raise ValueError(
+                    f"topics {', '.join(names)} share the table {table} but read their values differently: "
+                    "one payload per table"
+                )
+            routes.append(Route(tuple(names), table, payloads[0], f"topics.{names[0]}.table_path"))
+        self._routes = routes
+        return self
+
+    def routes(self) -> list[Route]:
+        """One per destination table: its topics, the table, how the values are read."""
+        return list(self._routes)
 
     @property
     def dead_letter_path(self) -> str:
-        return self.dead_letter.table_path or self.delta.table_path.rstrip("/") + "_dead_letter"
+        if self.dead_letter.table_path is not None:
+            return self.dead_letter.table_path
+        return str(self.delta.table_path).rstrip("/") + "_dead_letter"
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
@@ -219,8 +330,9 @@ def merge_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 def _one_line(err: ValidationError) -> str:
     first = err.errors()[0]
     loc = [str(p) for p in first["loc"]]
-    if loc[:1] == ["payload"] and len(loc) > 1 and loc[1] in FORMATS:
-        loc = [loc[0], *loc[2:]]  # the format's tag is how pydantic chose the section's model: not a key
+    tag = next((i for i in range(1, len(loc)) if loc[i - 1] == "payload" and loc[i] in FORMATS), None)
+    if tag is not None:  # the format's tag is how pydantic chose the section's model: not a key
+        loc = [*loc[:tag], *loc[tag + 1 :]]
     key = ".".join(loc) or "(top level)"
     kind = first["type"]
     got = first.get("input")
@@ -229,17 +341,36 @@ def _one_line(err: ValidationError) -> str:
     if kind == "union_tag_invalid":
         tag = first.get("ctx", {}).get("tag")
         return f"config key {key}.format = {tag!r}: not a payload format; use one of {', '.join(FORMATS)}"
-    if kind == "extra_forbidden" and loc[:1] == ["payload"]:
-        fmt = err.errors()[0]["loc"][1]
+    if kind == "extra_forbidden" and tag is not None:
+        fmt = first["loc"][tag]
         return f"config key {key} does not apply to payload.format = {fmt!r}: remove it (see conf/local.toml)"
     if kind == "extra_forbidden":
         return f"config key {key} is not a known key: remove it or fix its spelling (see conf/local.toml)"
+    if kind == "value_error" and not loc:  # a rule across sections: the message names the keys
+        return str(first["msg"]).removeprefix("Value error, ")
     if kind == "value_error" and isinstance(got, dict):  # a section-level rule: the message names the keys
         return f"config key {key}: {first['msg'].removeprefix('Value error, ')}"
     if kind == "value_error" and first["msg"].startswith("Value error, " + key):  # the message names the key
         return first["msg"].removeprefix("Value error, ")
     shown = "<hidden>" if is_secret_key(key) else repr(got)
     return f"config key {key} = {shown}: {first['msg']}; fix the value (see conf/local.toml)"
+
+
+def _switch_mode(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """An override of `kafka.topics` replaces the file's one-topic keys (`kafka.topic`,
+    `delta.table_path`); one of `kafka.topic` replaces the file's routing (`kafka.topics`, [topics])."""
+    keys = {tuple(parse_override(item)[0][:2]) for item in overrides}
+    kafka, delta = data.get("kafka"), data.get("delta")
+    if ("kafka", "topics") in keys and ("kafka", "topic") not in keys:
+        if isinstance(kafka, dict):
+            kafka.pop("topic", None)
+        if isinstance(delta, dict) and ("delta", "table_path") not in keys:
+            delta.pop("table_path", None)
+    if ("kafka", "topic") in keys and ("kafka", "topics") not in keys:
+        if isinstance(kafka, dict):
+            kafka.pop("topics", None)
+        data.pop("topics", None)
+    return data
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> SharelakeConfig:
@@ -253,7 +384,7 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
             data = tomllib.loads(p.read_text())
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"config file {p} is not valid TOML: {e}") from None
-    data = merge_overrides(data, overrides or [])
+    data = merge_overrides(_switch_mode(data, overrides or []), overrides or [])
     try:
         return SharelakeConfig.model_validate(data)
     except ValidationError as e:

@@ -32,7 +32,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from app.bridge.clock_stream import clock_session, clock_stream
 from app.bridge.record_buffer import RecordBuffer
-from app.config import MAX_RECORD_LOCKS, SharelakeConfig
+from app.config import MAX_RECORD_LOCKS, Route, SharelakeConfig
 from app.consume.elastic import ElasticSizer
 from app.consume.group_settings import BROKER_LOCK_CAP, GROUP_LOCKS
 from app.consume.member_pool import MemberPool
@@ -48,15 +48,10 @@ from app.preflight import (
     check_not_spark_connect,
     check_table_path,
 )
-from app.sink.commit_log import DeltaCommitLog
-from app.sink.dead_letter import STAMP_COLUMN as DEAD_LETTER_STAMP
-from app.sink.dead_letter import STATS_COLUMNS as DEAD_LETTER_STATS
-from app.sink.dedup_cache import DedupCache
-from app.sink.dedup_table import DedupTable
 from app.sink.delta_sink import DeltaSink
-from app.sink.delta_writer import DeltaWriter
-from app.sink.formats import payload_format
+from app.sink.destinations import open_destinations
 from app.sink.formats.avro import AvroSettings
+from app.sink.formats.base import FormatSettings
 from app.sink.warm_up import warm_up
 
 log = logging.getLogger(__name__)
@@ -116,9 +111,12 @@ def lock_note(cfg: SharelakeConfig, facts: KafkaFacts) -> str:
     )
 
 
-def payload_note(cfg: SharelakeConfig) -> str:
-    """The payload format for the banner, with its registry's URL (which never holds credentials)."""
-    p = cfg.payload
+def route_note(route: Route) -> str:
+    """One destination for the banner: topics -> table, payload (a registry's URL never holds credentials)."""
+    return f"{', '.join(route.topics)} -> table {route.table_path}, payload {payload_note(route.payload)}"
+
+
+def payload_note(p: FormatSettings) -> str:
     if isinstance(p, AvroSettings):
         source = f"registry {p.registry.url}" if p.registry is not None else "payload.avro_schema"
         auth = " (basic auth)" if p.registry is not None and p.registry.basic_auth_user else ""
@@ -133,24 +131,23 @@ def log_banner(cfg: SharelakeConfig, facts: KafkaFacts, lock_ms: int) -> None:
     members = f"{pump.members}" if pump.lowest == pump.highest else f"{pump.members} ({pump.lowest}..{pump.highest})"
     log.info(
         "Sharelake starting: pyspark %s, delta-spark %s, confluent-kafka %s (librdkafka %s)\n"
-        "  topic %s (%d partitions), share group %s (record lock %d ms, delivery limit %s; client RENEW %s)\n"
+        "  %s (%d partitions), share group %s (record lock %d ms, delivery limit %s; client RENEW %s)\n"
         "  record locks per partition %s\n"
-        "  table %s, dead letters %s, payload %s\n"
+        "  %s\n  dead letters %s\n"
         "  mode %s, members %s, max_poll_records %d, batch.max_records %d",
         version("pyspark"),
         version("delta-spark"),
         confluent_kafka.version(),
         confluent_kafka.libversion()[0],
-        cfg.kafka.topic,
+        ("topic " if len(cfg.kafka.subscribed) == 1 else "topics ") + ", ".join(cfg.kafka.subscribed),
         facts.partitions,
         cfg.kafka.group_id,
         lock_ms,
         group_settings.get("share.delivery.count.limit", "?"),
         "available" if RENEW_SUPPORTED else "not available: each poll must be decided within the lock",
         lock_note(cfg, facts),
-        cfg.delta.table_path,
+        "\n  ".join(route_note(r) for r in cfg.routes()),
         cfg.dead_letter_path,
-        payload_note(cfg),
         cfg.run.mode,
         members,
         pump.max_poll_records,
@@ -188,36 +185,23 @@ def run_ingest(
     facts = check_kafka(admin, cfg, client_errors)  # raises ConfigError: one line, exit code 2
     group_settings = facts.group_settings
     check_dead_letter_cap(cfg, group_settings)
-    check_table_path(spark, cfg.delta.table_path)
+    for route in cfg.routes():
+        check_table_path(spark, route.table_path, key=route.key)
     check_table_path(spark, cfg.dead_letter_path, key="dead_letter.table_path")
-    fmt = payload_format(cfg.payload)
-    fmt.start(spark, cfg.delta.table_path)  # raises ConfigError: a bad schema, an unreachable registry
+    # formats started: a bad schema or an unreachable registry raises ConfigError here
+    destinations, dead = open_destinations(spark, cfg)
     lock_ms = int(group_settings.get("share.record.lock.duration.ms") or DEFAULT_LOCK_MS)
     log_banner(cfg, facts, lock_ms)
-
-    main, dead = (
-        DedupTable(
-            DeltaWriter(spark, path, name, cfg.delta.checkpoint_interval, stats),
-            DedupCache(DeltaCommitLog(spark, path, stamp), cfg.delta.dedup_lookback_commits),
-            stamp,
-            prefix,
-        )
-        for path, stamp, name, stats, prefix in (
-            (cfg.delta.table_path, "ingested_at", "delta", fmt.stats_columns(), ""),
-            (cfg.dead_letter_path, DEAD_LETTER_STAMP, "dead_letter", DEAD_LETTER_STATS, "dead_letter_"),
-        )
-    )
-    main.cache.load()
-    dead.cache.load()
+    for table in [*(d.table for d in destinations), dead]:
+        table.load()
     buffer = RecordBuffer(cfg.pump.buffer_max_records)
     pool = MemberPool(cfg.kafka, cfg.pump, buffer, consumer_factory)
     job_name = f"{cfg.run.app_name}/{cfg.kafka.group_id}@{socket.gethostname()}:{os.getpid()}"
     sink = DeltaSink(
         buffer,
-        main,
+        destinations,
         dead,
         cfg.batch,
-        fmt,
         cfg.dead_letter.max_delivery_count,
         lock_ms / 1000,
         job_name,
@@ -231,7 +215,8 @@ def run_ingest(
     clock = clock_session(spark, local_checkpoint=temp_checkpoint is not None)
     try:
         sink.repair_pending()  # duplicates a writer that died before repairing them left behind
-        warm_up_s = warm_up(spark, fmt, cfg.dead_letter.max_delivery_count, job_name)  # before any lock
+        formats = [d.format for d in destinations]
+        warm_up_s = warm_up(spark, formats, cfg.dead_letter.max_delivery_count, job_name)  # before any lock
         try:
             query = (
                 clock_stream(clock)
@@ -248,8 +233,10 @@ def run_ingest(
             shutil.rmtree(temp_checkpoint, ignore_errors=True)
         raise
 
+    tables = [*(d.table.stats for d in destinations), dead.stats]
+
     def owners() -> list[Any]:  # every counter of the run: app.counters collects them
-        return [*pool.member_stats(), sink.stats, main.stats, dead.stats, pool.gauges()]
+        return [*pool.member_stats(), sink.stats, *tables, pool.gauges()]
 
     listener = ProgressListener(query_name, owners, sink.stats.batch_report) if cfg.metrics.progress_log else None
     if listener is not None:
@@ -299,14 +286,15 @@ def run_ingest(
         if temp_checkpoint:
             shutil.rmtree(temp_checkpoint, ignore_errors=True)
     t, st = pool.totals(), sink.stats
+    last_commit = max((d.table.stats.last_commit_at or members_at for d in destinations), default=members_at)
     first = t.first_record_at or members_at
     summary = RunSummary(
-        collect([*pool.member_stats(), st, main.stats, dead.stats]),
+        collect([*pool.member_stats(), st, *tables]),
         {
             "mean_cycle_s": st.cycle_s_sum / max(1, st.cycles),
             "start_s": members_at - started,  # checks, caches, the warm-up, the clock's first batch
             "first_record_s": first - started,  # the group join ends there
-            "ingest_s": max(0.0, (main.stats.last_commit_at or members_at) - first),  # first record -> last commit
+            "ingest_s": max(0.0, last_commit - first),  # first record -> last commit
             "seconds": time.monotonic() - started,
         },
     )

@@ -92,7 +92,7 @@ class KafkaFacts:
 
     group_settings: dict[str, str]
     broker_lock_cap: int | None  # group.share.max.partition.max.record.locks, None if unreadable
-    partitions: int  # of the topic
+    partitions: int  # of the subscribed topics, together
 
 
 def check_kafka(admin: AdminClient, cfg: SharelakeConfig, errors: ClientErrors | None = None) -> KafkaFacts:
@@ -114,23 +114,25 @@ def check_kafka(admin: AdminClient, cfg: SharelakeConfig, errors: ClientErrors |
             f"{BROKER_TIMEOUT_S:.0f}s ({one_line(e, 200)}); check the address, the listener and the "
             "kafka.client security settings"
         ) from None
-    topic = metadata.topics.get(k.topic)
-    if topic is not None and topic.error is not None and topic.error.code() in AUTHORIZATION:
-        raise ConfigError(
-            f"kafka.topic = {k.topic!r}: {user} is not authorized to read it ({topic.error.str()}); grant it READ "
-            "on the topic (README, Security)"
-        )
-    if topic is None or topic.error is not None:
-        raise ConfigError(
-            f"kafka.topic = {k.topic!r}: no such topic on {k.bootstrap_servers}; create it or fix the name"
-        )
+    partitions = 0
+    for name in k.subscribed:
+        key = f"kafka.topic = {name!r}" if k.topic is not None else f"kafka.topics names {name!r}"
+        topic = metadata.topics.get(name)
+        if topic is not None and topic.error is not None and topic.error.code() in AUTHORIZATION:
+            raise ConfigError(
+                f"{key}: {user} is not authorized to read it ({topic.error.str()}); grant it READ "
+                "on the topic (README, Security)"
+            )
+        if topic is None or topic.error is not None:
+            raise ConfigError(f"{key}: no such topic on {k.bootstrap_servers}; create it or fix the name")
+        partitions += len(topic.partitions)
     cap = (
         read_broker_lock_cap(admin, next(iter(metadata.brokers), 1)) if k.partition_max_record_locks == "max" else None
     )
     settings = desired_group_settings(k, cap)
     try:
         apply_group_settings(admin, k.group_id, settings)
-        return KafkaFacts(read_group_settings(admin, k.group_id), cap, len(topic.partitions))
+        return KafkaFacts(read_group_settings(admin, k.group_id), cap, partitions)
     except KafkaException as e:
         if e.args and isinstance(e.args[0], KafkaError) and e.args[0].code() in AUTHORIZATION:
             raise ConfigError(

@@ -23,7 +23,7 @@ from app.pipeline import IngestError, run_ingest
 from app.preflight import check_not_spark_connect
 from app.shutdown import GracefulShutdown
 from app.spark_session import build_spark
-from app.table_summary import print_table_summary
+from app.table_summary import print_tables_summary
 
 log = logging.getLogger("sharelake.ingest")
 
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     if shutdown.stop_requested.is_set():
         return 0
     if args.summary:
-        print_table_summary(spark, cfg.delta.table_path, cfg.dead_letter_path)
+        print_tables_summary(spark, [r.table_path for r in cfg.routes()], cfg.dead_letter_path)
     spark.stop()
     return 0
 

@@ -25,14 +25,21 @@ class JobSpec:
     table: Path
     lock_ms: int = 3000
     checkpoint: Path | None = None  # keep Spark's batch ids across restarts (the re-run window)
+    # routed: topic -> its table (`topic` is then unused, `table` is the shared dead-letter table)
+    routes: dict[str, Path] | None = None
 
     def args(self, *extra: str, job: str = "ingest.py") -> list[str]:
+        if self.routes is None:
+            where = [f"kafka.topic={self.topic}", f"delta.table_path={self.table}"]
+        else:
+            names = ", ".join(f'"{t}"' for t in self.routes)
+            where = [f"kafka.topics=[{names}]", f"dead_letter.table_path={self.table}"]
+            where += [f"topics.{t}.table_path={path}" for t, path in self.routes.items()]
         sets = [
             f"kafka.bootstrap_servers={self.broker.bootstrap}",
-            f"kafka.topic={self.topic}",
+            *where,
             f"kafka.group_id={self.group}",
             f"kafka.record_lock_duration_ms={self.lock_ms}",
-            f"delta.table_path={self.table}",
             "pump.max_poll_records=500",
             "batch.max_records=2000",
             *([f"delta.checkpoint_path={self.checkpoint}"] if self.checkpoint else []),

@@ -26,9 +26,8 @@ from app.config import BatchConfig
 from app.embedded.sample_data import Produced
 from app.sink.commit_log import DeltaCommitLog
 from app.sink.dedup_cache import DedupCache
-from app.sink.dedup_table import DedupTable
 from app.sink.delta_sink import DeltaSink
-from app.sink.delta_writer import DeltaWriter
+from app.sink.destinations import Destination, dead_letter_table, main_table
 from app.sink.formats.raw import RawFormat, RawSettings
 from tests.table_checks import assert_exactly_once
 
@@ -76,21 +75,16 @@ class Writer:
     def __init__(self, spark: SparkSession, table: Path, attempts: int = 3):
         self.spark = spark
         self.buffer = RecordBuffer(100_000)
-        self.cache = DedupCache(DeltaCommitLog(spark, str(table)))
-        self.cache.load()
-        self.table = DedupTable(DeltaWriter(spark, str(table), "delta", 100), self.cache, "ingested_at")
-        dead_path = f"{table}_dead_letter"
-        dead = DedupTable(
-            DeltaWriter(spark, dead_path, "dead_letter", 100),
-            DedupCache(DeltaCommitLog(spark, dead_path, "last_seen")),
-            "last_seen",
-        )
+        fmt = RawFormat(RawSettings())
+        self.table = main_table(spark, str(table), fmt, checkpoint_every=100, lookback_commits=1000)
+        self.table.load()
+        self.cache = self.table.cache  # the tests look into it
+        dead = dead_letter_table(spark, f"{table}_dead_letter", checkpoint_every=100, lookback_commits=1000)
         self.sink = DeltaSink(
             self.buffer,
-            self.table,
+            [Destination((TOPIC,), self.table, fmt)],
             dead,
             BatchConfig(max_wait_ms=0, write_attempts=attempts),
-            RawFormat(RawSettings()),
             max_delivery_count=4,
             lock_duration_s=30.0,
             job_name="test",

@@ -129,3 +129,65 @@ def test_group_settings_the_job_owns() -> None:
         "share.record.lock.duration.ms": "15000",
         "share.partition.max.record.locks": "8000",
     }
+
+
+ROUTED = ["kafka.bootstrap_servers=h:1", "kafka.group_id=g", 'kafka.topics=["orders", "clicks"]']
+ONE_TABLE = [*ROUTED, "topics.orders.table_path=/o", "topics.clicks.table_path=/o", "dead_letter.table_path=/d"]
+TWO_TABLES = [*ROUTED, "topics.orders.table_path=/o", "topics.clicks.table_path=/c", "dead_letter.table_path=/d"]
+
+
+def test_routed_topics_take_the_default_payload_and_their_own_keys(tmp_path: Path) -> None:
+    f = tmp_path / "routed.toml"
+    f.write_text(
+        "[kafka]\nbootstrap_servers='h:1'\ngroup_id='g'\ntopics=['orders', 'clicks', 'audit']\n"
+        "[payload]\nformat='json'\nschema='id long'\nmax_value_bytes=2048\n"
+        "[dead_letter]\ntable_path='/t/dead'\n"
+        "[topics.orders]\ntable_path='/t/orders'\n"
+        "[topics.clicks]\ntable_path='/t/clicks'\n[topics.clicks.payload]\nformat='text'\n"
+        "[topics.audit]\ntable_path='/t/orders'\n"  # shares the orders table (and its payload)
+    )
+    routes = load_config(f).routes()
+    assert [(r.topics, r.table_path, r.payload.format) for r in routes] == [
+        (("orders", "audit"), "/t/orders", "json"),
+        (("clicks",), "/t/clicks", "text"),
+    ]
+    assert routes[1].payload.max_value_bytes == 2048  # a shared key of the default section
+    assert load_config(f).dead_letter_path == "/t/dead"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            [*ROUTED, "topics.orders.table_path=/o", "dead_letter.table_path=/d"],
+            "kafka.topics subscribes to clicks, which no [topics.<name>] section routes: add [topics.clicks]",
+        ),
+        (
+            [*ROUTED, "topics.orders.table_path=/o", "topics.clicks.table_path=/c"],
+            "kafka.topics needs dead_letter.table_path",
+        ),
+        (
+            [*ONE_TABLE, "topics.clicks.payload.format=text"],
+            "topics orders, clicks share the table /o but read their values differently",
+        ),
+        (
+            [*TWO_TABLES, "topics.clicks.payload.format=avro"],
+            "config key topics.clicks.payload: payload.format = 'avro' needs payload.registry.url",
+        ),
+        ([*REQUIRED, 'kafka.topics=["t"]'], "set kafka.topic (one topic into delta.table_path) or kafka.topics"),
+        ([*REQUIRED, "topics.t.table_path=/t"], "[topics.<name>] sections route kafka.topics"),
+    ],
+)
+def test_routing_mistakes_give_one_line(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config(None, overrides)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_routing_on_the_command_line_replaces_the_files_one_topic() -> None:
+    routed = load_config(
+        ROOT / "conf" / "local.toml",
+        ['kafka.topics=["a"]', "topics.a.table_path=/a", "dead_letter.table_path=/d"],
+    )
+    assert [(r.topics, r.table_path) for r in routed.routes()] == [(("a",), "/a")]
+    assert routed.kafka.topic is None and routed.delta.table_path is None

@@ -79,7 +79,7 @@ class MemberPool:
         return ShareMember(
             i,
             consumer_config(self._kafka, self._pump, i),
-            self._kafka.topic,
+            self._kafka.subscribed,
             self.buffer,
             self._pump.poll_timeout_ms / 1000,
             self._factory,

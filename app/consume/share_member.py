@@ -57,7 +57,7 @@ class ShareMember(threading.Thread):
         self,
         member_id: int,
         consumer_config: dict[str, Any],
-        topic: str,
+        topics: list[str],
         buffer: RecordBuffer,
         poll_timeout_s: float,
         consumer_factory: ConsumerFactory = ShareConsumer,
@@ -65,7 +65,7 @@ class ShareMember(threading.Thread):
         super().__init__(name=f"share-member-{member_id}", daemon=True)
         self.member_id = member_id
         self._config = consumer_config
-        self._topic = topic
+        self._topics = topics
         self._buffer = buffer
         self._poll_timeout_s = poll_timeout_s
         self._factory = consumer_factory
@@ -113,7 +113,7 @@ class ShareMember(threading.Thread):
             self.failure = e
             return
         try:
-            consumer.subscribe([self._topic])
+            consumer.subscribe(self._topics)
             while not self._polling.wait(0.1):
                 if self._stop_polling.is_set():
                     break

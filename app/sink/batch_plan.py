@@ -16,19 +16,25 @@ many); no per-record Python loop.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
 from app.acknowledge.lifecycle import PollBatch
-from app.sink.dedup_cache import DedupCache
-from app.sink.offset_ranges import partition_groups
+from app.sink.offset_ranges import PartitionKey, partition_groups
 
 PRESENT, PARKED, COPY, CANDIDATE = 0, 1, 2, 3
 Indices = npt.NDArray[np.intp]
+
+
+class Holder(Protocol):
+    """A table's record of what it holds (`DedupTable`, or its `DedupCache`)."""
+
+    def contains_many(self, key: PartitionKey, offsets: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]: ...
 
 
 @dataclass
@@ -59,7 +65,8 @@ class BatchPlan:
         return chosen
 
 
-def plan_batch(polls: Sequence[PollBatch], main: DedupCache, dead: DedupCache) -> BatchPlan:
+def plan_batch(polls: Sequence[PollBatch], main_of: Mapping[str, Holder], dead: Holder) -> BatchPlan:
+    """Sort every row of `polls`: `main_of` names each topic's main table (the routed destinations)."""
     rows = pa.concat_tables([p.rows for p in polls]) if polls else None
     assert rows is not None, "a plan needs at least one poll"
     n = rows.num_rows
@@ -69,7 +76,7 @@ def plan_batch(polls: Sequence[PollBatch], main: DedupCache, dead: DedupCache) -
     kind = np.full(n, CANDIDATE, dtype=np.int8)
     first = np.arange(n, dtype=np.intp)
     for key, (at, offsets) in partition_groups(rows):
-        present = main.contains_many(key, offsets)
+        present = main_of[key[0]].contains_many(key, offsets)
         parked = dead.contains_many(key, offsets) & ~present
         kind[at[present]] = PRESENT
         kind[at[parked]] = PARKED

@@ -24,14 +24,16 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from pyspark.sql import DataFrame
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
 from tenacity import Retrying, stop_after_attempt, wait_exponential_jitter
 
 from app import faults
 from app.acknowledge.lifecycle import CommitProof
 from app.counters import counter, gauge
-from app.sink.commit_log import SharelakeCommit, repair_metadata_json, user_metadata_json
+from app.sink.commit_log import DeltaCommitLog, SharelakeCommit, repair_metadata_json, user_metadata_json
 from app.sink.dedup_cache import DedupCache, Repair
 from app.sink.delta_writer import DeltaWriter
 from app.sink.offset_ranges import BatchOffsets, OffsetRanges, PartitionKey
@@ -78,6 +80,49 @@ class DedupTable:
         self.stamp_column = stamp_column
         self.stats = TableStats(prefix=prefix)
         self._own_repairs: set[int] = set()  # versions of our commits whose duplicates are not deleted yet
+
+    @classmethod
+    def open(
+        cls,
+        spark: SparkSession,
+        table_path: str,
+        name: str,
+        stamp_column: str,
+        *,
+        checkpoint_every: int,
+        lookback_commits: int | None,
+        stats_columns: tuple[str, ...] = (),
+        prefix: str = "",
+    ) -> DedupTable:
+        """A table with its writer and its cache; `lookback_commits` None: a cache that reads no log
+        (a table this process alone writes, as the warm-up's)."""
+        log_reader = DeltaCommitLog(spark, table_path, stamp_column) if lookback_commits is not None else None
+        cache = DedupCache(log_reader, lookback_commits or 1)
+        writer = DeltaWriter(spark, table_path, name, checkpoint_every, stats_columns)
+        return cls(writer, cache, stamp_column, prefix)
+
+    def load(self) -> None:
+        """At start: the recent commits' offsets into the cache."""
+        self.cache.load()
+
+    def refresh(self) -> None:
+        """Fold other writers' new commits into the cache (before a batch is planned)."""
+        self.cache.refresh()
+
+    def contains_many(self, key: PartitionKey, offsets: Any) -> Any:
+        """Which of `offsets` (of one topic-partition) a commit of the table holds (numpy bool array)."""
+        return self.cache.contains_many(key, offsets)
+
+    def frame(self, rows: pa.Table) -> DataFrame:
+        """`rows` as a data frame of the table's writer session."""
+        return self.writer.frame(rows)
+
+    def wait_for_room(self) -> None:
+        self.writer.wait_for_room()
+
+    def close(self) -> None:
+        """The last commit's post-commit work and any checkpoint end."""
+        self.writer.close()
 
     def proof_of_presence(self) -> CommitProof:
         """For records the cache already holds: the table version the cache has read up to."""

@@ -44,6 +44,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -65,6 +66,7 @@ from app.counters import counter, gauge
 from app.sink.batch_plan import COPY, PARKED, PRESENT, BatchPlan, Indices, plan_batch
 from app.sink.dead_letter import dead_letter_rows
 from app.sink.dedup_table import DedupTable
+from app.sink.destinations import Destination
 from app.sink.formats.base import (
     BAD,
     ERROR_CLASS,
@@ -72,7 +74,6 @@ from app.sink.formats.base import (
     BadRecord,
     BatchRead,
     DependencyUnavailable,
-    PayloadFormat,
     precheck,
 )
 from app.sink.offset_ranges import BatchOffsets, partition_groups
@@ -142,6 +143,9 @@ class SinkStats:
         return None if steps is None else (self.recent_in.get(batch_id, 0), steps)
 
 
+_TIMING = threading.Lock()  # tables are written in parallel threads: their step times add up here
+
+
 @contextmanager
 def _timed(stats: SinkStats, phase: str) -> Iterator[None]:
     start = time.perf_counter()
@@ -149,8 +153,27 @@ def _timed(stats: SinkStats, phase: str) -> Iterator[None]:
         yield
     finally:
         spent = time.perf_counter() - start
-        stats.phase_s[phase] += spent
-        stats.cycle[phase] += spent
+        with _TIMING:
+            stats.phase_s[phase] += spent
+            stats.cycle[phase] += spent
+
+
+Landed = tuple[dict[int, BadRecord], BaseException | None]
+
+
+def _outcome(future: Future[dict[int, BadRecord]]) -> Landed:
+    """A table's bad records, or the error that stopped it (the other tables go on)."""
+    try:
+        return future.result(), None
+    except BaseException as e:  # noqa: BLE001 - raised again once every table is decided
+        return {}, e
+
+
+def _outcome_of(land: Callable[..., dict[int, BadRecord]], *args: object) -> Landed:
+    try:
+        return land(*args), None
+    except BaseException as e:  # noqa: BLE001 - raised again once every table is decided
+        return {}, e
 
 
 @dataclass
@@ -167,10 +190,9 @@ class DeltaSink:
     def __init__(
         self,
         buffer: RecordBuffer,
-        main: DedupTable,
+        destinations: list[Destination],
         dead: DedupTable,
         batch: BatchConfig,
-        fmt: PayloadFormat,
         max_delivery_count: int,
         lock_duration_s: float,
         job_name: str,
@@ -179,10 +201,11 @@ class DeltaSink:
         on_resume: Callable[[], None] = lambda: None,
     ):
         self.buffer = buffer
-        self.main = main
+        self.destinations = destinations
         self.dead = dead
         self.batch = batch
-        self.format = fmt
+        self._table_of = {t: d.table for d in destinations for t in d.topics}
+        self._parallel = ThreadPoolExecutor(len(destinations), "sink-table") if len(destinations) > 1 else None
         self.max_delivery_count = max_delivery_count
         self.lock_duration_s = lock_duration_s
         self.job_name = job_name
@@ -200,13 +223,18 @@ class DeltaSink:
 
     def finish(self) -> None:
         """Once the query has stopped: the last commit's post-commit work and any checkpoint end."""
-        self.main.writer.close()
-        self.dead.writer.close()
+        for table in self._tables():
+            table.close()
+        if self._parallel is not None:
+            self._parallel.shutdown(wait=True)
 
     def repair_pending(self) -> None:
-        """At start: duplicates that a writer which died before repairing them left in either table."""
-        self.main.repair_pending()
-        self.dead.repair_pending()
+        """At start: duplicates that a writer which died before repairing them left in any table."""
+        for table in self._tables():
+            table.repair_pending()
+
+    def _tables(self) -> list[DedupTable]:
+        return [*(d.table for d in self.destinations), self.dead]
 
     def __call__(self, clock_df: DataFrame, batch_id: int) -> None:
         retrying = Retrying(
@@ -230,12 +258,13 @@ class DeltaSink:
             return
         self.stats.start_cycle(batch_id)
         if self._dependency_down:  # raises DependencyUnavailable again while it is still down
-            self.format.probe()
+            for d in self.destinations:
+                d.format.probe()
             self._dependency_down = False
             log.warning("the payload format's dependency answers again: the members poll again")
             self._on_resume()
-        self.main.retry_own_repairs()
-        self.dead.retry_own_repairs()
+        for table in self._tables():
+            table.retry_own_repairs()
         with _timed(self.stats, "drain"):
             polls = self.buffer.drain(
                 self.batch.max_records, self.batch.max_wait_ms / 1000, self.batch.linger_ms / 1000
@@ -263,42 +292,65 @@ class DeltaSink:
 
     def _run(self, polls: list[PollBatch], batch_id: int) -> None:
         with _timed(self.stats, "plan"):
-            self.main.cache.refresh()
-            self.dead.cache.refresh()
-            plan = plan_batch(polls, self.main.cache, self.dead.cache)
+            for table in self._tables():
+                table.refresh()
+            plan = plan_batch(polls, self._table_of, self.dead)
         self.stats.dedup_hits += plan.count(PRESENT)
         self.stats.dead_letter_hits += plan.count(PARKED)
         self.stats.in_batch_duplicates += plan.count(COPY)
-        candidates = plan.candidates
-        written = self._write_main(plan, candidates, batch_id) if candidates.size else _Written()
+        topics = plan.rows.column("topic").to_numpy(zero_copy_only=False)
+        # each table's rows are written and decided on that table's commit alone: a failing table's
+        # records stay undecided (the attempt's failure path RELEASEs them), the others' are decided
+        jobs = [(d, np.isin(topics, d.topics)) for d in self.destinations]
+        if self._parallel is not None:
+            futures = [self._parallel.submit(self._land, d, mine, plan, batch_id) for d, mine in jobs]
+            outcomes = [_outcome(f) for f in futures]
+        else:
+            outcomes = [_outcome_of(self._land, d, mine, plan, batch_id) for d, mine in jobs]
+        bad: dict[int, BadRecord] = {}
+        for landed, _ in outcomes:
+            bad |= landed
         rows = (plan.polls, plan.poll_of, plan.index_in_poll)
-        with _timed(self.stats, "decide"):
-            if plan.count(PRESENT):
-                decide(*rows, plan.of_kind(PRESENT), Decision.ACCEPT, self.main.proof_of_presence())
-            decide(*rows, plan.with_copies(candidates[written.accepted]), Decision.ACCEPT, written.proof)
-            decide(*rows, plan.with_copies(candidates[written.unsure]), Decision.RELEASE)
-        dead_proof = self._write_dead_letters(plan, candidates, written.bad, batch_id) if written.bad else None
+        dead_proof = self._write_dead_letters(plan, bad, batch_id) if bad else None
         with _timed(self.stats, "decide"):
             if plan.count(PARKED):
                 decide(*rows, plan.of_kind(PARKED), Decision.REJECT, self.dead.proof_of_presence())
-            bad_rows = candidates[np.fromiter(sorted(written.bad), dtype=np.intp, count=len(written.bad))]
+            bad_rows = np.fromiter(sorted(bad), dtype=np.intp, count=len(bad))
             decide(*rows, plan.with_copies(bad_rows), Decision.REJECT, dead_proof)
             self._account_locks(polls)
+        failed = next((error for _, error in outcomes if error is not None), None)
+        if failed is not None:
+            raise failed
         if faults.active("after_accept"):
             for p in polls:
                 p.acks_committed.wait(30)
             faults.hit("after_accept")
 
+    def _land(
+        self, dest: Destination, mine: npt.NDArray[np.bool_], plan: BatchPlan, batch_id: int
+    ) -> dict[int, BadRecord]:
+        """Write one table's candidates and decide its rows; its bad records, by row of the batch."""
+        candidates = plan.candidates[mine[plan.candidates]]
+        written = self._write_main(dest, plan, candidates, batch_id) if candidates.size else _Written()
+        rows = (plan.polls, plan.poll_of, plan.index_in_poll)
+        with _timed(self.stats, "decide"):
+            present = plan.of_kind(PRESENT) & mine
+            if present.any():
+                decide(*rows, present, Decision.ACCEPT, dest.table.proof_of_presence())
+            decide(*rows, plan.with_copies(candidates[written.accepted]), Decision.ACCEPT, written.proof)
+            decide(*rows, plan.with_copies(candidates[written.unsure]), Decision.RELEASE)
+        return {int(candidates[i]): b for i, b in written.bad.items()}
+
     # -- the main table --------------------------------------------------------------------------------
 
-    def _write_main(self, plan: BatchPlan, candidates: Indices, batch_id: int) -> _Written:
+    def _write_main(self, dest: Destination, plan: BatchPlan, candidates: Indices, batch_id: int) -> _Written:
         """Check, stamp and append the candidates; which of them the commit holds, and the bad ones."""
         stamp = datetime.now(UTC)
         with _timed(self.stats, "arrow"):
             rows = plan.rows.take(pa.array(candidates, pa.int64()))
-            bad = {b.index: b for b in precheck(rows, self.format.settings, self.max_delivery_count)}
+            bad = {b.index: b for b in precheck(rows, dest.format.settings, self.max_delivery_count)}
         with _timed(self.stats, "read"):
-            found, read = self.format.read(rows)  # DependencyUnavailable: nothing written, all RELEASEd
+            found, read = dest.format.read(rows)  # DependencyUnavailable: nothing written, all RELEASEd
             bad = {**{b.index: b for b in found}, **bad}  # a shared check's class wins
         with _timed(self.stats, "arrow"):
             keep = np.ones(rows.num_rows, dtype=np.bool_)
@@ -311,7 +363,7 @@ class DeltaSink:
         if to_write.num_rows == 0:
             return _Written(bad=bad)
         with _timed(self.stats, "frame"):
-            frame = self.main.writer.frame(to_write)
+            frame = dest.table.frame(to_write)
         parsed = read.parse(frame)
         observed = None
         if read.needs_spark:
@@ -321,9 +373,9 @@ class DeltaSink:
         else:
             main_rows = read.main_rows(parsed)
         with _timed(self.stats, "wait"):
-            self.main.writer.wait_for_room()
+            dest.table.wait_for_room()
         with _timed(self.stats, "write"):
-            appended = self.main.append(main_rows, claim, batch_id, stamp, merge_schema=self.format.merge_schema)
+            appended = dest.table.append(main_rows, claim, batch_id, stamp, merge_schema=dest.format.merge_schema)
         with _timed(self.stats, "diagnose"):
             counted = int(observed.get["bad"]) if observed is not None and appended is not None else 0
             unsure_commit = appended is None and observed is not None  # no commit: maybe every row was bad
@@ -336,9 +388,9 @@ class DeltaSink:
             written = claim.difference(BatchOffsets.of_rows(rows.take(pa.array(sorted(unreadable), pa.int64()))))
             if len(unreadable) != counted:  # the two jobs disagree: ask the table what the commit holds
                 log.error("the write counted %d unreadable records, the diagnosis %d", counted, len(unreadable))
-                written = self.main.written_offsets(appended)
+                written = dest.table.written_offsets(appended)
         with _timed(self.stats, "fold"):
-            proof = self.main.settle(appended, written) if appended is not None else None
+            proof = dest.table.settle(appended, written) if appended is not None else None
         held = _held(rows, written)
         accepted = np.flatnonzero(held)
         unsure = np.flatnonzero(~held & ~np.isin(np.arange(rows.num_rows), list(bad)))
@@ -353,13 +405,12 @@ class DeltaSink:
 
     # -- the dead-letter table -------------------------------------------------------------------------
 
-    def _write_dead_letters(
-        self, plan: BatchPlan, candidates: Indices, bad: dict[int, BadRecord], batch_id: int
-    ) -> CommitProof:
+    def _write_dead_letters(self, plan: BatchPlan, bad: dict[int, BadRecord], batch_id: int) -> CommitProof:
+        """One commit to the shared dead-letter table for every table's bad records (rows of the batch)."""
         stamp = datetime.now(UTC)
         with _timed(self.stats, "dead_letter"):
             order = sorted(bad)
-            records = plan.rows.take(pa.array(candidates[order], pa.int64()))
+            records = plan.rows.take(pa.array(order, pa.int64()))
             keys = list(zip(*(records.column(c).to_pylist() for c in ("topic", "partition", "offset")), strict=True))
             rows = dead_letter_rows(
                 records,
@@ -370,7 +421,7 @@ class DeltaSink:
                 batch_id,
             )
             claim = BatchOffsets.of_rows(rows)
-            appended = self.dead.append(self.dead.writer.frame(rows), claim, batch_id, stamp)
+            appended = self.dead.append(self.dead.frame(rows), claim, batch_id, stamp)
             if appended is None:
                 raise RuntimeError(f"{self.dead.table_path}: the dead-letter append recorded no commit")
             proof = self.dead.settle(appended, claim)

@@ -28,17 +28,15 @@ from app import faults
 from app.acknowledge.lifecycle import AckCommand, PollBatch
 from app.bridge.record_buffer import RecordBuffer
 from app.config import BatchConfig
-from app.sink.dead_letter import STAMP_COLUMN as DEAD_LETTER_STAMP
-from app.sink.dead_letter import STATS_COLUMNS as DEAD_LETTER_STATS
-from app.sink.dedup_cache import DedupCache
 from app.sink.dedup_table import DedupTable
 from app.sink.delta_sink import DeltaSink
-from app.sink.delta_writer import ROWS_PER_TASK, DeltaWriter
+from app.sink.delta_writer import ROWS_PER_TASK
+from app.sink.destinations import Destination, dead_letter_table, main_table
 from app.sink.formats.base import PayloadFormat
 
 log = logging.getLogger(__name__)
 
-TOPIC = "sharelake-warm-up"
+TOPIC = "sharelake-warm-up"  # the synthetic records' topic (one per format: `-0`, `-1`, ...)
 
 
 @dataclass
@@ -47,9 +45,10 @@ class _Record:
 
     off: int
     payload: bytes | None
+    on: str = TOPIC
 
     def topic(self) -> str:
-        return TOPIC
+        return self.on
 
     def partition(self) -> int:
         return self.off % 2
@@ -73,30 +72,36 @@ class _Record:
         return 1
 
 
-def warm_up(spark: SparkSession, fmt: PayloadFormat, max_delivery_count: int, job_name: str) -> float:
-    """Run the write path once on temporary tables; the seconds it took (0 if it failed)."""
+def warm_up(spark: SparkSession, formats: list[PayloadFormat], max_delivery_count: int, job_name: str) -> float:
+    """Run the write path once on temporary tables, one per format; the seconds it took (0 if it failed)."""
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="sharelake-warm-up-"))
     tables: list[DedupTable] = []
     sink_log = logging.getLogger(DeltaSink.__module__)
     sink_level = sink_log.level
-    sink_log.setLevel(logging.ERROR)  # its dead-lettered sample record is not news
+    sink_log.setLevel(logging.ERROR)  # its dead-lettered sample records are not news
     try:
         with faults.suspended():
-            twin = fmt.warm_up_twin()  # the format's reader, on a schema of its own where it keeps state
-            for name, stamp, stats in (
-                ("warm_up", "ingested_at", twin.stats_columns()),
-                ("warm_up_dead_letter", DEAD_LETTER_STAMP, DEAD_LETTER_STATS),
-            ):
-                writer = DeltaWriter(spark, str(work / name), name, checkpoint_every=1_000_000, stats_columns=stats)
-                tables.append(DedupTable(writer, DedupCache(None), stamp))
-            buffer = RecordBuffer(1_000_000)
-            batch = BatchConfig(max_records=1_000_000, max_wait_ms=0, write_attempts=1)
-            sink = DeltaSink(buffer, tables[0], tables[1], batch, twin, max_delivery_count, 3600.0, job_name)
-            values = twin.sample_values(2 * ROWS_PER_TASK)
-            records: Any = [_Record(i, v) for i, v in enumerate(values)]
+            destinations, records = [], []
+            for i, fmt in enumerate(formats):
+                twin = fmt.warm_up_twin()  # the format's reader, on a schema of its own where it keeps state
+                table = main_table(
+                    spark, str(work / f"warm_up_{i}"), twin, checkpoint_every=10**6, lookback_commits=None
+                )
+                tables.append(table)
+                destinations.append(Destination((f"{TOPIC}-{i}",), table, twin))
+                values = twin.sample_values(2 * ROWS_PER_TASK)
+                records += [_Record(n, v, f"{TOPIC}-{i}") for n, v in enumerate(values)]
+            dead = dead_letter_table(
+                spark, str(work / "warm_up_dead_letter"), checkpoint_every=10**6, lookback_commits=None
+            )
+            tables.append(dead)
+            buffer = RecordBuffer(10**6)
+            batch = BatchConfig(max_records=10**6, max_wait_ms=0, write_attempts=1)
+            sink = DeltaSink(buffer, destinations, dead, batch, max_delivery_count, 3600.0, job_name)
             commands: queue.Queue[AckCommand] = queue.Queue()
-            buffer.put(PollBatch(-1, records, commands), timeout_s=1)
+            polled: Any = records
+            buffer.put(PollBatch(-1, polled, commands), timeout_s=1)
             sink(spark.range(0), -1)  # batch -1: its jobs are told apart from the real batch 0
             sink.finish()
         seconds = time.monotonic() - started
@@ -108,5 +113,5 @@ def warm_up(spark: SparkSession, fmt: PayloadFormat, max_delivery_count: int, jo
     finally:
         sink_log.setLevel(sink_level)
         for t in tables:
-            t.writer.close()
+            t.close()
         shutil.rmtree(work, ignore_errors=True)

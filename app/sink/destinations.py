@@ -1,0 +1,94 @@
+"""Where a job's records land: one `Destination` per main table, and the one shared dead-letter table.
+
+Built once by `open_destinations` (called by `app.pipeline.run_ingest`) from the config's routes
+(`SharelakeConfig.routes`): one route with `kafka.topic`, one per table with `kafka.topics`. A
+destination holds its topics, its table (a `DedupTable`) and its payload format, started (its schema
+checked, its registry reached). The Delta sink loops over the destinations: each micro-batch makes
+at most one commit per table, and each table's records are decided on that table's commit alone.
+The warm-up and the tests build their tables through the same `main_table` / `dead_letter_table`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from pyspark.sql import SparkSession
+
+from app.config import SharelakeConfig
+from app.sink.dead_letter import STAMP_COLUMN as DEAD_LETTER_STAMP
+from app.sink.dead_letter import STATS_COLUMNS as DEAD_LETTER_STATS
+from app.sink.dedup_table import DedupTable
+from app.sink.formats import payload_format
+from app.sink.formats.base import PayloadFormat
+
+MAIN_STAMP = "ingested_at"  # the main tables' write stamp (app.bridge.arrow_rows.WRITE_FIELDS)
+
+
+@dataclass(frozen=True)
+class Destination:
+    """A main table and the topics routed to it, with the format their values are read in."""
+
+    topics: tuple[str, ...]
+    table: DedupTable
+    format: PayloadFormat
+
+
+def main_table(
+    spark: SparkSession,
+    path: str,
+    fmt: PayloadFormat,
+    *,
+    checkpoint_every: int,
+    lookback_commits: int | None,
+    prefix: str = "",
+) -> DedupTable:
+    """A main table (Delta writer name `delta`: its fault points are `before_delta_commit`, ...)."""
+    return DedupTable.open(
+        spark,
+        path,
+        "delta",
+        MAIN_STAMP,
+        checkpoint_every=checkpoint_every,
+        lookback_commits=lookback_commits,
+        stats_columns=fmt.stats_columns(),
+        prefix=prefix,
+    )
+
+
+def dead_letter_table(
+    spark: SparkSession, path: str, *, checkpoint_every: int, lookback_commits: int | None
+) -> DedupTable:
+    return DedupTable.open(
+        spark,
+        path,
+        "dead_letter",
+        DEAD_LETTER_STAMP,
+        checkpoint_every=checkpoint_every,
+        lookback_commits=lookback_commits,
+        stats_columns=DEAD_LETTER_STATS,
+        prefix="dead_letter_",
+    )
+
+
+def counter_prefix(topic: str) -> str:
+    """A routed table's counters are named after its (first) topic: `orders_rows_written`."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", topic) + "_"
+
+
+def open_destinations(spark: SparkSession, cfg: SharelakeConfig) -> tuple[list[Destination], DedupTable]:
+    """Every destination (formats started: ConfigError on a bad schema or registry) and the dead-letter table."""
+    routed = cfg.kafka.topics is not None
+    lookback = cfg.delta.dedup_lookback_commits
+    every = cfg.delta.checkpoint_interval
+    destinations = []
+    for route in cfg.routes():
+        fmt = payload_format(route.payload)
+        fmt.start(spark, route.table_path)
+        prefix = counter_prefix(route.topics[0]) if routed else ""
+        table = main_table(
+            spark, route.table_path, fmt, checkpoint_every=every, lookback_commits=lookback, prefix=prefix
+        )
+        destinations.append(Destination(route.topics, table, fmt))
+    dead = dead_letter_table(spark, cfg.dead_letter_path, checkpoint_every=every, lookback_commits=lookback)
+    return destinations, dead
