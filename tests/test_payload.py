@@ -11,7 +11,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from app.bridge.arrow_rows import records_to_arrow
+from app.bridge.arrow_rows import poll_rows, stamped
 from app.sink.formats.base import ERROR_CLASS, precheck
 from app.sink.formats.json import JsonFormat, JsonSettings
 from tests.test_concurrent_writers import Rec
@@ -30,7 +30,7 @@ RECORDS: Any = [Valued(0, b'{"id": 1}'), Valued(1, None)]
 
 
 def test_a_tombstone_is_dead_lettered_unless_null_values_are_allowed(spark: SparkSession) -> None:
-    table = records_to_arrow(RECORDS, 0, datetime.now(UTC))
+    table = stamped(poll_rows(RECORDS), 0, datetime.now(UTC))
     strict = JsonSettings(schema="id long")
     assert [(b.index, b.error_class) for b in precheck(table, strict, 4)] == [(1, "null_value")]
 

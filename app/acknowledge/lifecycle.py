@@ -117,7 +117,6 @@ class PollBatch:
         self._undecided = len(records)
         self._commands = commands
         self._lock = threading.Lock()
-        self.proofs: list[CommitProof] = []
         self.acquired_at = time.monotonic()  # the record locks started about now
         self.acks_committed = threading.Event()  # set by the member once commit_sync returned
 
@@ -130,10 +129,6 @@ class PollBatch:
         builds them right after its poll, in its own thread."""
         records: Sequence[PolledRecord] = self.records
         return poll_rows(records)
-
-    def state(self, index: int) -> RecordState:
-        with self._lock:
-            return RecordState(int(self._states[index]))
 
     @property
     def undecided(self) -> int:
@@ -187,8 +182,6 @@ class PollBatch:
                     f"{decision.name} of {rec.topic()}/{rec.partition()}@{rec.offset()}: "
                     f"already {RecordState(int(self._states[i])).name} (INVARIANT 3)"
                 )
-            if proof is not None:
-                self.proofs.append(proof)
             self._apply(decision, chosen)
 
     def _apply(self, decision: Decision, indices: npt.NDArray[np.intp]) -> None:

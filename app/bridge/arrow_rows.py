@@ -90,8 +90,3 @@ def stamped(records: pa.Table, batch_id: int, ingested_at: datetime) -> pa.Table
         *(records.column(f.name) for f in extra),
     ]
     return pa.Table.from_arrays(columns, schema=pa.schema([*ROW_SCHEMA, *extra]))
-
-
-def records_to_arrow(records: Sequence[PolledRecord], batch_id: int, ingested_at: datetime) -> pa.Table:
-    """Records straight to ROW_SCHEMA rows (for callers without polls, e.g. the replay tests)."""
-    return stamped(poll_rows(records), batch_id, ingested_at)

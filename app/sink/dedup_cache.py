@@ -121,10 +121,6 @@ class DedupCache:
         for key, r in ranges.items():
             self._ranges.setdefault(key, OffsetRanges()).update(r)
 
-    def contains(self, topic: str, partition: int, offset: int) -> bool:
-        r = self._ranges.get((topic, partition))
-        return r is not None and offset in r
-
     def contains_many(self, key: PartitionKey, offsets: Offsets) -> npt.NDArray[np.bool_]:
         """Which of `offsets` (of one topic-partition) the table holds."""
         r = self._ranges.get(key)

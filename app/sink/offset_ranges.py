@@ -37,10 +37,6 @@ class OffsetRanges:
             self.add_range(s, e)
 
     @classmethod
-    def of(cls, offsets: Iterable[int]) -> OffsetRanges:
-        return cls.of_array(np.fromiter(offsets, dtype=np.int64))
-
-    @classmethod
     def of_array(cls, offsets: npt.ArrayLike) -> OffsetRanges:
         """The ranges of any offsets (unsorted, repeated): vectorised."""
         ordered = np.unique(np.asarray(offsets, dtype=np.int64))
