@@ -26,6 +26,9 @@ def job_parser(doc: str) -> argparse.ArgumentParser:
 def start_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    # the schema registry client's HTTP library logs every request at INFO
+    for name in ("httpx", "httpx2", "httpcore", "httpcore2"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def config_failure(e: ConfigError) -> int:

@@ -1,12 +1,15 @@
-"""The demo: embedded Kafka broker -> sample JSON records -> the real ingest job -> table summary.
+"""The demo: embedded Kafka broker and schema registry -> JSON and Avro records -> one ingest job -> two tables.
 
     make demo        (sets everything up first; or: .cache/venv/bin/python jobs/demo.py [--records N])
 
-Starts a fresh single-node broker under .cache/demo/, creates a 3-partition topic, produces sample
-JSON events with a few poison records in the middle, runs `./spark-submit.sh jobs/ingest.py` in
-until-drained mode with `--summary` (the same entry point users submit; values parsed as JSON,
-poison records to the dead-letter table), then stops the broker. Exits with the ingest job's exit
-code.
+Starts a fresh single-node broker and an embedded schema registry (Apicurio) under .cache/demo/,
+creates two 3-partition topics and produces to them: sample JSON events with a few poison records
+in the middle, and the same events as Avro through the registry (confluent-kafka's AvroSerializer),
+the second half with a new version of the schema that adds an optional field, and two poison
+records. Then one `./spark-submit.sh jobs/ingest.py` (the entry point users submit) reads both
+topics in until-drained mode, each routed into its own table, with `--summary` (each table, its
+columns, and the dead letters by class), and the broker and registry stop. Exits with the ingest
+job's exit code.
 """
 
 from __future__ import annotations
@@ -25,41 +28,79 @@ sys.path.insert(0, str(ROOT))
 from tqdm import tqdm  # noqa: E402
 
 from app.embedded.kafka_broker import EmbeddedKafka  # noqa: E402
-from app.embedded.sample_data import EVENT_SCHEMA, produce_json_events, produce_poison_records  # noqa: E402
+from app.embedded.sample_data import (  # noqa: E402
+    EVENT_AVRO_SCHEMA,
+    EVENT_AVRO_SCHEMA_V2,
+    EVENT_SCHEMA,
+    Produced,
+    avro_values,
+    event_record,
+    produce_json_events,
+    produce_poison_records,
+    produce_records,
+)
+from app.embedded.schema_registry import EmbeddedSchemaRegistry  # noqa: E402
 from app.paths import CACHE_DIR  # noqa: E402
 
 TOPIC = "demo-events"
+AVRO_TOPIC = "demo-avro-events"
+AVRO_POISON: dict[str, bytes] = {  # one per way an Avro value can fail before its body is read
+    "not-wire-format": b"plain text, no Confluent header",
+    "unknown-schema-id": b"\x00\x00\x0f\x42\x40\x02",  # schema id 1,000,000: not in the registry
+}
+
+
+def produce_avro_events(registry_url: str, bootstrap: str, count: int) -> tuple[list[Produced], list[Produced]]:
+    """`count` Avro events, the second half with the schema's second version (a new optional field),
+    and the poison records between them."""
+    half = count // 2
+    first = avro_values(registry_url, AVRO_TOPIC, EVENT_AVRO_SCHEMA, (event_record(i) for i in range(half)))
+    good = produce_records(bootstrap, AVRO_TOPIC, ((f"a-{i}".encode(), v) for i, v in enumerate(first)))
+    poison = produce_records(bootstrap, AVRO_TOPIC, ((k.encode(), v) for k, v in AVRO_POISON.items()))
+    records = (event_record(i, region=True) for i in range(half, count))
+    second = avro_values(registry_url, AVRO_TOPIC, EVENT_AVRO_SCHEMA_V2, records)
+    keyed = ((f"a-{i}".encode(), v) for i, v in zip(range(half, count), second, strict=True))
+    good += produce_records(bootstrap, AVRO_TOPIC, keyed)
+    return good, poison
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description="Sharelake demo")
-    parser.add_argument("--records", type=int, default=20_000)
+    parser.add_argument("--records", type=int, default=20_000, help="JSON records (and half as many Avro ones)")
     args = parser.parse_args()
     demo_dir = CACHE_DIR / "demo"
     shutil.rmtree(demo_dir, ignore_errors=True)
-    table = demo_dir / "table"
+    table, avro_table = demo_dir / "events", demo_dir / "avro_events"
 
     print(f"[demo] starting an embedded Kafka broker (KRaft, share groups) under {demo_dir}/broker")
-    with EmbeddedKafka(demo_dir / "broker") as broker:
+    print(f"[demo] starting an embedded schema registry (Apicurio, Confluent-compatible API) under {demo_dir}/registry")
+    with EmbeddedKafka(demo_dir / "broker") as broker, EmbeddedSchemaRegistry(demo_dir / "registry") as registry:
         broker.create_topic(TOPIC, partitions=3)
+        broker.create_topic(AVRO_TOPIC, partitions=3)
         t0 = time.monotonic()
         half = args.records // 2
         produced = produce_json_events(broker.bootstrap, TOPIC, half)
         poison = produce_poison_records(broker.bootstrap, TOPIC)  # in the middle of the stream
         produced += produce_json_events(broker.bootstrap, TOPIC, args.records - half, start=half)
+        avro, avro_poison = produce_avro_events(registry.url, broker.bootstrap, args.records // 2)
         print(
-            f"[demo] produced {len(produced)} JSON records and {len(poison)} poison records to {TOPIC} "
-            f"in {time.monotonic() - t0:.1f}s"
+            f"[demo] produced {len(produced)} JSON records and {len(poison)} poison records to {TOPIC}, "
+            f"{len(avro)} Avro records (schema v1, then v2 adding `region`) and {len(avro_poison)} poison records "
+            f"to {AVRO_TOPIC}, in {time.monotonic() - t0:.1f}s"
         )
         cmd = [
             str(ROOT / "spark-submit.sh"), str(ROOT / "jobs" / "ingest.py"),
             "--config", str(ROOT / "conf" / "local.toml"),
             "--set", f"kafka.bootstrap_servers={broker.bootstrap}",
-            "--set", f"kafka.topic={TOPIC}",
+            "--set", f'kafka.topics=["{TOPIC}", "{AVRO_TOPIC}"]',
             "--set", "kafka.group_id=sharelake-demo",
-            "--set", f"delta.table_path={table}",
+            "--set", f"topics.{TOPIC}.table_path={table}",
+            "--set", f"topics.{AVRO_TOPIC}.table_path={avro_table}",
+            "--set", f"dead_letter.table_path={demo_dir / 'dead_letter'}",
             "--set", "payload.format=json",
             "--set", f"payload.schema={EVENT_SCHEMA}",
+            "--set", f"topics.{AVRO_TOPIC}.payload.format=avro",
+            "--set", f"topics.{AVRO_TOPIC}.payload.registry.url={registry.url}",
             "--set", "run.mode=until-drained",
             "--set", "run.idle_timeout_ms=3000",
             "--summary",
@@ -67,8 +108,10 @@ def main() -> int:
         print("[demo] running the ingest job until the backlog is drained:")
         print("       " + " ".join(cmd[:4]) + " ...")
         t0 = time.monotonic()
-        rc = run_with_progress(cmd, total=len(produced) + len(poison))
-        print(f"[demo] ingest job exited with {rc} after {time.monotonic() - t0:.1f}s; stopping the broker")
+        rc = run_with_progress(cmd, total=len(produced) + len(poison) + len(avro) + len(avro_poison))
+        print(
+            f"[demo] ingest job exited with {rc} after {time.monotonic() - t0:.1f}s; stopping the broker and registry"
+        )
     return rc
 
 

@@ -77,9 +77,10 @@ def warm_up(spark: SparkSession, formats: list[PayloadFormat], max_delivery_coun
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="sharelake-warm-up-"))
     tables: list[DedupTable] = []
-    sink_log = logging.getLogger(DeltaSink.__module__)
-    sink_level = sink_log.level
-    sink_log.setLevel(logging.ERROR)  # its dead-lettered sample records are not news
+    quiet = [logging.getLogger(name) for name in (DeltaSink.__module__, "app.sink.formats")]
+    levels = [logger.level for logger in quiet]
+    for logger in quiet:  # its dead-lettered sample records and its synthetic schema are not news
+        logger.setLevel(logging.ERROR)
     try:
         with faults.suspended():
             destinations, records = [], []
@@ -111,7 +112,8 @@ def warm_up(spark: SparkSession, formats: list[PayloadFormat], max_delivery_coun
         log.warning("warm-up failed, the first batch will be slower: %s", str(e).splitlines()[0] if str(e) else e)
         return 0.0
     finally:
-        sink_log.setLevel(sink_level)
+        for logger, level in zip(quiet, levels, strict=True):
+            logger.setLevel(level)
         for t in tables:
             t.close()
         shutil.rmtree(work, ignore_errors=True)
