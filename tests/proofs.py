@@ -6,7 +6,7 @@ without a real append takes it from here, so the name says what it is.
 
 from __future__ import annotations
 
-from app.acknowledge.lifecycle import CommitProof
+from app.acknowledge.proof import CommitProof
 
 
 def proof_for_tests(table: str, version: int) -> CommitProof:

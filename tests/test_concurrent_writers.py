@@ -20,8 +20,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from app import faults
-from app.acknowledge.lifecycle import AckCommand, PollBatch, RecordState
-from app.bridge.record_buffer import RecordBuffer
+from app.acknowledge.lifecycle import AckCommand, PollBatch
+from app.acknowledge.proof import RecordState
+from app.bridge.arrow_rows import poll_rows
+from app.bridge.record_buffer import Poll, RecordBuffer
 from app.config import BatchConfig
 from app.embedded.sample_data import Produced
 from app.sink.commit_log import DeltaCommitLog
@@ -97,7 +99,7 @@ class Writer:
         commands: queue.Queue[AckCommand] = queue.Queue()
         records: Any = [Rec(o) for o in offsets]
         batch = PollBatch(member_id=0, records=records, commands=commands)
-        assert self.buffer.put(batch, 1)
+        assert self.buffer.put(Poll(batch, poll_rows(records)), 1)
         self.polls.append(batch)
         return batch
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from app.acknowledge.lifecycle import AckCommand, CommitProof, Decision, IllegalTransition, PollBatch, RecordState
+from app.acknowledge.lifecycle import AckCommand, PollBatch
+from app.acknowledge.proof import CommitProof, Decision, IllegalTransition, RecordState
 from tests.proofs import proof_for_tests
 
 

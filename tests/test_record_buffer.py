@@ -7,14 +7,16 @@ import threading
 import time
 from typing import Any
 
+import pyarrow as pa
+
 from app.acknowledge.lifecycle import AckCommand, PollBatch
-from app.bridge.record_buffer import RecordBuffer
+from app.bridge.record_buffer import Poll, RecordBuffer
 
 
-def poll_of(n: int) -> PollBatch:
+def poll_of(n: int) -> Poll:
     q: queue.Queue[AckCommand] = queue.Queue()
     records: Any = [object()] * n
-    return PollBatch(0, records, q)
+    return Poll(PollBatch(0, records, q), pa.table({"offset": pa.array(range(n), pa.int64())}))
 
 
 def test_drain_takes_whole_polls_up_to_the_limit() -> None:

@@ -12,87 +12,24 @@ States: ACQUIRED -> ACCEPTED | RELEASED | REJECTED. Any other transition raises
   to the member as acknowledge commands, so nothing touches a record after its decision.
 
 Created by a share member for each poll (`app.consume.share_member`), decided by the Delta sink
-(`app.sink.delta_sink`) or by the member itself on shutdown; the decisions travel to the member
-thread as `AckCommand`s on its queue.
+(`app.sink.delta_sink`, through its batch plan) or by the member itself on shutdown; the decisions
+travel to the member thread as `AckCommand`s on its queue. The decision types and the proof live in
+`app.acknowledge.proof`; the poll's Arrow rows travel beside it (`app.bridge.record_buffer.Poll`).
 """
 
 from __future__ import annotations
 
-import enum
 import queue
 import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
-import pyarrow as pa
 from confluent_kafka import Message
 
-from app.bridge.arrow_rows import PolledRecord, poll_rows
-
-
-class RecordState(enum.Enum):
-    ACQUIRED = 0
-    ACCEPTED = 1
-    RELEASED = 2
-    REJECTED = 3
-
-
-class Decision(enum.Enum):
-    ACCEPT = RecordState.ACCEPTED
-    RELEASE = RecordState.RELEASED
-    REJECT = RecordState.REJECTED
-
-
-class IllegalTransition(RuntimeError):
-    """A record was decided twice, or accepted without a Delta commit behind it."""
-
-
-class CommitProof:
-    """Evidence that records are durably in a Delta table: minted by the table's Delta writer only.
-
-    `DeltaWriter.append` mints one for the commit it made once the commit file is written; its
-    `proof_of_presence` mints one for records the dedup cache found in an earlier commit
-    (`already_present`; `version` is then the version the cache has read up to). Constructing
-    one directly raises, so INVARIANT 1 is enforced, not a convention. Tests get proofs from a
-    real append or from `tests/proofs.py`.
-    """
-
-    __slots__ = ("already_present", "table", "version")
-    table: str
-    version: int
-    already_present: bool
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        raise TypeError("a CommitProof is minted by the Delta writer (DeltaWriter.append / proof_of_presence)")
-
-    @classmethod
-    def _mint(cls, table: str, version: int, already_present: bool = False) -> CommitProof:
-        """For `app.sink.delta_writer` (and the test-only factory): the one way to make a proof."""
-        proof = object.__new__(cls)
-        object.__setattr__(proof, "table", table)
-        object.__setattr__(proof, "version", version)
-        object.__setattr__(proof, "already_present", already_present)
-        return proof
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError("a CommitProof cannot be changed")
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, CommitProof) and (self.table, self.version, self.already_present) == (
-            other.table,
-            other.version,
-            other.already_present,
-        )
-
-    def __hash__(self) -> int:
-        return hash((self.table, self.version, self.already_present))
-
-    def __repr__(self) -> str:
-        return f"CommitProof({self.table!r}, version={self.version}, already_present={self.already_present})"
+from app.acknowledge.proof import CommitProof, Decision, IllegalTransition, RecordState
 
 
 @dataclass(frozen=True)
@@ -122,13 +59,6 @@ class PollBatch:
 
     def __len__(self) -> int:
         return len(self.records)
-
-    @cached_property
-    def rows(self) -> pa.Table:
-        """The records as Arrow rows (`app.bridge.arrow_rows.RECORD_SCHEMA`), built once: the member
-        builds them right after its poll, in its own thread."""
-        records: Sequence[PolledRecord] = self.records
-        return poll_rows(records)
 
     @property
     def undecided(self) -> int:

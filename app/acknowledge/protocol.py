@@ -14,7 +14,8 @@ from collections.abc import Mapping
 
 from confluent_kafka import AcknowledgeType, KafkaException, ShareConsumer
 
-from app.acknowledge.lifecycle import AckCommand, Decision
+from app.acknowledge.lifecycle import AckCommand
+from app.acknowledge.proof import Decision
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,8 @@
 """The bounded RecordBuffer between the share members (producers) and foreachBatch (consumer).
 
-Share members `put()` whole poll batches; the Delta sink `drain()`s whole poll batches inside
-foreachBatch. Whole polls move together because a poll is the unit a member must finish deciding
+Share members `put()` whole polls (`Poll`: the poll's `PollBatch`, whose records the sink decides,
+and the Arrow rows the member built from them right after its poll); the Delta sink `drain()`s
+whole polls inside foreachBatch. Whole polls move together because a poll is the unit a member must finish deciding
 before it may poll again. The bound is on records, so the driver's memory follows the config, not
 the backlog: a member whose put would overflow the buffer waits (backpressure), except that an
 empty buffer always takes one poll so a poll larger than the bound cannot deadlock.
@@ -12,14 +13,28 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
+
+import pyarrow as pa
 
 from app.acknowledge.lifecycle import PollBatch
+
+
+@dataclass(frozen=True)
+class Poll:
+    """One member's poll on its way to the sink: its records' states and their Arrow rows."""
+
+    batch: PollBatch
+    rows: pa.Table  # app.bridge.arrow_rows.RECORD_SCHEMA, in poll order
+
+    def __len__(self) -> int:
+        return len(self.batch)
 
 
 class RecordBuffer:
     def __init__(self, max_records: int):
         self.max_records = max_records
-        self._polls: deque[PollBatch] = deque()
+        self._polls: deque[Poll] = deque()
         self._records = 0
         self._cond = threading.Condition()
 
@@ -28,7 +43,7 @@ class RecordBuffer:
         with self._cond:
             return self._records
 
-    def put(self, batch: PollBatch, timeout_s: float) -> bool:
+    def put(self, batch: Poll, timeout_s: float) -> bool:
         """Add one poll; wait up to `timeout_s` for room. False if there was no room in time."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
@@ -42,7 +57,7 @@ class RecordBuffer:
             self._cond.notify_all()
             return True
 
-    def drain(self, max_records: int, max_wait_s: float, linger_s: float = 0.0) -> list[PollBatch]:
+    def drain(self, max_records: int, max_wait_s: float, linger_s: float = 0.0) -> list[Poll]:
         """Take whole polls up to `max_records` (at least one poll if any arrives within `max_wait_s`).
 
         Once there is a poll, wait up to `linger_s` more for others (members polling at the same time
@@ -58,7 +73,7 @@ class RecordBuffer:
             lingered = time.monotonic() + linger_s
             while self._records < max_records and (left := lingered - time.monotonic()) > 0:
                 self._cond.wait(left)
-            taken: list[PollBatch] = []
+            taken: list[Poll] = []
             count = 0
             while self._polls and (not taken or count + len(self._polls[0]) <= max_records):
                 b = self._polls.popleft()
@@ -68,7 +83,7 @@ class RecordBuffer:
             self._cond.notify_all()
             return taken
 
-    def take_all(self) -> list[PollBatch]:
+    def take_all(self) -> list[Poll]:
         """Empty the buffer (shutdown: the members release what was never written)."""
         with self._cond:
             taken = list(self._polls)

@@ -213,8 +213,8 @@ class MemberPool:
         self.stop_polling()  # the idle members close before any buffered poll is RELEASEd
         deadline = time.monotonic() + timeout_s
         while any(m.is_alive() for m in members) and time.monotonic() < deadline:
-            for batch in self.buffer.take_all():
-                batch.release_undecided()
+            for poll in self.buffer.take_all():
+                poll.batch.release_undecided()
             time.sleep(0.05)
         for m in members:
             if m.is_alive():

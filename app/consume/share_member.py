@@ -23,8 +23,10 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, ShareConsumer
 
 from app.acknowledge import protocol
-from app.acknowledge.lifecycle import AckCommand, Decision, PollBatch
-from app.bridge.record_buffer import RecordBuffer
+from app.acknowledge.lifecycle import AckCommand, PollBatch
+from app.acknowledge.proof import Decision
+from app.bridge.arrow_rows import poll_rows
+from app.bridge.record_buffer import Poll, RecordBuffer
 from app.counters import counter
 
 log = logging.getLogger(__name__)
@@ -167,9 +169,9 @@ class ShareMember(threading.Thread):
         if self.stats.first_record_at is None:
             self.stats.first_record_at = polled_at
         batch = PollBatch(self.member_id, records, self._commands)
-        batch.rows  # noqa: B018 - build the poll's Arrow rows here, in this thread, while the sink writes
+        poll = Poll(batch, poll_rows(records))  # the Arrow rows built here, in this thread, while the sink writes
         self._current, self._acked_in_current = batch, 0
-        while not self._buffer.put(batch, timeout_s=0.2):
+        while not self._buffer.put(poll, timeout_s=0.2):
             if self._abandon.is_set():
                 batch.release_undecided()
                 return

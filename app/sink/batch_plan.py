@@ -11,7 +11,8 @@ Every row of the drained polls (concatenated in poll order) is one of:
 - CANDIDATE: to be written.
 
 Membership and copies are numpy operations per topic-partition (partitions are few, records
-many); no per-record Python loop.
+many); no per-record Python loop. The plan then decides its own rows (`BatchPlan.decide`, a mask
+over the batch's rows): it alone knows which poll and index each row came from.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from app.acknowledge.lifecycle import PollBatch
+from app.acknowledge.proof import CommitProof, Decision
+from app.bridge.record_buffer import Poll
 from app.sink.offset_ranges import PartitionKey, partition_groups
 
 PRESENT, PARKED, COPY, CANDIDATE = 0, 1, 2, 3
@@ -39,12 +42,36 @@ class Holder(Protocol):
 
 @dataclass
 class BatchPlan:
-    polls: Sequence[PollBatch]
+    batches: Sequence[PollBatch]  # the polls' records, whose states `decide` changes
     rows: pa.Table  # the polls' rows, concatenated in poll order (app.bridge.arrow_rows.RECORD_SCHEMA)
     kind: npt.NDArray[np.int8]  # per row: PRESENT, PARKED, COPY or CANDIDATE
     first: Indices  # per row: the row whose decision it takes (itself, or a COPY's first copy)
-    poll_of: Indices  # per row: which poll it came from
-    index_in_poll: Indices  # per row: its index in that poll
+    _poll_of: Indices  # per row: which poll it came from
+    _index_in_poll: Indices  # per row: its index in that poll
+
+    def decide(self, chosen: npt.NDArray[np.bool_], decision: Decision, proof: CommitProof | None = None) -> None:
+        """Decide the `chosen` rows (a mask over the batch's rows): one command per poll.
+
+        ACCEPT and REJECT need the proof of the commit that holds the rows (INVARIANT 1); each poll's
+        chosen rows become one `PollBatch.accept` / `reject` / `release`, which queues one
+        `AckCommand` for the member that owns the poll.
+        """
+        rows = np.flatnonzero(chosen)
+        if not rows.size:
+            return
+        if decision is not Decision.RELEASE and proof is None:
+            raise RuntimeError(f"{decision.name} without a commit proof")
+        for chunk in np.split(rows, np.flatnonzero(np.diff(self._poll_of[rows])) + 1):  # rows are in poll order
+            batch = self.batches[int(self._poll_of[chunk[0]])]
+            indices = self._index_in_poll[chunk]
+            if decision is Decision.RELEASE:
+                batch.release(indices)
+            elif decision is Decision.ACCEPT:
+                assert proof is not None
+                batch.accept(proof, indices)
+            else:
+                assert proof is not None
+                batch.reject(proof, indices)
 
     @property
     def candidates(self) -> Indices:
@@ -65,7 +92,7 @@ class BatchPlan:
         return chosen
 
 
-def plan_batch(polls: Sequence[PollBatch], main_of: Mapping[str, Holder], dead: Holder) -> BatchPlan:
+def plan_batch(polls: Sequence[Poll], main_of: Mapping[str, Holder], dead: Holder) -> BatchPlan:
     """Sort every row of `polls`: `main_of` names each topic's main table (the routed destinations)."""
     rows = pa.concat_tables([p.rows for p in polls]) if polls else None
     assert rows is not None, "a plan needs at least one poll"
@@ -90,4 +117,4 @@ def plan_batch(polls: Sequence[PollBatch], main_of: Mapping[str, Holder], dead: 
         copies = leader != rest_at
         kind[rest_at[copies]] = COPY
         first[rest_at[copies]] = leader[copies]
-    return BatchPlan(polls, rows, kind, first, poll_of, index_in_poll)
+    return BatchPlan([p.batch for p in polls], rows, kind, first, poll_of, index_in_poll)

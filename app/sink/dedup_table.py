@@ -31,7 +31,7 @@ from pyspark.sql import DataFrame, SparkSession
 from tenacity import Retrying, stop_after_attempt, wait_exponential_jitter
 
 from app import faults
-from app.acknowledge.lifecycle import CommitProof
+from app.acknowledge.proof import CommitProof
 from app.counters import counter, gauge
 from app.sink.commit_log import DeltaCommitLog, SharelakeCommit, repair_metadata_json, user_metadata_json
 from app.sink.dedup_cache import DedupCache, Repair

@@ -57,10 +57,9 @@ from pyspark.sql import functions as F
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from app import faults
-from app.acknowledge.decisions import decide
-from app.acknowledge.lifecycle import CommitProof, Decision, PollBatch
+from app.acknowledge.proof import CommitProof, Decision
 from app.bridge.arrow_rows import stamped
-from app.bridge.record_buffer import RecordBuffer
+from app.bridge.record_buffer import Poll, RecordBuffer
 from app.config import BatchConfig
 from app.counters import counter, gauge
 from app.sink.batch_plan import COPY, PARKED, PRESENT, BatchPlan, Indices, plan_batch
@@ -286,11 +285,11 @@ class DeltaSink:
             if last:  # the job fails now: stop the members first, or they poll the released records
                 self._on_fatal()  # again at once, and each such poll costs the records a delivery attempt
             for p in polls:
-                p.release_undecided()
+                p.batch.release_undecided()
             self._remember_first_seen(polls, drained_at)
             raise
 
-    def _run(self, polls: list[PollBatch], batch_id: int) -> None:
+    def _run(self, polls: list[Poll], batch_id: int) -> None:
         with _timed(self.stats, "plan"):
             for table in self._tables():
                 table.refresh()
@@ -310,20 +309,19 @@ class DeltaSink:
         bad: dict[int, BadRecord] = {}
         for landed, _ in outcomes:
             bad |= landed
-        rows = (plan.polls, plan.poll_of, plan.index_in_poll)
         dead_proof = self._write_dead_letters(plan, bad, batch_id) if bad else None
         with _timed(self.stats, "decide"):
             if plan.count(PARKED):
-                decide(*rows, plan.of_kind(PARKED), Decision.REJECT, self.dead.proof_of_presence())
+                plan.decide(plan.of_kind(PARKED), Decision.REJECT, self.dead.proof_of_presence())
             bad_rows = np.fromiter(sorted(bad), dtype=np.intp, count=len(bad))
-            decide(*rows, plan.with_copies(bad_rows), Decision.REJECT, dead_proof)
+            plan.decide(plan.with_copies(bad_rows), Decision.REJECT, dead_proof)
             self._account_locks(polls)
         failed = next((error for _, error in outcomes if error is not None), None)
         if failed is not None:
             raise failed
         if faults.active("after_accept"):
             for p in polls:
-                p.acks_committed.wait(30)
+                p.batch.acks_committed.wait(30)
             faults.hit("after_accept")
 
     def _land(
@@ -332,13 +330,12 @@ class DeltaSink:
         """Write one table's candidates and decide its rows; its bad records, by row of the batch."""
         candidates = plan.candidates[mine[plan.candidates]]
         written = self._write_main(dest, plan, candidates, batch_id) if candidates.size else _Written()
-        rows = (plan.polls, plan.poll_of, plan.index_in_poll)
         with _timed(self.stats, "decide"):
             present = plan.of_kind(PRESENT) & mine
             if present.any():
-                decide(*rows, present, Decision.ACCEPT, dest.table.proof_of_presence())
-            decide(*rows, plan.with_copies(candidates[written.accepted]), Decision.ACCEPT, written.proof)
-            decide(*rows, plan.with_copies(candidates[written.unsure]), Decision.RELEASE)
+                plan.decide(present, Decision.ACCEPT, dest.table.proof_of_presence())
+            plan.decide(plan.with_copies(candidates[written.accepted]), Decision.ACCEPT, written.proof)
+            plan.decide(plan.with_copies(candidates[written.unsure]), Decision.RELEASE)
         return {int(candidates[i]): b for i, b in written.bad.items()}
 
     # -- the main table --------------------------------------------------------------------------------
@@ -431,7 +428,7 @@ class DeltaSink:
         log.warning("dead-lettered %d records: %s", len(order), ", ".join(f"{c}={n}" for c, n in classes.items()))
         return proof
 
-    def _remember_first_seen(self, polls: list[PollBatch], drained_at: datetime) -> None:
+    def _remember_first_seen(self, polls: list[Poll], drained_at: datetime) -> None:
         """Records of a failed attempt come back later; the dead-letter row says when we first saw them."""
         for p in polls:
             columns = (p.rows.column(c).to_pylist() for c in ("topic", "partition", "offset"))
@@ -440,14 +437,14 @@ class DeltaSink:
         while len(self._first_seen) > FIRST_SEEN_MAX:
             del self._first_seen[next(iter(self._first_seen))]
 
-    def _account_locks(self, polls: list[PollBatch]) -> None:
+    def _account_locks(self, polls: list[Poll]) -> None:
         now = time.monotonic()
-        oldest = max(now - p.acquired_at for p in polls)
+        oldest = max(now - p.batch.acquired_at for p in polls)
         self.stats.max_cycle_s = max(self.stats.max_cycle_s, oldest)
         self.stats.last_cycle_s = oldest
         self.stats.cycle_s_sum += oldest
         self.stats.cycles += 1
-        self.stats.late_accepts += sum(len(p) for p in polls if now - p.acquired_at >= self.lock_duration_s)
+        self.stats.late_accepts += sum(len(p) for p in polls if now - p.batch.acquired_at >= self.lock_duration_s)
         if oldest > 0.5 * self.lock_duration_s:
             log.warning(
                 "a poll took %.1fs from acquisition to ACCEPT, over half the %.1fs record lock: "

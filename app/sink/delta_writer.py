@@ -43,7 +43,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from app import faults
-from app.acknowledge.lifecycle import CommitProof
+from app.acknowledge.proof import CommitProof
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,8 @@ from pyspark.sql import SparkSession
 
 from app import faults
 from app.acknowledge.lifecycle import AckCommand, PollBatch
-from app.bridge.record_buffer import RecordBuffer
+from app.bridge.arrow_rows import poll_rows
+from app.bridge.record_buffer import Poll, RecordBuffer
 from app.config import BatchConfig
 from app.sink.dedup_table import DedupTable
 from app.sink.delta_sink import DeltaSink
@@ -102,7 +103,7 @@ def warm_up(spark: SparkSession, formats: list[PayloadFormat], max_delivery_coun
             sink = DeltaSink(buffer, destinations, dead, batch, max_delivery_count, 3600.0, job_name)
             commands: queue.Queue[AckCommand] = queue.Queue()
             polled: Any = records
-            buffer.put(PollBatch(-1, polled, commands), timeout_s=1)
+            buffer.put(Poll(PollBatch(-1, polled, commands), poll_rows(polled)), timeout_s=1)
             sink(spark.range(0), -1)  # batch -1: its jobs are told apart from the real batch 0
             sink.finish()
         seconds = time.monotonic() - started

@@ -1,0 +1,71 @@
+"""The decision types and the commit proof: what a record's decision is, and what it rests on.
+
+Imported by the record lifecycle (`app.acknowledge.lifecycle`), the Delta writer (which alone mints
+a `CommitProof`, `app.sink.delta_writer`), the batch plan and the sink. Nothing here imports Kafka
+or Arrow, so the sink's side and the consumer's side meet in these types without importing each other.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class RecordState(enum.Enum):
+    ACQUIRED = 0
+    ACCEPTED = 1
+    RELEASED = 2
+    REJECTED = 3
+
+
+class Decision(enum.Enum):
+    ACCEPT = RecordState.ACCEPTED
+    RELEASE = RecordState.RELEASED
+    REJECT = RecordState.REJECTED
+
+
+class IllegalTransition(RuntimeError):
+    """A record was decided twice, or accepted without a Delta commit behind it."""
+
+
+class CommitProof:
+    """Evidence that records are durably in a Delta table: minted by the table's Delta writer only.
+
+    `DeltaWriter.append` mints one for the commit it made once the commit file is written; its
+    `proof_of_presence` mints one for records the dedup cache found in an earlier commit
+    (`already_present`; `version` is then the version the cache has read up to). Constructing
+    one directly raises, so INVARIANT 1 is enforced, not a convention. Tests get proofs from a
+    real append or from `tests/proofs.py`.
+    """
+
+    __slots__ = ("already_present", "table", "version")
+    table: str
+    version: int
+    already_present: bool
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("a CommitProof is minted by the Delta writer (DeltaWriter.append / proof_of_presence)")
+
+    @classmethod
+    def _mint(cls, table: str, version: int, already_present: bool = False) -> CommitProof:
+        """For `app.sink.delta_writer` (and the test-only factory): the one way to make a proof."""
+        proof = object.__new__(cls)
+        object.__setattr__(proof, "table", table)
+        object.__setattr__(proof, "version", version)
+        object.__setattr__(proof, "already_present", already_present)
+        return proof
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("a CommitProof cannot be changed")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CommitProof) and (self.table, self.version, self.already_present) == (
+            other.table,
+            other.version,
+            other.already_present,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.table, self.version, self.already_present))
+
+    def __repr__(self) -> str:
+        return f"CommitProof({self.table!r}, version={self.version}, already_present={self.already_present})"
