@@ -42,12 +42,15 @@ def main_table(
     checkpoint_every: int,
     lookback_commits: int | None,
     prefix: str = "",
+    name: str = "delta",
 ) -> DedupTable:
-    """A main table (Delta writer name `delta`: its fault points are `before_delta_commit`, ...)."""
+    """A main table. `name` names its Delta writer's fault points (`before_delta_commit`, ...): the
+    warm-up's tables take names of their own, since its commits run in committer threads, where
+    `faults.suspended()` (per thread) does not reach."""
     return DedupTable.open(
         spark,
         path,
-        "delta",
+        name,
         MAIN_STAMP,
         checkpoint_every=checkpoint_every,
         lookback_commits=lookback_commits,
@@ -57,12 +60,12 @@ def main_table(
 
 
 def dead_letter_table(
-    spark: SparkSession, path: str, *, checkpoint_every: int, lookback_commits: int | None
+    spark: SparkSession, path: str, *, checkpoint_every: int, lookback_commits: int | None, name: str = "dead_letter"
 ) -> DedupTable:
     return DedupTable.open(
         spark,
         path,
-        "dead_letter",
+        name,
         DEAD_LETTER_STAMP,
         checkpoint_every=checkpoint_every,
         lookback_commits=lookback_commits,

@@ -87,15 +87,18 @@ def warm_up(spark: SparkSession, formats: list[PayloadFormat], max_delivery_coun
             destinations, records = [], []
             for i, fmt in enumerate(formats):
                 twin = fmt.warm_up_twin()  # the format's reader, on a schema of its own where it keeps state
-                table = main_table(
-                    spark, str(work / f"warm_up_{i}"), twin, checkpoint_every=10**6, lookback_commits=None
-                )
+                path = str(work / f"warm_up_{i}")  # writer name `warm_up`: not the real tables' fault points
+                table = main_table(spark, path, twin, checkpoint_every=10**6, lookback_commits=None, name="warm_up")
                 tables.append(table)
                 destinations.append(Destination((f"{TOPIC}-{i}",), table, twin))
                 values = twin.sample_values(2 * ROWS_PER_TASK)
                 records += [_Record(n, v, f"{TOPIC}-{i}") for n, v in enumerate(values)]
             dead = dead_letter_table(
-                spark, str(work / "warm_up_dead_letter"), checkpoint_every=10**6, lookback_commits=None
+                spark,
+                str(work / "warm_up_dead_letter"),
+                checkpoint_every=10**6,
+                lookback_commits=None,
+                name="warm_up_dead_letter",
             )
             tables.append(dead)
             buffer = RecordBuffer(10**6)
