@@ -42,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 from pyspark.sql.types import StructType
@@ -51,12 +51,11 @@ from app.error_lines import ConfigError, one_line
 from app.secrets import resolve_secret
 from app.sink.formats.base import (
     BAD,
-    ERROR_CLASS,
-    ERROR_MESSAGE,
     METADATA_COLUMNS,
     PARSED,
     BadRecord,
     BatchRead,
+    ColumnRead,
     DependencyUnavailable,
     FormatSettings,
     PayloadFormat,
@@ -397,7 +396,7 @@ class _Shape:
 # -- one batch in Spark ----------------------------------------------------------------------------------
 
 
-class _AvroRead(BatchRead):
+class _AvroRead(ColumnRead):
     """The Spark read of one batch: one `from_avro` per schema id, all into the shape."""
 
     def __init__(self, shape: _Shape, writers: dict[int, str], plain: str | None, required: list[str]):
@@ -424,34 +423,25 @@ class _AvroRead(BatchRead):
         absent = F.lit(False)
         for name in required:
             absent = absent | parsed[name].isNull()
-        self.fields = [f["name"] for f in shape.fields]
-        self._parse = {PARSED: decoded, BAD: ~kept_null & (failed | absent)}
+        fields = [f["name"] for f in shape.fields]
+        parse = {PARSED: decoded, BAD: ~kept_null & (failed | absent)}
         which = (
             F.lit("payload.avro_schema")
             if plain is not None
             else F.concat(F.lit("its writer schema (id "), schema_id.cast("string"), F.lit(")"))
         )
-        self._class = (
+        error_class = (
             F.when(~F.col(BAD), F.lit(None).cast("string"))
             .when(failed, F.lit("avro_decode_failed"))
             .otherwise(F.lit("missing_required_field"))
         )
-        self._message = (
+        message = (
             F.when(~F.col(BAD), F.lit(None).cast("string"))
             .when(failed, F.concat(F.lit("the body does not decode with "), which))
             .otherwise(F.concat(F.lit("required fields null or absent: "), missing))
         )
         metadata = [F.col(c) for c in METADATA_COLUMNS if c != "value"]
-        self._main = [*metadata, *(parsed[name].alias(name) for name in self.fields)]
-
-    def parse(self, df: DataFrame) -> DataFrame:
-        return df.withColumns(self._parse)
-
-    def classify(self, df: DataFrame) -> DataFrame:
-        return self.parse(df).withColumns({ERROR_CLASS: self._class, ERROR_MESSAGE: self._message})
-
-    def main_rows(self, parsed: DataFrame) -> DataFrame:
-        return parsed.select(*self._main)
+        super().__init__(parse, error_class, message, [*metadata, *(parsed[name].alias(name) for name in fields)])
 
 
 # -- the format ------------------------------------------------------------------------------------------
@@ -475,6 +465,9 @@ class AvroFormat(PayloadFormat):
         self._shape: _Shape | None = None
         self._admitted: dict[int, Admission] = {}
         self._plain: str | None = None  # the fixed schema's JSON, when values carry no header
+        # the Spark read of the last batch, kept while the batch's ids and the shape stay the same
+        # (its expressions are py4j calls: rebuilding them costs every batch)
+        self._last_read: tuple[tuple[tuple[int, ...], int], _AvroRead] | None = None
 
     def start(self, spark: SparkSession, table_path: str) -> None:
         if self._shape is not None:
@@ -519,7 +512,7 @@ class AvroFormat(PayloadFormat):
         shape = self._shape
         assert shape is not None, "AvroFormat.start() first"
         if self._plain is not None:
-            return [], _AvroRead(shape, {}, self._plain, self.avro.required_fields)
+            return [], self._spark_read(shape, {})
         assert self.registry is not None
         framed, ids = wire_headers(rows.column("value"))
         bad: list[BadRecord] = []
@@ -542,7 +535,13 @@ class AvroFormat(PayloadFormat):
             assert verdict.error_class is not None and verdict.message is not None
             for i in np.flatnonzero(ids == sid).tolist():
                 bad.append(BadRecord(i, verdict.error_class, verdict.message))
-        return bad, _AvroRead(shape, writers, None, self.avro.required_fields)
+        return bad, self._spark_read(shape, writers)
+
+    def _spark_read(self, shape: _Shape, writers: dict[int, str]) -> _AvroRead:
+        key = (tuple(sorted(writers)), len(shape.fields))  # the shape only grows: its size names it
+        if self._last_read is None or self._last_read[0] != key:
+            self._last_read = (key, _AvroRead(shape, writers, self._plain, self.avro.required_fields))
+        return self._last_read[1]
 
     def _admit(self, schema_id: int) -> Admission:
         assert self.registry is not None and self._shape is not None

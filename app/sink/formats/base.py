@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 import pyarrow.compute as _pc
 from pydantic import BaseModel, ConfigDict, Field
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from app.bridge.arrow_rows import ROW_SCHEMA
@@ -120,6 +120,23 @@ class BatchRead(ABC):
     @abstractmethod
     def main_rows(self, parsed: DataFrame) -> DataFrame:
         """The main table's columns of parsed rows: metadata, then the value as the format reads it."""
+
+
+class ColumnRead(BatchRead):
+    """A read made of column expressions, built once (each is a few py4j calls) and reused:
+    the parse's columns (BAD among them), a bad row's class and message, the main table's columns."""
+
+    def __init__(self, parse: dict[str, Column], error_class: Column, message: Column, main: list[Column]):
+        self._parse, self._class, self._message, self._main = parse, error_class, message, main
+
+    def parse(self, df: DataFrame) -> DataFrame:
+        return df.withColumns(self._parse)
+
+    def classify(self, df: DataFrame) -> DataFrame:
+        return self.parse(df).withColumns({ERROR_CLASS: self._class, ERROR_MESSAGE: self._message})
+
+    def main_rows(self, parsed: DataFrame) -> DataFrame:
+        return parsed.select(*self._main)
 
 
 def no_error(df: DataFrame) -> DataFrame:

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 from pydantic import Field, model_validator
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -42,13 +42,12 @@ from pyspark.sql.types import (
 from app.error_lines import ConfigError
 from app.sink.formats.base import (
     BAD,
-    ERROR_CLASS,
-    ERROR_MESSAGE,
     METADATA_COLUMNS,
     PARSED,
     SHOWN_CHARS,
     BadRecord,
     BatchRead,
+    ColumnRead,
     FormatSettings,
     PayloadFormat,
 )
@@ -98,7 +97,7 @@ def parse_schema(ddl: str, required_fields: list[str]) -> StructType:
     return parsed
 
 
-class _JsonRead(BatchRead):
+class _JsonRead(ColumnRead):
     """The parse and diagnosis of one schema; built once, reused for every batch."""
 
     def __init__(self, schema: StructType, required_fields: list[str]):
@@ -112,7 +111,7 @@ class _JsonRead(BatchRead):
         absent = F.lit(False)
         for name in required_fields:
             absent = absent | parsed[name].isNull()
-        self._parse = {
+        parse = {
             PARSED: F.from_json(text, with_corrupt, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}),
             BAD: ~kept_null & (~valid_utf8 | unreadable | absent),
         }
@@ -121,7 +120,7 @@ class _JsonRead(BatchRead):
         kind = F.expr("schema_of_variant(try_parse_json(cast(value as string)))")
         shown = F.substring(text, 1, SHOWN_CHARS)
         mismatched = F.concat_ws(", ", *(_mismatch(f.name, f.dataType.simpleString()) for f in schema.fields))
-        self._class = (
+        error_class = (
             F.when(~F.col(BAD), F.lit(None).cast("string"))
             .when(~valid_utf8, F.lit("invalid_utf8"))
             .when(variant.isNull(), F.lit("malformed_json"))
@@ -130,7 +129,7 @@ class _JsonRead(BatchRead):
             .when(missing != "", F.lit("missing_required_field"))
             .otherwise(F.lit("schema_mismatch"))
         )
-        self._message = (
+        message = (
             F.when(~F.col(BAD), F.lit(None).cast("string"))
             .when(~valid_utf8, F.lit("the value is not valid UTF-8"))
             .when(variant.isNull(), F.concat(F.lit("not valid JSON: "), shown))
@@ -151,16 +150,8 @@ class _JsonRead(BatchRead):
             .otherwise(F.concat(F.lit("not readable as payload.schema: "), shown))
         )
         metadata = [F.col(c) for c in METADATA_COLUMNS if c != "value"]
-        self._main = [*metadata, *(F.col(PARSED)[f.name].alias(f.name) for f in schema.fields)]
-
-    def parse(self, df: DataFrame) -> DataFrame:
-        return df.withColumns(self._parse)
-
-    def classify(self, df: DataFrame) -> DataFrame:
-        return self.parse(df).withColumns({ERROR_CLASS: self._class, ERROR_MESSAGE: self._message})
-
-    def main_rows(self, parsed: DataFrame) -> DataFrame:
-        return parsed.select(*self._main)
+        main = [*metadata, *(F.col(PARSED)[f.name].alias(f.name) for f in schema.fields)]
+        super().__init__(parse, error_class, message, main)
 
 
 def _mismatch(name: str, type_name: str) -> Column:

@@ -10,16 +10,14 @@ from collections.abc import Sequence
 from typing import Literal
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from app.sink.formats.base import (
     BAD,
-    ERROR_CLASS,
-    ERROR_MESSAGE,
     METADATA_COLUMNS,
     BadRecord,
     BatchRead,
+    ColumnRead,
     FormatSettings,
     PayloadFormat,
 )
@@ -29,24 +27,14 @@ class TextSettings(FormatSettings):
     format: Literal["text"] = "text"
 
 
-class _TextRead(BatchRead):
-    def __init__(self) -> None:  # the expressions are built once (each is a few py4j calls)
-        kept_null = F.col("value").isNull()  # only reaches Spark when payload.allow_null_value is set
-        self._bad = ~kept_null & ~F.expr("is_valid_utf8(cast(value as string))")
-        self._class = F.when(F.col(BAD), F.lit("invalid_utf8"))
-        self._message = F.when(F.col(BAD), F.lit("the value is not valid UTF-8"))
-        self._main = [
-            F.col("value").cast("string").alias("value") if c == "value" else F.col(c) for c in METADATA_COLUMNS
-        ]
-
-    def parse(self, df: DataFrame) -> DataFrame:
-        return df.withColumn(BAD, self._bad)
-
-    def classify(self, df: DataFrame) -> DataFrame:
-        return self.parse(df).withColumns({ERROR_CLASS: self._class, ERROR_MESSAGE: self._message})
-
-    def main_rows(self, parsed: DataFrame) -> DataFrame:
-        return parsed.select(*self._main)
+def _text_read() -> ColumnRead:
+    kept_null = F.col("value").isNull()  # only reaches Spark when payload.allow_null_value is set
+    return ColumnRead(
+        {BAD: ~kept_null & ~F.expr("is_valid_utf8(cast(value as string))")},
+        F.when(F.col(BAD), F.lit("invalid_utf8")),
+        F.when(F.col(BAD), F.lit("the value is not valid UTF-8")),
+        [F.col("value").cast("string").alias("value") if c == "value" else F.col(c) for c in METADATA_COLUMNS],
+    )
 
 
 class TextFormat(PayloadFormat):
@@ -55,7 +43,7 @@ class TextFormat(PayloadFormat):
 
     def __init__(self, settings: TextSettings):
         super().__init__(settings)
-        self._read = _TextRead()
+        self._read = _text_read()
 
     def read(self, rows: pa.Table) -> tuple[list[BadRecord], BatchRead]:
         return [], self._read
