@@ -77,9 +77,15 @@ def test_optimize_vacuum_and_a_foreign_writer_lose_and_double_nothing(
 
     produced += produce_json_events(broker.bootstrap, spec.topic, 4000)  # for the job's first commits
 
-    def produce_steadily() -> None:  # 36,000 more over ~36 s, while maintenance runs and the job dies
-        for i in range(4, 40):
+    killed = threading.Event()
+
+    def produce_steadily() -> None:  # 1,000 a second while maintenance runs, until 8 s after the job died
+        i, after_kill = 4, None
+        while i < 120 and (after_kill is None or time.monotonic() < after_kill):
             produced.extend(produce_json_events(broker.bootstrap, spec.topic, 1000, start=i * 1000))
+            i += 1
+            if after_kill is None and killed.is_set():
+                after_kill = time.monotonic() + 8  # the successor finds these: the crash is mid-stream
             time.sleep(1.0)
 
     job = start_job(spec, "run.mode=continuous", log=tmp_path / "run1.log")
@@ -95,6 +101,7 @@ def test_optimize_vacuum_and_a_foreign_writer_lose_and_double_nothing(
         while maintenance.optimized_files == 0 and time.monotonic() < deadline:  # compaction under the live job ...
             time.sleep(0.5)
         kill_job(job)  # ... then a crash: its successor loads the dedup cache from the maintained log
+        killed.set()
         rc = start_job(spec, "run.mode=until-drained", "run.idle_timeout_ms=12000", log=tmp_path / "run2.log").wait(300)
         producer.join()
     finally:
