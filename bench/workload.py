@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, Message, Producer
@@ -77,22 +78,34 @@ def _producer(bootstrap: str, batch_bytes: int) -> Producer:
     )
 
 
-def _send(producer: Producer, topic: str, i: int, on_delivery: _Counter) -> None:
+def _send(
+    producer: Producer, topic: str, i: int, on_delivery: _Counter, value_of: Callable[[int], bytes] = record_value
+) -> None:
     while True:
         try:
-            producer.produce(topic, key=record_key(i), value=record_value(i), on_delivery=on_delivery)
+            producer.produce(topic, key=record_key(i), value=value_of(i), on_delivery=on_delivery)
             return
         except BufferError:
             producer.poll(0.05)
 
 
-def produce_backlog(bootstrap: str, topic: str, count: int, batch_bytes: int = 16384, start: int = 0) -> ProduceStats:
-    """Produce records start..start+count-1 as fast as possible and wait until all are delivered."""
+def produce_backlog(
+    bootstrap: str,
+    topic: str,
+    count: int,
+    batch_bytes: int = 16384,
+    start: int = 0,
+    value_of: Callable[[int], bytes] = record_value,
+) -> ProduceStats:
+    """Produce records start..start+count-1 as fast as possible and wait until all are delivered.
+
+    `value_of(i)` is record i's value: the JSON one by default (`bench.avro_workload` passes its Avro twin).
+    """
     stats = ProduceStats()
     producer, on_delivery = _producer(bootstrap, batch_bytes), _Counter(stats)
     t0 = time.monotonic()
     for i in range(start, start + count):
-        _send(producer, topic, i, on_delivery)
+        _send(producer, topic, i, on_delivery, value_of)
         if i % 1000 == 0:
             producer.poll(0)
     remaining = producer.flush(120)

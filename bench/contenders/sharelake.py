@@ -3,8 +3,8 @@
 Called by `bench.run` (throughput, scaling and memory phases, until-drained) and by
 `bench.latency` (continuous mode, stopped with SIGTERM). Every run gets a fresh share group
 (`kafka.auto_offset_reset` is `earliest` in conf/local.toml) and a fresh Delta table, with
-`payload.format=json` and the workload's schema. The driver's process tree is sampled for memory
-throughout.
+`payload.format=json` and the workload's schema (`bench.formats` passes Avro settings, or several
+routed topics, instead). The driver's process tree is sampled for memory throughout.
 
 records/s = rows written / (time of the table's last commit - the start of `run_ingest`). The
 start is the `run ended:` log line's time minus RunSummary.seconds (run_ingest's own clock, which
@@ -28,22 +28,31 @@ from bench.procmem import MemoryPeak, TreeSampler
 from bench.workload import SCHEMA_DDL
 
 NAME = "sharelake"
+JSON_PAYLOAD = ("payload.format=json", f"payload.schema={SCHEMA_DDL}")  # the workload's values
 
 
 def sharelake_command(
-    ctx: RunContext, group: str, table: Path, mode: str, extra_sets: tuple[str, ...] = ()
+    ctx: RunContext,
+    group: str,
+    table: Path,
+    mode: str,
+    extra_sets: tuple[str, ...] = (),
+    payload: tuple[str, ...] = JSON_PAYLOAD,
+    destination: tuple[str, ...] | None = None,
 ) -> list[str]:
-    """The job's command line: the run's topic, group and table, plus `--set`s (members: 0 keeps the default)."""
+    """The job's command line: the run's topic, group and table, plus `--set`s (members: 0 keeps the default).
+
+    `payload` says how values are read (default: the workload's JSON); `destination` replaces
+    `kafka.topic` + `delta.table_path` (the routed runs of `bench.formats` name several topics).
+    """
     sets = [
         f"kafka.bootstrap_servers={ctx.bootstrap}",
-        f"kafka.topic={ctx.topic}",
+        *(destination if destination is not None else (f"kafka.topic={ctx.topic}", f"delta.table_path={table}")),
         f"kafka.group_id={group}",
-        f"delta.table_path={table}",
         f"run.mode={mode}",
         f"run.idle_timeout_ms={ctx.settings.idle_timeout_ms}",
         *([f"pump.members={ctx.members}"] if ctx.members > 0 else []),
-        "payload.format=json",
-        f"payload.schema={SCHEMA_DDL}",
+        *payload,
         *ctx.settings.sharelake_sets,
         *extra_sets,
     ]
@@ -77,11 +86,16 @@ class SharelakeJob:
 
 
 def start_sharelake(
-    ctx: RunContext, mode: str, extra_sets: tuple[str, ...] = (), env: dict[str, str] | None = None
+    ctx: RunContext,
+    mode: str,
+    extra_sets: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+    payload: tuple[str, ...] = JSON_PAYLOAD,
+    destination: tuple[str, ...] | None = None,
 ) -> SharelakeJob:
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
     table, log = ctx.run_dir / "table", ctx.run_dir / "sharelake.log"
-    cmd = sharelake_command(ctx, ctx.group(NAME), table, mode, extra_sets)
+    cmd = sharelake_command(ctx, ctx.group(NAME), table, mode, extra_sets, payload, destination)
     with log.open("wb") as out:
         proc = subprocess.Popen(
             cmd, cwd=PROJECT_ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
