@@ -188,12 +188,10 @@ def run_ingest(
     for route in cfg.routes():
         check_table_path(spark, route.table_path, key=route.key)
     check_table_path(spark, cfg.dead_letter_path, key="dead_letter.table_path")
-    # formats started: a bad schema or an unreachable registry raises ConfigError here
+    # formats started (a bad schema or an unreachable registry raises ConfigError here), caches loaded
     destinations, dead = open_destinations(spark, cfg)
     lock_ms = int(group_settings.get("share.record.lock.duration.ms") or DEFAULT_LOCK_MS)
     log_banner(cfg, facts, lock_ms)
-    for table in [*(d.table for d in destinations), dead]:
-        table.load()
     buffer = RecordBuffer(cfg.pump.buffer_max_records)
     pool = MemberPool(cfg.kafka, cfg.pump, buffer, consumer_factory)
     job_name = f"{cfg.run.app_name}/{cfg.kafka.group_id}@{socket.gethostname()}:{os.getpid()}"

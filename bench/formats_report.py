@@ -394,7 +394,7 @@ def render(o: FormatsOutcome) -> tuple[str, dict[str, Any]]:
         "start-up checks, the warm-up, the group join and the whole drain (`bench/contenders/sharelake.py`).",
         "- (5): the same, the window ending at the last commit of any of its tables (`bench/contenders/routed.py`).",
         "- (3), (4): rows in the table / (last Delta commit - the job's start once the SparkSession is up), "
-        "Trigger.AvailableNow (`bench/spark_jobs/kafka_source_to_delta.py`, `kafka_source_avro_to_delta.py`).",
+        "Trigger.AvailableNow (`bench/spark_jobs/kafka_source_to_delta.py`, with `--avro-schema` for Avro).",
         "- after the first batch: rows landed after the run's first micro-batch / (last commit - that batch's "
         "commit): the drain without the start-up and the cold first batch (Sharelake runs only).\n",
     ]

@@ -9,6 +9,7 @@ dead-letters nothing; the group has nothing left to deliver (a sentinel proves i
 
 from __future__ import annotations
 
+import io
 import json
 import struct
 import threading
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import fastavro
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
@@ -148,10 +150,6 @@ def test_each_bad_avro_record_is_dead_lettered_once_with_its_class(
 def test_plain_avro_bodies_read_with_a_fixed_schema(
     broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
 ) -> None:
-    import io
-
-    import fastavro
-
     topic, group = f"avro-plain-{unique}", f"g-{unique}"
     broker.create_topic(topic)
     parsed = fastavro.parse_schema(json.loads(EVENT_AVRO_SCHEMA))
@@ -251,7 +249,11 @@ def test_an_unreachable_registry_stops_the_job_at_start_with_one_line(
 
 
 def test_the_registry_password_never_appears_in_the_job_log(
-    broker: EmbeddedKafka, registry: EmbeddedSchemaRegistry, tmp_path: Path, unique: str
+    broker: EmbeddedKafka,
+    registry: EmbeddedSchemaRegistry,
+    tmp_path: Path,
+    unique: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     topic, group = f"avro-secret-{unique}", f"g-{unique}"
     broker.create_topic(topic)
@@ -259,23 +261,18 @@ def test_the_registry_password_never_appears_in_the_job_log(
     secret = f"pw-{unique}-do-not-log"
     spec = JobSpec(broker, topic, group, tmp_path / "t")
     log = tmp_path / "job.log"
-    import os
-
-    os.environ["SHARELAKE_TEST_REGISTRY_PW"] = secret
-    try:
-        code = run_job(
-            spec,
-            *avro_settings(
-                registry,
-                "payload.registry.basic_auth_user=ingest",
-                "payload.registry.basic_auth_password=env:SHARELAKE_TEST_REGISTRY_PW",
-            ),
-            "run.mode=until-drained",
-            "run.idle_timeout_ms=3000",
-            log=log,
-        )
-    finally:
-        del os.environ["SHARELAKE_TEST_REGISTRY_PW"]
+    monkeypatch.setenv("SHARELAKE_TEST_REGISTRY_PW", secret)  # the job reads it: env:, never the command line
+    code = run_job(
+        spec,
+        *avro_settings(
+            registry,
+            "payload.registry.basic_auth_user=ingest",
+            "payload.registry.basic_auth_password=env:SHARELAKE_TEST_REGISTRY_PW",
+        ),
+        "run.mode=until-drained",
+        "run.idle_timeout_ms=3000",
+        log=log,
+    )
     text = log.read_text(errors="replace")
     assert code == 0, text[-3000:]
     assert run_summary(log)["rows_written"] == 200

@@ -24,8 +24,9 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from tenacity import Retrying, stop_after_attempt, wait_exponential_jitter
@@ -109,7 +110,7 @@ class DedupTable:
         """Fold other writers' new commits into the cache (before a batch is planned)."""
         self.cache.refresh()
 
-    def contains_many(self, key: PartitionKey, offsets: Any) -> Any:
+    def contains_many(self, key: PartitionKey, offsets: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
         """Which of `offsets` (of one topic-partition) a commit of the table holds (numpy bool array)."""
         return self.cache.contains_many(key, offsets)
 

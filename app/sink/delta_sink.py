@@ -44,7 +44,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -160,15 +160,8 @@ def _timed(stats: SinkStats, phase: str) -> Iterator[None]:
 Landed = tuple[dict[int, BadRecord], BaseException | None]
 
 
-def _outcome(future: Future[dict[int, BadRecord]]) -> Landed:
-    """A table's bad records, or the error that stopped it (the other tables go on)."""
-    try:
-        return future.result(), None
-    except BaseException as e:  # noqa: BLE001 - raised again once every table is decided
-        return {}, e
-
-
 def _outcome_of(land: Callable[..., dict[int, BadRecord]], *args: object) -> Landed:
+    """A table's bad records, or the error that stopped it (the other tables go on)."""
     try:
         return land(*args), None
     except BaseException as e:  # noqa: BLE001 - raised again once every table is decided
@@ -297,14 +290,15 @@ class DeltaSink:
         self.stats.dedup_hits += plan.count(PRESENT)
         self.stats.dead_letter_hits += plan.count(PARKED)
         self.stats.in_batch_duplicates += plan.count(COPY)
-        topics = plan.rows.column("topic").to_numpy(zero_copy_only=False)
         # each table's rows are written and decided on that table's commit alone: a failing table's
         # records stay undecided (the attempt's failure path RELEASEs them), the others' are decided
-        jobs = [(d, np.isin(topics, d.topics)) for d in self.destinations]
         if self._parallel is not None:
-            futures = [self._parallel.submit(self._land, d, mine, plan, batch_id) for d, mine in jobs]
-            outcomes = [_outcome(f) for f in futures]
-        else:
+            topics = plan.rows.column("topic").to_numpy(zero_copy_only=False)
+            jobs = [(d, np.isin(topics, d.topics)) for d in self.destinations]
+            futures = [self._parallel.submit(_outcome_of, self._land, d, mine, plan, batch_id) for d, mine in jobs]
+            outcomes = [f.result() for f in futures]
+        else:  # one table: every row is its own
+            jobs = [(self.destinations[0], np.ones(plan.rows.num_rows, dtype=np.bool_))]
             outcomes = [_outcome_of(self._land, d, mine, plan, batch_id) for d, mine in jobs]
         bad: dict[int, BadRecord] = {}
         for landed, _ in outcomes:

@@ -80,7 +80,8 @@ def counter_prefix(topic: str) -> str:
 
 
 def open_destinations(spark: SparkSession, cfg: SharelakeConfig) -> tuple[list[Destination], DedupTable]:
-    """Every destination (formats started: ConfigError on a bad schema or registry) and the dead-letter table."""
+    """Every destination (formats started: ConfigError on a bad schema or registry) and the dead-letter
+    table, each with its dedup cache loaded from the table's recent commits."""
     routed = cfg.kafka.topics is not None
     lookback = cfg.delta.dedup_lookback_commits
     every = cfg.delta.checkpoint_interval
@@ -94,4 +95,6 @@ def open_destinations(spark: SparkSession, cfg: SharelakeConfig) -> tuple[list[D
         )
         destinations.append(Destination(route.topics, table, fmt))
     dead = dead_letter_table(spark, cfg.dead_letter_path, checkpoint_every=every, lookback_commits=lookback)
+    for table in [*(d.table for d in destinations), dead]:
+        table.load()
     return destinations, dead

@@ -7,7 +7,7 @@ Called by `bench.formats` (its rounds), beside the JSON contenders it takes from
   `payload.format=avro` and `payload.registry.url` (writer schemas fetched by id from the registry,
   decoded in Spark with spark-avro's `from_avro`). records/s = the same window as (a)'s: rows
   written / (last Delta commit - start of `run_ingest`).
-- `run_spark_kafka_avro`: `bench/spark_jobs/kafka_source_avro_to_delta.py`, Spark's Kafka source
+- `run_spark_kafka_avro`: `bench/spark_jobs/kafka_source_to_delta.py --avro-schema`, Spark's Kafka source
   with `from_avro` on the body after the 5-byte header, the writer schema fixed on the command line
   (no registry). records/s = the same window as (b)'s: rows in the table / (last Delta commit - the
   job's `bench-started` line).
@@ -15,18 +15,14 @@ Called by `bench.formats` (its rounds), beside the JSON contenders it takes from
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
-from app.paths import PROJECT_ROOT, jars_in
 from bench.avro_workload import AVRO_SCHEMA_JSON
 from bench.contenders.base import RunContext, RunResult, delta_job_result, failed, run_logged
 from bench.contenders.sharelake import result_of, start_sharelake
+from bench.contenders.spark_kafka_source import JOB, submit_command
 from bench.settings import BENCH_JARS
 
 SHARELAKE_AVRO = "sharelake-avro"
 SPARK_AVRO = "spark-kafka-source-avro"
-AVRO_JOB = PROJECT_ROOT / "bench" / "spark_jobs" / "kafka_source_avro_to_delta.py"
 
 
 def avro_payload(registry_url: str) -> tuple[str, ...]:
@@ -42,24 +38,11 @@ def run_sharelake_avro(ctx: RunContext, registry_url: str) -> RunResult:
     return result
 
 
-def spark_avro_command(ctx: RunContext, table: Path) -> tuple[list[str], dict[str, str]]:
-    """The job's spark-submit command and environment (the Kafka source jars via SPARK_DIST_CLASSPATH,
-    as `bench.contenders.spark_kafka_source` passes them); FileNotFoundError without the jars."""
-    classpath = os.pathsep.join(str(j) for j in jars_in(BENCH_JARS))
-    cmd = [
-        str(PROJECT_ROOT / "spark-submit.sh"), str(AVRO_JOB),
-        "--bootstrap", ctx.bootstrap, "--topic", ctx.topic, "--table", str(table),
-        "--checkpoint", str(ctx.run_dir / "checkpoint"), "--avro-schema", AVRO_SCHEMA_JSON,
-    ]  # fmt: skip
-    dist = os.pathsep.join(p for p in (os.environ.get("SPARK_DIST_CLASSPATH"), classpath) if p)
-    return cmd, {"SPARK_DIST_CLASSPATH": dist}
-
-
 def run_spark_kafka_avro(ctx: RunContext) -> RunResult:
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
     table, log = ctx.run_dir / "table", ctx.run_dir / "spark-kafka-source-avro.log"
     try:
-        cmd, env = spark_avro_command(ctx, table)
+        cmd, env = submit_command(ctx, JOB, table, "--avro-schema", AVRO_SCHEMA_JSON)
     except FileNotFoundError:
         return failed(ctx, SPARK_AVRO, f"no jars in {BENCH_JARS}: run `make bench-setup`")
     code = run_logged(cmd, log, ctx.settings.run_timeout_s, env=env)

@@ -42,7 +42,7 @@ CONTINUOUS_JOB = PROJECT_ROOT / "bench" / "spark_jobs" / "kafka_source_continuou
 READY_LINE = "bench-started: "  # printed by both jobs once the SparkSession is up
 
 
-def _submit(ctx: RunContext, job: Path, table: Path, *extra: str) -> tuple[list[str], dict[str, str]]:
+def submit_command(ctx: RunContext, job: Path, table: Path, *extra: str) -> tuple[list[str], dict[str, str]]:
     """The spark-submit command of `job` on ctx's topic and its environment; FileNotFoundError
     when `make bench-setup` has not resolved the Kafka source jars."""
     classpath = os.pathsep.join(str(j) for j in jars_in(BENCH_JARS))
@@ -59,7 +59,7 @@ def run_spark_kafka_source(ctx: RunContext) -> RunResult:
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
     table, log = ctx.run_dir / "table", ctx.run_dir / "spark-kafka-source.log"
     try:
-        cmd, env = _submit(ctx, JOB, table)
+        cmd, env = submit_command(ctx, JOB, table)
     except FileNotFoundError:
         return failed(ctx, NAME, f"no jars in {BENCH_JARS}: run `make bench-setup`")
     code = run_logged(cmd, log, ctx.settings.run_timeout_s, env=env)
@@ -107,7 +107,7 @@ def start_continuous(ctx: RunContext) -> ContinuousJob:
     """Submit `kafka_source_continuous.py` on ctx's topic with the settings' processing-time trigger."""
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
     table, log = ctx.run_dir / "table", ctx.run_dir / "spark-kafka-source.log"
-    cmd, env = _submit(ctx, CONTINUOUS_JOB, table, "--trigger", ctx.settings.latency_trigger)
+    cmd, env = submit_command(ctx, CONTINUOUS_JOB, table, "--trigger", ctx.settings.latency_trigger)
     with log.open("wb") as out:
         proc = subprocess.Popen(
             cmd, cwd=PROJECT_ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
