@@ -117,11 +117,16 @@ def route_note(route: Route) -> str:
 
 
 def payload_note(p: FormatSettings) -> str:
+    registry = ""
+    if p.registry is not None:
+        registry = f"registry {p.registry.url}{' (basic auth)' if p.registry.basic_auth_user else ''}"
+    note = p.format
     if isinstance(p, AvroSettings):
-        source = f"registry {p.registry.url}" if p.registry is not None else "payload.avro_schema"
-        auth = " (basic auth)" if p.registry is not None and p.registry.basic_auth_user else ""
-        return f"avro, writer schemas from {source}{auth}"
-    return p.format
+        note = f"avro, writer schemas from {registry or 'payload.avro_schema'}"
+    if p.key_format != "raw":
+        keys = f"{p.key_format} keys"
+        note += f", {keys}" + (f" (schemas from {registry})" if p.key_format == "avro" and p.format != "avro" else "")
+    return note
 
 
 def log_banner(cfg: SharelakeConfig, facts: KafkaFacts, lock_ms: int) -> None:

@@ -49,6 +49,12 @@ def test_overrides_are_typed_and_win() -> None:
             [*REQUIRED, "payload.format=avro", "payload.avro_schema='{}'", "payload.schema=id long"],
             "config key payload.schema does not apply to payload.format = 'avro'",
         ),
+        (
+            [*REQUIRED, "payload.key_format=avro"],
+            "config key payload: payload.key_format = 'avro' reads keys in the Confluent wire format: set "
+            "payload.registry.url",
+        ),
+        ([*REQUIRED, "payload.key_format=json"], "config key payload.key_format = 'json': Input should be 'raw'"),
         ([*REQUIRED, "dead_letter.max_delivery_count=0"], "config key dead_letter.max_delivery_count = 0"),
         ([*REQUIRED, "delta.checkpoint_interval=0"], "config key delta.checkpoint_interval = 0: Input should be"),
     ],

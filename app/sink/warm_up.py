@@ -47,6 +47,7 @@ class _Record:
     off: int
     payload: bytes | None
     on: str = TOPIC
+    k: bytes | None = None
 
     def topic(self) -> str:
         return self.on
@@ -57,8 +58,8 @@ class _Record:
     def offset(self) -> int:
         return self.off
 
-    def key(self) -> bytes:
-        return b"k%d" % self.off
+    def key(self) -> bytes | None:
+        return self.k
 
     def value(self) -> bytes | None:
         return self.payload
@@ -91,8 +92,8 @@ def warm_up(spark: SparkSession, formats: list[PayloadFormat], max_delivery_coun
                 table = main_table(spark, path, twin, checkpoint_every=10**6, lookback_commits=None, name="warm_up")
                 tables.append(table)
                 destinations.append(Destination((f"{TOPIC}-{i}",), table, twin))
-                values = twin.sample_values(2 * ROWS_PER_TASK)
-                records += [_Record(n, v, f"{TOPIC}-{i}") for n, v in enumerate(values)]
+                values, keys = twin.sample_values(2 * ROWS_PER_TASK), twin.sample_keys(2 * ROWS_PER_TASK)
+                records += [_Record(n, v, f"{TOPIC}-{i}", k) for n, (v, k) in enumerate(zip(values, keys, strict=True))]
             dead = dead_letter_table(
                 spark,
                 str(work / "warm_up_dead_letter"),

@@ -36,19 +36,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, model_validator
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 from pyspark.sql.types import StructType
 
 from app.error_lines import ConfigError, one_line
-from app.secrets import resolve_secret
 from app.sink.formats.base import (
     BAD,
     METADATA_COLUMNS,
@@ -56,10 +54,10 @@ from app.sink.formats.base import (
     BadRecord,
     BatchRead,
     ColumnRead,
-    DependencyUnavailable,
     FormatSettings,
     PayloadFormat,
 )
+from app.sink.formats.registry import SchemaRegistry
 
 log = logging.getLogger(__name__)
 
@@ -82,59 +80,8 @@ AVRO_OF_SPARK |= {"binary": "bytes", "boolean": "boolean"}
 _NO_DEFAULT = object()
 
 
-class RegistryUnavailableError(DependencyUnavailable):
-    """The schema registry did not answer, or refused us: the batch is RELEASEd and retried."""
-
-
-class RegistrySettings(BaseModel):
-    """`[payload.registry]`: where writer schemas are fetched by id (the Confluent REST API)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    # e.g. "https://registry:8081", or Apicurio's "http://host:8080/apis/ccompat/v7"
-    url: str
-    basic_auth_user: str | None = None
-    # the password; `env:NAME` or `file:/path` reads it at start (never put it on a command line)
-    basic_auth_password: str | None = Field(default=None, repr=False)
-    ca_location: str | None = None  # a CA certificate file for https
-    timeout_s: float = Field(default=10.0, gt=0)  # per request
-
-    @field_validator("url")
-    @classmethod
-    def _plain_url(cls, v: str) -> str:
-        parts = urlsplit(v)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(f"payload.registry.url = {v!r}: write it as http(s)://host:port[/path]")
-        if parts.username or parts.password:
-            raise ValueError(
-                "payload.registry.url holds credentials: move them to payload.registry.basic_auth_user / "
-                "basic_auth_password (env: or file:), so no log shows them"
-            )
-        return v.rstrip("/")
-
-    @field_validator("basic_auth_password")
-    @classmethod
-    def _secret(cls, v: str | None) -> str | None:
-        return None if v is None else resolve_secret("payload.registry.basic_auth_password", v)
-
-    @model_validator(mode="after")
-    def _user_with_password(self) -> RegistrySettings:
-        if (self.basic_auth_user is None) != (self.basic_auth_password is None):
-            raise ValueError("payload.registry.basic_auth_user and basic_auth_password go together: set both or none")
-        return self
-
-    def client_conf(self) -> dict[str, Any]:
-        conf: dict[str, Any] = {"url": self.url, "timeout": self.timeout_s, "max.retries": 0}
-        if self.basic_auth_user is not None:
-            conf["basic.auth.user.info"] = f"{self.basic_auth_user}:{self.basic_auth_password}"
-        if self.ca_location:
-            conf["ssl.ca.location"] = self.ca_location
-        return conf
-
-
 class AvroSettings(FormatSettings):
     format: Literal["avro"] = "avro"
-    registry: RegistrySettings | None = None
     # an Avro record schema (JSON), or `file:/path` to one: the table's fixed shape. Without a
     # registry, values are plain Avro bodies of this schema; with one, each writer must resolve into it.
     avro_schema: str | None = None
@@ -181,69 +128,9 @@ def wire_headers(values: pa.Array | pa.ChunkedArray) -> tuple[npt.NDArray[np.boo
     return framed | ~valid, ids
 
 
-def _schema_id_column() -> Column:
-    """The schema id of a wire-format value, in Spark (bytes 2-5, big-endian)."""
-    return F.conv(F.hex(F.substring(F.col("value"), 2, 4)), 16, 10).cast("long")
-
-
-# -- the registry ------------------------------------------------------------------------------------
-
-
-class SchemaRegistry:
-    """Writer schemas by id from a Confluent-compatible registry, each fetched once per job."""
-
-    def __init__(self, settings: RegistrySettings):
-        from confluent_kafka.schema_registry import SchemaRegistryClient
-
-        self.settings = settings
-        self.url = settings.url  # holds no credentials (the settings refuse them)
-        self._client = SchemaRegistryClient(settings.client_conf())
-
-    def check(self) -> None:
-        """At start: the registry answers and lets us in; ConfigError (one line) if not."""
-        try:
-            self._client.get_subjects()
-        except Exception as e:  # noqa: BLE001 - every failure means: not usable as configured
-            raise ConfigError(
-                f"payload.registry.url = {self.url!r}: {self._cause(e)}; check the address, "
-                "payload.registry.basic_auth_user / basic_auth_password and ca_location"
-            ) from None
-
-    def writer_schema(self, schema_id: int) -> tuple[str, str | None] | None:
-        """(schema JSON, its type) for `schema_id`; None if the registry has no such id (404)."""
-        from confluent_kafka.schema_registry.error import SchemaRegistryError
-
-        try:
-            schema = self._client.get_schema(schema_id)
-        except SchemaRegistryError as e:
-            if e.http_status_code == 404:
-                return None
-            raise RegistryUnavailableError(f"schema registry {self.url}: {self._cause(e)}") from None
-        except Exception as e:  # noqa: BLE001 - transport errors (refused, timeout, TLS): not the record's fault
-            raise RegistryUnavailableError(f"schema registry {self.url}: {self._cause(e)}") from None
-        if schema.references:
-            return schema.schema_str or "", "references"
-        return schema.schema_str or "", schema.schema_type
-
-    def probe(self) -> None:
-        """RegistryUnavailableError unless the registry answers now."""
-        try:
-            self._client.get_subjects()
-        except Exception as e:  # noqa: BLE001 - any failure: still unavailable
-            raise RegistryUnavailableError(f"schema registry {self.url}: {self._cause(e)}") from None
-
-    def _cause(self, e: BaseException) -> str:
-        from confluent_kafka.schema_registry.error import SchemaRegistryError
-
-        if isinstance(e, SchemaRegistryError):
-            status = e.http_status_code
-            if status in (401, 403):
-                return f"refused us (HTTP {status}: {e.error_message})"
-            return f"answered HTTP {status} ({e.error_message})"
-        kind = type(e).__name__
-        if "Timeout" in kind:
-            return f"did not answer within payload.registry.timeout_s = {self.settings.timeout_s}s ({kind})"
-        return f"unreachable ({kind}: {one_line(e, 160)})"
+def _schema_id_column(column: str) -> Column:
+    """The schema id of a wire-format value of `column`, in Spark (bytes 2-5, big-endian)."""
+    return F.conv(F.hex(F.substring(F.col(column), 2, 4)), 16, 10).cast("long")
 
 
 # -- the table's shape ---------------------------------------------------------------------------------
@@ -271,11 +158,19 @@ def _nullable(field: dict[str, Any]) -> dict[str, Any]:
     return {**field, "type": branches, "default": default}
 
 
+def _record(record: dict[str, Any], fields: list[dict[str, Any]], name_of: dict[str, Any] | None) -> dict[str, Any]:
+    """An Avro record schema of `fields`, named like `name_of` (Avro resolves records by name) or `record`."""
+    named = {**record, **{k: v for k, v in (name_of or {}).items() if k in ("name", "namespace")}}
+    named.setdefault("name", "sharelake_record")
+    return {**named, "type": "record", "fields": fields}
+
+
 class _Shape:
     """The reader schema the batch's records are read into: the table's payload columns."""
 
-    def __init__(self, jvm: Any, fixed: dict[str, Any] | None, table_types: dict[str, str]):
+    def __init__(self, jvm: Any, fixed: dict[str, Any] | None, table_types: dict[str, str], of: str = "value"):
         self._jvm = jvm
+        self.of = of  # "value" (fields become the table's columns) or "key" (fields of the `key` struct)
         self.fixed = fixed is not None
         self.fields: list[dict[str, Any]] = list(fixed["fields"]) if fixed is not None else []
         self.record = {k: v for k, v in (fixed or {}).items() if k != "fields"}
@@ -283,9 +178,7 @@ class _Shape:
         self._types = self._spark_types(self.schema()) if fixed is not None else {}
 
     def schema(self, name_of: dict[str, Any] | None = None) -> dict[str, Any]:
-        record = {**self.record, **{k: v for k, v in (name_of or {}).items() if k in ("name", "namespace")}}
-        record.setdefault("name", "sharelake_record")
-        return {**record, "type": "record", "fields": self.fields}
+        return _record(self.record, self.fields, name_of)
 
     def reader_json(self, writer: dict[str, Any]) -> str:
         """The shape, named like `writer` (Avro resolves records by name), with the decode marker."""
@@ -303,10 +196,11 @@ class _Shape:
             return Admission(
                 None,
                 "schema_incompatible",
-                f"writer schema id {schema_id} is {kind!r}, not a record: payload.format = 'avro' reads records",
+                f"writer schema id {schema_id} is {kind!r}, not a record: Avro {self.of}s are read as records",
             )
         names = [f["name"] for f in writer.get("fields", [])]
-        clash = sorted(n for n in names if n.lower() in METADATA_COLUMNS or n.startswith("_"))
+        top_level = self.of == "value"  # a key's fields live inside the `key` column: no clash
+        clash = sorted(n for n in names if top_level and (n.lower() in METADATA_COLUMNS or n.startswith("_")))
         if clash:
             return Admission(
                 None,
@@ -336,19 +230,17 @@ class _Shape:
                 fields.append(_nullable({**copy.deepcopy(field), "type": AVRO_OF_SPARK[want]}))
             else:
                 return self._refused(schema_id, name, want, got)
-        candidate = _Shape(self._jvm, None, self.table_types)
-        candidate.fields, candidate.record, candidate.fixed = fields, dict(self.record), self.fixed
-        if not candidate.record:
-            candidate.record = {k: v for k, v in writer.items() if k in ("name", "namespace")}
-        problem = self._resolution_problem(candidate.schema(writer), writer)
+        record = self.record or {k: v for k, v in writer.items() if k in ("name", "namespace")}
+        reader = _record(record, fields, writer)
+        problem = self._resolution_problem(reader, writer)
         if problem is not None:
             return Admission(None, "schema_incompatible", f"writer schema id {schema_id}: {problem}")
         try:
-            new_types = self._spark_types(candidate.schema(writer))
+            new_types = self._spark_types(reader)
         except Exception as e:  # noqa: BLE001 - e.g. a named type defined twice
             return Admission(None, "schema_incompatible", f"writer schema id {schema_id}: {one_line(e, 200)}")
         added = [f["name"] for f in fields[len(self.fields) :]]
-        self.fields, self.record, self._types = fields, candidate.record, new_types
+        self.fields, self.record, self._types = fields, dict(record), new_types
         if added:
             log.info("writer schema id %d adds column(s) %s to the table", schema_id, ", ".join(added))
         return Admission(writer_json)
@@ -396,26 +288,88 @@ class _Shape:
 # -- one batch in Spark ----------------------------------------------------------------------------------
 
 
+class AvroColumn:
+    """The Avro of one column of a batch: `value` (this format) or `key` (`app.sink.formats.keys`).
+
+    On the driver (`verdicts`): each value's header and schema id, each id fetched and admitted to
+    the shape once; the error classes carry `prefix` (`key_` for keys). In Spark (`decoded`): one
+    `from_avro` per schema id of the batch, all into the shape, with the decode marker.
+    """
+
+    def __init__(self, column: str, shape: _Shape, registry: Any, plain: str | None, prefix: str = ""):
+        self.column, self.shape, self.registry, self.plain, self.prefix = column, shape, registry, plain, prefix
+        self.said = "" if column == "value" else f"the {column}: "  # before a message about a key
+        self._admitted: dict[int, Admission] = {}
+
+    def verdicts(self, rows: pa.Table) -> tuple[list[BadRecord], dict[int, str]]:
+        """The records that cannot be read (driver checks) and the writer schema of each readable id.
+
+        Raises `RegistryUnavailableError` when the registry did not answer for a new id."""
+        if self.plain is not None:
+            return [], {}
+        framed, ids = wire_headers(rows.column(self.column))
+        bad: list[BadRecord] = []
+        for i in np.flatnonzero(~framed).tolist():
+            bad.append(
+                BadRecord(
+                    i,
+                    f"{self.prefix}not_wire_format",
+                    f"{self.said}not in the Confluent wire format (shorter than 5 bytes, or magic byte not 0)",
+                )
+            )
+        present = np.unique(ids[framed & (ids >= 0)]).tolist()
+        for sid in present:  # ids never seen: fetched and admitted once (the shape evolves here)
+            if sid not in self._admitted:
+                self._admitted[sid] = self._admit(int(sid))
+        writers: dict[int, str] = {}
+        for sid in present:
+            verdict = self._admitted[sid]
+            if verdict.writer is not None:
+                writers[int(sid)] = verdict.writer
+                continue
+            assert verdict.error_class is not None and verdict.message is not None
+            for i in np.flatnonzero(ids == sid).tolist():
+                bad.append(BadRecord(i, self.prefix + verdict.error_class, self.said + verdict.message))
+        return bad, writers
+
+    def _admit(self, schema_id: int) -> Admission:
+        found = self.registry.writer_schema(schema_id)  # RegistryUnavailableError: the batch is retried
+        if found is None:
+            return Admission(
+                None, "unknown_schema_id", f"schema id {schema_id} is not in the registry {self.registry.url}"
+            )
+        text, kind = found
+        if kind == "references":
+            return Admission(
+                None, "schema_incompatible", f"writer schema id {schema_id} uses schema references (not resolved yet)"
+            )
+        if kind not in (None, "AVRO"):
+            return Admission(None, "schema_incompatible", f"schema id {schema_id} is a {kind} schema, not an Avro one")
+        return self.shape.admit(schema_id, text)
+
+    def decoded(self, writers: dict[int, str]) -> tuple[Column, Column]:
+        """The column's decode into the shape (null where it fails, see DECODED) and its schema id."""
+        if self.plain is not None:  # no registry: the whole value is the body
+            options = {"mode": "PERMISSIVE", "avroSchema": self.shape.reader_json({})}
+            return from_avro(F.col(self.column), self.plain, options), F.lit(None).cast("long")
+        schema_id = _schema_id_column(self.column)
+        body = F.expr(f"substring({self.column}, 6)")
+        decoded: Column | None = None
+        for sid, writer in sorted(writers.items()):
+            options = {"mode": "PERMISSIVE", "avroSchema": self.shape.reader_json(json.loads(writer))}
+            branch = from_avro(body, writer, options)
+            decoded = F.when(schema_id == sid, branch) if decoded is None else decoded.when(schema_id == sid, branch)
+        if decoded is None:  # no value of the batch needs decoding (nulls only)
+            decoded = F.lit(None).cast(self.shape.spark_type().add(DECODED, "boolean"))
+        return decoded, schema_id
+
+
 class _AvroRead(ColumnRead):
     """The Spark read of one batch: one `from_avro` per schema id, all into the shape."""
 
-    def __init__(self, shape: _Shape, writers: dict[int, str], plain: str | None, required: list[str]):
-        if plain is not None:  # no registry: the whole value is the body
-            options = {"mode": "PERMISSIVE", "avroSchema": shape.reader_json({})}
-            decoded: Column | None = from_avro(F.col("value"), plain, options)
-            schema_id: Column = F.lit(None).cast("long")
-        else:
-            schema_id = _schema_id_column()
-            body = F.expr("substring(value, 6)")
-            decoded = None
-            for sid, writer in sorted(writers.items()):
-                options = {"mode": "PERMISSIVE", "avroSchema": shape.reader_json(json.loads(writer))}
-                branch = from_avro(body, writer, options)
-                decoded = (
-                    F.when(schema_id == sid, branch) if decoded is None else decoded.when(schema_id == sid, branch)
-                )
-        if decoded is None:  # no value of the batch needs decoding (kept tombstones only)
-            decoded = F.lit(None).cast(shape.spark_type().add(DECODED, "boolean"))
+    def __init__(self, values: AvroColumn, writers: dict[int, str], required: list[str]):
+        shape, plain = values.shape, values.plain
+        decoded, schema_id = values.decoded(writers)
         parsed = F.col(PARSED)
         kept_null = F.col("value").isNull()  # only reaches Spark when payload.allow_null_value is set
         failed = parsed[DECODED].isNull()
@@ -462,24 +416,24 @@ class AvroFormat(PayloadFormat):
         super().__init__(settings)
         self.avro = settings
         self.registry: SchemaRegistry | None = None
-        self._shape: _Shape | None = None
-        self._admitted: dict[int, Admission] = {}
-        self._plain: str | None = None  # the fixed schema's JSON, when values carry no header
+        self._values: AvroColumn | None = None
         # the Spark read of the last batch, kept while the batch's ids and the shape stay the same
         # (its expressions are py4j calls: rebuilding them costs every batch)
         self._last_read: tuple[tuple[tuple[int, ...], int], _AvroRead] | None = None
 
     def start(self, spark: SparkSession, table_path: str) -> None:
-        if self._shape is not None:
+        if self._values is not None:
             return
         jvm = spark.sparkContext._jvm
         fixed = self._fixed_schema(jvm) if self.avro.avro_schema else None
+        plain = None
         if self.avro.registry is not None:
             self.registry = SchemaRegistry(self.avro.registry)
             self.registry.check()
         elif fixed is not None:
-            self._plain = json.dumps(fixed)
-        self._shape = _Shape(jvm, fixed, _table_types(spark, table_path))
+            plain = json.dumps(fixed)  # values carry no header: bodies of the fixed schema
+        shape = _Shape(jvm, fixed, field_types(table_schema(spark, table_path), METADATA_COLUMNS))
+        self._values = AvroColumn("value", shape, self.registry, plain)
 
     def _fixed_schema(self, jvm: Any) -> dict[str, Any]:
         text = self.avro.avro_schema or ""
@@ -509,108 +463,68 @@ class AvroFormat(PayloadFormat):
             self.registry.probe()
 
     def read(self, rows: pa.Table) -> tuple[list[BadRecord], BatchRead]:
-        shape = self._shape
-        assert shape is not None, "AvroFormat.start() first"
-        if self._plain is not None:
-            return [], self._spark_read(shape, {})
-        assert self.registry is not None
-        framed, ids = wire_headers(rows.column("value"))
-        bad: list[BadRecord] = []
-        for i in np.flatnonzero(~framed).tolist():
-            bad.append(
-                BadRecord(
-                    i, "not_wire_format", "not in the Confluent wire format (shorter than 5 bytes, or magic byte not 0)"
-                )
-            )
-        present = np.unique(ids[framed & (ids >= 0)]).tolist()
-        for sid in present:  # ids never seen: fetched and admitted once (the shape evolves here)
-            if sid not in self._admitted:
-                self._admitted[sid] = self._admit(int(sid))
-        writers: dict[int, str] = {}
-        for sid in present:
-            verdict = self._admitted[sid]
-            if verdict.writer is not None:
-                writers[int(sid)] = verdict.writer
-                continue
-            assert verdict.error_class is not None and verdict.message is not None
-            for i in np.flatnonzero(ids == sid).tolist():
-                bad.append(BadRecord(i, verdict.error_class, verdict.message))
-        return bad, self._spark_read(shape, writers)
-
-    def _spark_read(self, shape: _Shape, writers: dict[int, str]) -> _AvroRead:
-        key = (tuple(sorted(writers)), len(shape.fields))  # the shape only grows: its size names it
+        values = self._values
+        assert values is not None, "AvroFormat.start() first"
+        bad, writers = values.verdicts(rows)
+        key = (tuple(sorted(writers)), len(values.shape.fields))  # the shape only grows: its size names it
         if self._last_read is None or self._last_read[0] != key:
-            self._last_read = (key, _AvroRead(shape, writers, self._plain, self.avro.required_fields))
-        return self._last_read[1]
-
-    def _admit(self, schema_id: int) -> Admission:
-        assert self.registry is not None and self._shape is not None
-        found = self.registry.writer_schema(schema_id)  # RegistryUnavailableError: the batch is retried
-        if found is None:
-            return Admission(
-                None, "unknown_schema_id", f"schema id {schema_id} is not in the registry {self.registry.url}"
-            )
-        text, kind = found
-        if kind == "references":
-            return Admission(
-                None, "schema_incompatible", f"writer schema id {schema_id} uses schema references (not resolved yet)"
-            )
-        if kind not in (None, "AVRO"):
-            return Admission(
-                None,
-                "schema_incompatible",
-                f"schema id {schema_id} is a {kind} schema; payload.format = 'avro' reads Avro",
-            )
-        return self._shape.admit(schema_id, text)
+            self._last_read = (key, _AvroRead(values, writers, self.avro.required_fields))
+        return bad, self._last_read[1]
 
     def sample_values(self, count: int) -> Sequence[bytes | None]:
         """Values of the warm-up schema (`warm_up_twin`): `count - 1` that decode, one that does not."""
-        body = b"\x02\x0ewarm-up"  # long 1, string "warm-up"
+        body = WARM_UP_BODY
         broken = b"\x02"  # the string is missing: it fails in Spark, so the diagnosis is warmed too
-        header = _WARM_UP_HEADER if self._plain is None else b""
+        assert self._values is not None
+        header = WARM_UP_HEADER if self._values.plain is None else b""
         return [header + body] * (count - 1) + [header + broken]
 
     def warm_up_twin(self) -> PayloadFormat:
         """A reader of one built-in schema, on no registry: it warms `from_avro`'s code path."""
+        assert self._values is not None
+        jvm = self._values.shape._jvm
         twin = AvroFormat(self.avro)
-        assert self._shape is not None
-        twin._shape = _Shape(self._shape._jvm, None, {})
-        twin._plain = json.dumps(_WARM_UP_SCHEMA) if self._plain is not None else None
-        if twin._plain is not None:
-            twin._shape = _Shape(self._shape._jvm, _WARM_UP_SCHEMA, {})
+        if self._values.plain is not None:
+            twin._values = AvroColumn("value", _Shape(jvm, WARM_UP_SCHEMA, {}), None, json.dumps(WARM_UP_SCHEMA))
         else:
-            twin.registry = _WarmUpRegistry()  # type: ignore[assignment]
+            twin._values = AvroColumn("value", _Shape(jvm, None, {}), WarmUpRegistry(), None)
         return twin
 
 
-_WARM_UP_SCHEMA = {
+WARM_UP_SCHEMA = {
     "type": "record",
     "name": "sharelake_warm_up",
     "fields": [{"name": "id", "type": "long"}, {"name": "name", "type": "string"}],
 }
-_WARM_UP_ID = 2**31 - 1
-_WARM_UP_HEADER = bytes([MAGIC]) + _WARM_UP_ID.to_bytes(4, "big")
+WARM_UP_ID = 2**31 - 1
+WARM_UP_BODY = b"\x02\x0ewarm-up"  # long 1, string "warm-up"
+WARM_UP_HEADER = bytes([MAGIC]) + WARM_UP_ID.to_bytes(4, "big")
 
 
-class _WarmUpRegistry:
+class WarmUpRegistry:
     """The warm-up's registry: knows only the built-in schema (the warm-up must not need the network)."""
 
     url = "(warm-up)"
 
     def writer_schema(self, schema_id: int) -> tuple[str, str | None] | None:
-        return (json.dumps(_WARM_UP_SCHEMA), None) if schema_id == _WARM_UP_ID else None
+        return (json.dumps(WARM_UP_SCHEMA), None) if schema_id == WARM_UP_ID else None
 
     def probe(self) -> None:
         return None
 
 
-def _table_types(spark: SparkSession, table_path: str) -> dict[str, str]:
-    """The payload columns of the table from earlier runs (Spark type names); {} for a new table."""
+def table_schema(spark: SparkSession, table_path: str) -> StructType | None:
+    """The schema of the table from earlier runs; None for a new table."""
     jvm = spark.sparkContext._jvm
     jsc = spark.sparkContext._jsc
     assert jvm is not None and jsc is not None
     log_dir = jvm.org.apache.hadoop.fs.Path(table_path.rstrip("/") + "/_delta_log")
     if not log_dir.getFileSystem(jsc.hadoopConfiguration()).exists(log_dir):
-        return {}
-    schema = spark.read.format("delta").load(table_path).schema
-    return {f.name: f.dataType.simpleString() for f in schema.fields if f.name not in METADATA_COLUMNS}
+        return None
+    return spark.read.format("delta").load(table_path).schema
+
+
+def field_types(struct: StructType | None, skip: tuple[str, ...] = ()) -> dict[str, str]:
+    """The fields of `struct` but `skip`, by name, as Spark names their types; {} for None."""
+    fields = [] if struct is None else struct.fields
+    return {f.name: f.dataType.simpleString() for f in fields if f.name not in skip}

@@ -23,15 +23,17 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
+from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pyarrow.compute as _pc
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from app.bridge.arrow_rows import ROW_SCHEMA
+from app.secrets import resolve_secret
 
 # the Kafka metadata columns every main-table row carries (payload fields must not reuse these names)
 METADATA_COLUMNS = tuple(ROW_SCHEMA.names)
@@ -49,6 +51,52 @@ class DependencyUnavailable(RuntimeError):
     """A service a format needs (a schema registry) did not answer: the batch is RELEASEd and retried."""
 
 
+class RegistrySettings(BaseModel):
+    """`[payload.registry]`: where writer schemas are fetched by id (the Confluent REST API)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # e.g. "https://registry:8081", or Apicurio's "http://host:8080/apis/ccompat/v7"
+    url: str
+    basic_auth_user: str | None = None
+    # the password; `env:NAME` or `file:/path` reads it at start (never put it on a command line)
+    basic_auth_password: str | None = Field(default=None, repr=False)
+    ca_location: str | None = None  # a CA certificate file for https
+    timeout_s: float = Field(default=10.0, gt=0)  # per request
+
+    @field_validator("url")
+    @classmethod
+    def _plain_url(cls, v: str) -> str:
+        parts = urlsplit(v)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"payload.registry.url = {v!r}: write it as http(s)://host:port[/path]")
+        if parts.username or parts.password:
+            raise ValueError(
+                "payload.registry.url holds credentials: move them to payload.registry.basic_auth_user / "
+                "basic_auth_password (env: or file:), so no log shows them"
+            )
+        return v.rstrip("/")
+
+    @field_validator("basic_auth_password")
+    @classmethod
+    def _secret(cls, v: str | None) -> str | None:
+        return None if v is None else resolve_secret("payload.registry.basic_auth_password", v)
+
+    @model_validator(mode="after")
+    def _user_with_password(self) -> RegistrySettings:
+        if (self.basic_auth_user is None) != (self.basic_auth_password is None):
+            raise ValueError("payload.registry.basic_auth_user and basic_auth_password go together: set both or none")
+        return self
+
+    def client_conf(self) -> dict[str, Any]:
+        conf: dict[str, Any] = {"url": self.url, "timeout": self.timeout_s, "max.retries": 0}
+        if self.basic_auth_user is not None:
+            conf["basic.auth.user.info"] = f"{self.basic_auth_user}:{self.basic_auth_password}"
+        if self.ca_location:
+            conf["ssl.ca.location"] = self.ca_location
+        return conf
+
+
 class FormatSettings(BaseModel):
     """The `[payload]` keys every format has; a format's settings add its own."""
 
@@ -59,6 +107,19 @@ class FormatSettings(BaseModel):
     max_value_bytes: int = Field(default=1_048_576, ge=1)
     # a record without a value (a tombstone) is dead-lettered (class null_value) unless allowed
     allow_null_value: bool = False
+    # how the record key lands in the `key` column (`app.sink.formats.keys`): bytes as Kafka holds
+    # them, a UTF-8 string, or Avro in the Confluent wire format decoded into a struct
+    key_format: Literal["raw", "text", "avro"] = "raw"
+    # the schema registry: Avro values in the wire format (format = "avro"), and Avro keys
+    registry: RegistrySettings | None = None
+
+    @model_validator(mode="after")
+    def _avro_keys_need_a_registry(self) -> FormatSettings:
+        if self.key_format == "avro" and self.registry is None:
+            raise ValueError(
+                "payload.key_format = 'avro' reads keys in the Confluent wire format: set payload.registry.url"
+            )
+        return self
 
 
 @dataclass(frozen=True)
@@ -150,7 +211,7 @@ class PayloadFormat(ABC):
     name: ClassVar[str]
     error_classes: ClassVar[tuple[str, ...]]  # its own classes, beside SHARED_ERROR_CLASSES
     # whether an append may add columns to the main table (formats whose shape can grow)
-    merge_schema: ClassVar[bool] = False
+    merge_schema: bool = False
 
     def __init__(self, settings: FormatSettings):
         self.settings = settings
@@ -177,6 +238,10 @@ class PayloadFormat(ABC):
     @abstractmethod
     def sample_values(self, count: int) -> Sequence[bytes | None]:
         """`count` values for the warm-up (`app.sink.warm_up`), the last one unreadable."""
+
+    def sample_keys(self, count: int) -> Sequence[bytes | None]:
+        """`count` record keys for the warm-up, in the format the topic's keys are read in."""
+        return [b"k%d" % i for i in range(count)]
 
     def warm_up_twin(self) -> PayloadFormat:
         """The reader the warm-up runs on (a format with state returns a fresh one)."""

@@ -1,0 +1,75 @@
+"""The schema registry client: writer schemas by id over the Confluent REST API (Apicurio's ccompat too).
+
+Used by the Avro format for values (`app.sink.formats.avro`) and by the key reader for Avro keys
+(`app.sink.formats.keys`): `check` at start (ConfigError, one line, on an unreachable or refusing
+registry), `writer_schema` per new id, `probe` after an outage. A registry that does not answer, or
+refuses us (timeout, 5xx, 401/403), raises `RegistryUnavailableError`: never the record's fault.
+Its settings (`RegistrySettings`, `[payload.registry]`) live in `app.sink.formats.base`, beside the
+other keys every format has.
+"""
+
+from __future__ import annotations
+
+from app.error_lines import ConfigError, one_line
+from app.sink.formats.base import DependencyUnavailable, RegistrySettings
+
+
+class RegistryUnavailableError(DependencyUnavailable):
+    """The schema registry did not answer, or refused us: the batch is RELEASEd and retried."""
+
+
+class SchemaRegistry:
+    """Writer schemas by id from a Confluent-compatible registry, each fetched once per job."""
+
+    def __init__(self, settings: RegistrySettings):
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
+        self.settings = settings
+        self.url = settings.url  # holds no credentials (the settings refuse them)
+        self._client = SchemaRegistryClient(settings.client_conf())
+
+    def check(self) -> None:
+        """At start: the registry answers and lets us in; ConfigError (one line) if not."""
+        try:
+            self._client.get_subjects()
+        except Exception as e:  # noqa: BLE001 - every failure means: not usable as configured
+            raise ConfigError(
+                f"payload.registry.url = {self.url!r}: {self._cause(e)}; check the address, "
+                "payload.registry.basic_auth_user / basic_auth_password and ca_location"
+            ) from None
+
+    def writer_schema(self, schema_id: int) -> tuple[str, str | None] | None:
+        """(schema JSON, its type) for `schema_id`; None if the registry has no such id (404)."""
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        try:
+            schema = self._client.get_schema(schema_id)
+        except SchemaRegistryError as e:
+            if e.http_status_code == 404:
+                return None
+            raise RegistryUnavailableError(f"schema registry {self.url}: {self._cause(e)}") from None
+        except Exception as e:  # noqa: BLE001 - transport errors (refused, timeout, TLS): not the record's fault
+            raise RegistryUnavailableError(f"schema registry {self.url}: {self._cause(e)}") from None
+        if schema.references:
+            return schema.schema_str or "", "references"
+        return schema.schema_str or "", schema.schema_type
+
+    def probe(self) -> None:
+        """RegistryUnavailableError unless the registry answers now."""
+        try:
+            self._client.get_subjects()
+        except Exception as e:  # noqa: BLE001 - any failure: still unavailable
+            raise RegistryUnavailableError(f"schema registry {self.url}: {self._cause(e)}") from None
+
+    def _cause(self, e: BaseException) -> str:
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        if isinstance(e, SchemaRegistryError):
+            status = e.http_status_code
+            if status in (401, 403):
+                return f"refused us (HTTP {status}: {e.error_message})"
+            return f"answered HTTP {status} ({e.error_message})"
+        kind = type(e).__name__
+        if "Timeout" in kind:
+            return f"did not answer within payload.registry.timeout_s = {self.settings.timeout_s}s ({kind})"
+        return f"unreachable ({kind}: {one_line(e, 160)})"
