@@ -85,7 +85,9 @@ class Fault:
     recovered_s: float = -1.0  # until the lag was back under RECOVERED_LAG_S of load; -1 = not before the next fault
     peak_lag: int = 0  # the largest lag sampled between the fault and its recovery (or the next fault)
     lag_left: int = 0  # the lag when the next fault (or the run's end) came, if it had not recovered
-    landed: int = 0  # rows committed from SETTLE_S after the fault until the next one (the job went on)
+    # rows committed from SETTLE_S after the fault until the next one, the last fault's until the
+    # drain ended (the job went on)
+    landed: int = 0
 
 
 @dataclass
@@ -104,6 +106,7 @@ class SoakRun:
     dead_lettered: int = 0
     incarnations: int = 0  # job starts
     drained_s: float = 0.0  # from the producer's stop until every delivered record was a row
+    drained_rows: int = 0  # rows in the table's commits when the drain ended
     last_counters: dict[str, float] = field(default_factory=dict)  # the last job's `run ended:` line
     batches: list[dict[str, float]] = field(default_factory=list)  # per job start, see batches_by_start
     error: str = ""
@@ -268,6 +271,7 @@ def run_soak(
             time.sleep(0.5)
             rows += rows_in(tail.new())
         run.drained_s = time.monotonic() - stopped
+        run.drained_rows = rows
     except Exception as e:
         log.exception("soak failed")
         run.error = repr(e)
@@ -291,7 +295,11 @@ def _recoveries(run: SoakRun) -> None:
     for fault, end in zip(run.faults, ends, strict=True):
         window = [s for s in run.samples if fault.at_s <= s.t_s < end]
         settled = [s for s in window if s.t_s >= fault.at_s + SETTLE_S]
-        fault.landed = settled[-1].rows - settled[0].rows if settled else 0
+        first = settled[0].rows if settled else (window[-1].rows if window else 0)
+        last = settled[-1].rows if settled else first
+        if end == float("inf") and run.drained_rows:  # the last fault: a restart may land only in the drain
+            last = run.drained_rows
+        fault.landed = last - first
         for s in window:
             fault.peak_lag = max(fault.peak_lag, s.lag)
             if s.t_s > fault.at_s + 1 and s.lag <= recovered_lag:

@@ -1,10 +1,14 @@
 """Runs the real ingest job as users do (`./spark-submit.sh jobs/ingest.py`) in a subprocess.
 
-Crash tests need a separate driver process to kill; the job's log lines tell what it did.
+Crash tests need a separate driver process to kill; the job's log lines tell what it did. The run
+after a crash that only has to finish the work (`drain_in_process`) runs the same pipeline in the
+test's own SparkSession instead: a fresh start of it (members, dedup caches loaded from the table,
+Spark's checkpoint), without a driver JVM to start and a cold JVM to warm up.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
@@ -12,7 +16,12 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from pyspark.sql import SparkSession
+
+from app import faults as fault_points
+from app.config import load_config
 from app.embedded.kafka_broker import KafkaBrokers
+from app.pipeline import run_ingest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,6 +38,18 @@ class JobSpec:
     routes: dict[str, Path] | None = None
 
     def args(self, *extra: str, job: str = "ingest.py") -> list[str]:
+        out = [
+            str(ROOT / "spark-submit.sh"),
+            str(ROOT / "jobs" / job),
+            "--config",
+            str(ROOT / "conf" / "local.toml"),
+        ]
+        for s in self.sets(*extra):
+            out += ["--set", s]
+        return out
+
+    def sets(self, *extra: str) -> list[str]:
+        """The job's `--set` overrides (over conf/local.toml)."""
         if self.routes is None:
             where = [f"kafka.topic={self.topic}", f"delta.table_path={self.table}"]
         else:
@@ -45,15 +66,7 @@ class JobSpec:
             *([f"delta.checkpoint_path={self.checkpoint}"] if self.checkpoint else []),
             *extra,
         ]
-        out = [
-            str(ROOT / "spark-submit.sh"),
-            str(ROOT / "jobs" / job),
-            "--config",
-            str(ROOT / "conf" / "local.toml"),
-        ]
-        for s in sets:
-            out += ["--set", s]
-        return out
+        return sets
 
 
 def start_job(spec: JobSpec, *extra: str, faults: str = "", log: Path) -> subprocess.Popen[bytes]:
@@ -75,6 +88,31 @@ def run_job(spec: JobSpec, *extra: str, faults: str = "", log: Path, timeout: fl
 def drain_job(spec: JobSpec, log: Path, idle_ms: int = 8000, faults: str = "") -> int:
     """Run until drained; idle long enough for expired locks and dead members to come back."""
     return run_job(spec, "run.mode=until-drained", f"run.idle_timeout_ms={idle_ms}", faults=faults, log=log)
+
+
+def drain_in_process(spark: SparkSession, spec: JobSpec, log: Path, idle_ms: int = 8000) -> int:
+    """`drain_job` without faults, in the test's SparkSession: 0 once drained, 1 if the run raised.
+
+    The pipeline's log lines, and the `run ended:` line the entry point writes, go to `log`, so
+    `run_summary` reads it as a job's log."""
+    cfg = load_config(
+        ROOT / "conf" / "local.toml", spec.sets("run.mode=until-drained", f"run.idle_timeout_ms={idle_ms}")
+    )
+    handler = logging.FileHandler(log)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    fault_points.reset()
+    try:
+        summary = run_ingest(spark, cfg)
+        logging.getLogger("jobs.ingest").info("run ended: %s", summary.line())
+        return 0
+    except Exception:
+        logging.getLogger("jobs.ingest").exception("run failed")
+        return 1
+    finally:
+        root.removeHandler(handler)
+        handler.close()
 
 
 def kill_job(proc: subprocess.Popen[bytes]) -> None:

@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 
 from app.embedded.kafka_broker import EmbeddedKafka
 from app.embedded.sample_data import produce_json_events
-from tests.job_runner import JobSpec, drain_job, kill_job, run_summary, start_job
+from tests.job_runner import JobSpec, drain_in_process, kill_job, run_summary, start_job
 from tests.table_checks import assert_exactly_once
 
 KILLS = int(os.environ.get("SHARELAKE_CHAOS_KILLS", "3"))
@@ -50,7 +50,7 @@ def test_random_kill_loop(broker: EmbeddedKafka, spark: SparkSession, tmp_path: 
             kills += 1
     rows_before_drain = table_rows(spark, spec.table)
 
-    assert drain_job(spec, tmp_path / "final.log", idle_ms=10_000) == 0
+    assert drain_in_process(spark, spec, tmp_path / "final.log", idle_ms=10_000) == 0
     final = run_summary(tmp_path / "final.log")
     print(
         f"chaos: {kills} kills, {len(produced)} records, {rows_before_drain} rows before the final run, "

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from app.embedded.kafka_broker import EmbeddedKafka
 from app.embedded.sample_data import produce_json_events
-from tests.job_runner import JobSpec, drain_job, run_summary
+from tests.job_runner import JobSpec, drain_in_process, drain_job, run_summary
 from tests.table_checks import assert_exactly_once
 
 
@@ -48,7 +48,7 @@ def test_kill_at_a_fault_point_then_restart(
         committed = max((int(f.name) for f in (clock / "commits").iterdir() if f.name.isdigit()), default=-1)
         assert planned > committed
 
-    assert drain_job(spec, tmp_path / "run2.log") == 0, (tmp_path / "run2.log").read_text()[-3000:]
+    assert drain_in_process(spark, spec, tmp_path / "run2.log") == 0, (tmp_path / "run2.log").read_text()[-3000:]
     second = run_summary(tmp_path / "run2.log")
     assert_exactly_once(spark, spec.table, produced)
     assert second["concurrent_duplicates"] == 0

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from app.embedded.kafka_broker import EmbeddedKafka
 from app.embedded.sample_data import produce_json_events
-from tests.job_runner import JobSpec, drain_job, run_summary, start_job
+from tests.job_runner import JobSpec, drain_in_process, run_summary, start_job
 from tests.table_checks import assert_exactly_once
 
 STOP_BOUND_S = 30
@@ -49,5 +49,5 @@ def test_sigterm_drains_then_exits_and_loses_nothing(
     orphans = subprocess.run(["pgrep", "-f", str(spec.table)], capture_output=True, text=True).stdout.split()
     assert orphans == [], "a driver process outlived the job"
 
-    assert drain_job(spec, tmp_path / "run2.log") == 0
+    assert drain_in_process(spark, spec, tmp_path / "run2.log") == 0
     assert_exactly_once(spark, spec.table, produced)

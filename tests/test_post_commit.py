@@ -23,7 +23,7 @@ from app.embedded.kafka_broker import EmbeddedKafka
 from app.embedded.sample_data import produce_json_events
 from app.pipeline import run_ingest
 from tests.ingest_config import ingest_config
-from tests.job_runner import JobSpec, drain_job, run_summary
+from tests.job_runner import JobSpec, drain_in_process, drain_job, run_summary
 from tests.kafka_helpers import nothing_left
 from tests.table_checks import assert_exactly_once
 
@@ -112,7 +112,7 @@ def test_kill_between_the_commit_and_post_commit_work_then_restart(
     assert rc != 0, (tmp_path / "run1.log").read_text()[-2000:]
     assert len(list((spec.table / "_delta_log").glob("*.json"))) >= 2  # both commits made it
 
-    assert drain_job(spec, tmp_path / "run2.log") == 0, (tmp_path / "run2.log").read_text()[-3000:]
+    assert drain_in_process(spark, spec, tmp_path / "run2.log") == 0, (tmp_path / "run2.log").read_text()[-3000:]
     second = run_summary(tmp_path / "run2.log")
     assert_exactly_once(spark, spec.table, produced)
     assert second["concurrent_duplicates"] == 0 and second["ack_errors"] == 0

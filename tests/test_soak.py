@@ -1,7 +1,7 @@
-"""The soak, bounded: 3 minutes at 60% of the measured maximum, a driver kill -9 and a broker restart.
+"""The soak, bounded: 2.5 minutes at 60% of the measured maximum, a broker restart and a driver kill -9.
 
 `bench.soak` runs the same thing for 30 minutes (`python -m bench.soak`); CI runs this bounded form
-(`SHARELAKE_SOAK_SECONDS`, default 180). The test's own broker is killed and restarted, so the
+(`SHARELAKE_SOAK_SECONDS`, default 150). The test's own broker is killed and restarted, so the
 session's shared broker is left alone.
 """
 
@@ -17,21 +17,25 @@ from app.embedded.kafka_broker import EmbeddedKafka
 from bench.soak import memory_by_incarnation, run_soak, soak_section
 from tests.kafka_helpers import nothing_left
 
-SECONDS = float(os.environ.get("SHARELAKE_SOAK_SECONDS", "180"))
+SECONDS = float(os.environ.get("SHARELAKE_SOAK_SECONDS", "150"))
 
 
 @pytest.mark.chaos
 def test_soak_under_kills_lands_everything_once(spark: SparkSession, tmp_path: Path) -> None:
     with EmbeddedKafka(tmp_path / "broker") as broker:
+        # the broker restart first (the warm job waits it out in seconds), then the driver kill: a
+        # cold start under the soak's load took 36-39 s before its first batch in a CI run, so in
+        # a one-minute window ahead of another fault it could land nothing; the last fault's window
+        # runs to the end of the drain
         run = run_soak(
             broker, tmp_path / "soak", duration_s=SECONDS, fault_every_s=SECONDS / 3,
-            calibrate_records=100_000, spark=spark,
+            calibrate_records=100_000, pattern="BD", spark=spark,
         )  # fmt: skip
         print("\n".join(soak_section(run)))
         assert not run.error, run.error
 
         kinds = [f.kind for f in run.faults]
-        assert kinds == ["driver kill -9", "broker kill -9 + restart"], kinds  # both faults really struck
+        assert kinds == ["broker kill -9 + restart", "driver kill -9"], kinds  # both faults really struck
         assert run.incarnations == 2  # the kill's restart, and no death of its own
         assert run.delivered > 100_000 and run.lost == 0 and run.duplicates == 0, run
         assert run.rows == run.delivered and run.dead_lettered == 0

@@ -21,7 +21,7 @@ from pyspark.sql import SparkSession
 from app.embedded.kafka_broker import EmbeddedKafka
 from app.embedded.sample_data import produce_json_events
 from bench.delta_log import data_commits, read_commits
-from tests.job_runner import JobSpec, drain_job, kill_job, start_job
+from tests.job_runner import JobSpec, drain_in_process, kill_job, start_job
 from tests.kafka_helpers import nothing_left
 from tests.table_checks import assert_exactly_once
 
@@ -107,6 +107,6 @@ def test_a_storage_fault_stops_the_job_clearly_and_a_restart_lands_everything_on
         remount(disk, "rw")
     else:
         os.remove(filler)
-    assert drain_job(spec, tmp_path / "run2.log") == 0, (tmp_path / "run2.log").read_text()[-3000:]
+    assert drain_in_process(spark, spec, tmp_path / "run2.log") == 0, (tmp_path / "run2.log").read_text()[-3000:]
     assert_exactly_once(spark, spec.table, produced)  # ... nothing was ACCEPTed that the table lacked
     assert nothing_left(broker, spec.topic, spec.group)

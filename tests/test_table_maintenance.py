@@ -81,7 +81,7 @@ def test_optimize_vacuum_and_a_foreign_writer_lose_and_double_nothing(
 
     def produce_steadily() -> None:  # 1,000 a second while maintenance runs, until 8 s after the job died
         i, after_kill = 4, None
-        while i < 120 and (after_kill is None or time.monotonic() < after_kill):
+        while i < 300 and (after_kill is None or time.monotonic() < after_kill):
             produced.extend(produce_json_events(broker.bootstrap, spec.topic, 1000, start=i * 1000))
             i += 1
             if after_kill is None and killed.is_set():
@@ -98,7 +98,10 @@ def test_optimize_vacuum_and_a_foreign_writer_lose_and_double_nothing(
     maintenance = Maintenance(spark, spec.table)
     maintenance.start()
     try:
-        while maintenance.optimized_files == 0 and time.monotonic() < deadline:  # compaction under the live job ...
+        # compaction under the live job ... (the maintenance session's first round is slow: 60-120 s
+        # on a loaded machine; a budget of its own, so a slow first OPTIMIZE is not a failure)
+        compacted_by = time.monotonic() + 300
+        while maintenance.optimized_files == 0 and time.monotonic() < compacted_by:
             time.sleep(0.5)
         kill_job(job)  # ... then a crash: its successor loads the dedup cache from the maintained log
         killed.set()
@@ -120,7 +123,8 @@ def test_optimize_vacuum_and_a_foreign_writer_lose_and_double_nothing(
         f"second run: {second}"
     )
 
-    assert maintenance.optimized_files > 0 and maintenance.foreign_rows > 0  # the maintenance really ran
+    assert maintenance.optimized_files > 0, maintenance.conflicts  # the maintenance really ran
+    assert maintenance.foreign_rows > 0, maintenance.conflicts
     assert second["polled"] > 0  # the successor ingested the rest, deciding from the maintained log
     assert_exactly_once(spark, spec.table, produced, where=f"topic = '{spec.topic}'")
     foreign = spark.read.format("delta").load(str(spec.table)).where(F.col("topic") == FOREIGN).count()

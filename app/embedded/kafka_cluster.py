@@ -103,8 +103,15 @@ class EmbeddedKafkaCluster:
         return self
 
     def stop(self) -> None:
-        for node in self.nodes.values():
-            node.stop()
+        """Stop node by node (SIGTERM); the nodes left without a majority of the controller voters are
+        killed: their controlled shutdown waits for a quorum that is gone, until the stop's timeout."""
+        nodes = list(self.nodes.values())
+        majority = len(nodes) // 2 + 1
+        for i, node in enumerate(nodes):
+            if len(nodes) - i >= majority:
+                node.stop()
+            else:
+                node.kill()
 
     def kill(self, node_id: int) -> None:
         """SIGKILL one node: its leaderships and coordinators move once the controller fences it."""
