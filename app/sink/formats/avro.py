@@ -32,10 +32,10 @@ from __future__ import annotations
 import copy
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -60,6 +60,7 @@ from app.sink.formats.base import (
 from app.sink.formats.registry import SchemaRegistry
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MAGIC = 0
 HEADER_BYTES = 5  # magic byte + 4-byte big-endian schema id
@@ -300,6 +301,23 @@ class AvroColumn:
         self.column, self.shape, self.registry, self.plain, self.prefix = column, shape, registry, plain, prefix
         self.said = "" if column == "value" else f"the {column}: "  # before a message about a key
         self._admitted: dict[int, Admission] = {}
+        # the Spark read of the last batch, kept while the batch's ids and the shape stay the same
+        # (its expressions are py4j calls: rebuilding them costs every batch)
+        self._last: tuple[tuple[tuple[int, ...], int], Any] | None = None
+
+    def read_of(self, writers: dict[int, str], build: Callable[[], T]) -> T:
+        """The read `build` makes for this batch's writer ids, built again only when they or the
+        shape changed (the shape only grows: its size names it)."""
+        key = (tuple(sorted(writers)), len(self.shape.fields))
+        if self._last is None or self._last[0] != key:
+            self._last = (key, build())
+        read: T = self._last[1]
+        return read
+
+    def probe(self) -> None:
+        """RegistryUnavailableError unless the registry (if any) answers now."""
+        if self.registry is not None:
+            self.registry.probe()
 
     def verdicts(self, rows: pa.Table) -> tuple[list[BadRecord], dict[int, str]]:
         """The records that cannot be read (driver checks) and the writer schema of each readable id.
@@ -417,9 +435,6 @@ class AvroFormat(PayloadFormat):
         self.avro = settings
         self.registry: SchemaRegistry | None = None
         self._values: AvroColumn | None = None
-        # the Spark read of the last batch, kept while the batch's ids and the shape stay the same
-        # (its expressions are py4j calls: rebuilding them costs every batch)
-        self._last_read: tuple[tuple[tuple[int, ...], int], _AvroRead] | None = None
 
     def start(self, spark: SparkSession, table_path: str) -> None:
         if self._values is not None:
@@ -459,17 +474,14 @@ class AvroFormat(PayloadFormat):
         return schema
 
     def probe(self) -> None:
-        if self.registry is not None:
-            self.registry.probe()
+        if self._values is not None:
+            self._values.probe()
 
     def read(self, rows: pa.Table) -> tuple[list[BadRecord], BatchRead]:
         values = self._values
         assert values is not None, "AvroFormat.start() first"
         bad, writers = values.verdicts(rows)
-        key = (tuple(sorted(writers)), len(values.shape.fields))  # the shape only grows: its size names it
-        if self._last_read is None or self._last_read[0] != key:
-            self._last_read = (key, _AvroRead(values, writers, self.avro.required_fields))
-        return bad, self._last_read[1]
+        return bad, values.read_of(writers, lambda: _AvroRead(values, writers, self.avro.required_fields))
 
     def sample_values(self, count: int) -> Sequence[bytes | None]:
         """Values of the warm-up schema (`warm_up_twin`): `count - 1` that decode, one that does not."""

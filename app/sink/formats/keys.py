@@ -152,7 +152,6 @@ class _AvroKeys(KeyReader):
     def __init__(self, registry: SchemaRegistry | WarmUpRegistry | None = None):
         self.registry = registry
         self._keys: AvroColumn | None = None
-        self._last: tuple[tuple[tuple[int, ...], int], _AvroKeyRead] | None = None
 
     def open(self, spark: SparkSession, column: DataType | None) -> None:
         if self._keys is not None:
@@ -174,17 +173,14 @@ class _AvroKeys(KeyReader):
         return twin
 
     def probe(self) -> None:
-        if self.registry is not None:
-            self.registry.probe()
+        if self._keys is not None:
+            self._keys.probe()
 
     def read(self, rows: pa.Table) -> tuple[list[BadRecord], KeyRead]:
         keys = self._keys
         assert keys is not None, "start() first"
         bad, writers = keys.verdicts(rows)
-        cached = (tuple(sorted(writers)), len(keys.shape.fields))
-        if self._last is None or self._last[0] != cached:
-            self._last = (cached, _AvroKeyRead(keys, writers))
-        return bad, self._last[1]
+        return bad, keys.read_of(writers, lambda: _AvroKeyRead(keys, writers))
 
 
 class KeyedRead(BatchRead):
@@ -195,19 +191,19 @@ class KeyedRead(BatchRead):
     def __init__(self, values: BatchRead, key: KeyRead):
         self.values, self.key = values, key
 
-    def _bad(self, df: DataFrame) -> Column:
+    def _bad(self) -> Column:
         value_bad = F.col(BAD) if self.values.needs_spark else F.lit(False)
         return value_bad | F.col(KEY_BAD)
 
     def parse(self, df: DataFrame) -> DataFrame:
         parsed = self.values.parse(df).withColumns(self.key.parse())
-        return parsed.withColumn(BAD, self._bad(parsed))
+        return parsed.withColumn(BAD, self._bad())
 
     def classify(self, df: DataFrame) -> DataFrame:
         judged = self.values.classify(df).withColumns(self.key.parse())  # the value's class wins
         return judged.withColumns(
             {
-                BAD: self._bad(judged),
+                BAD: self._bad(),
                 ERROR_CLASS: F.coalesce(F.col(ERROR_CLASS), self.key.error_class()),
                 ERROR_MESSAGE: F.coalesce(F.col(ERROR_MESSAGE), self.key.message()),
             }
