@@ -8,7 +8,7 @@ VENV   := $(CACHE)/venv
 MVN    := mvn -q -B -Dmaven.repo.local=$(abspath $(CACHE))/m2
 PYTEST_ARGS ?=
 
-.PHONY: setup jars demo test lint pytest clean
+.PHONY: setup jars s3 demo test lint pytest clean
 setup: $(VENV)/.installed jars
 
 jars: $(CACHE)/jars/kafka/.resolved $(CACHE)/jars/spark/.resolved $(CACHE)/jars/bench/.resolved $(CACHE)/registry/.resolved
@@ -40,6 +40,20 @@ $(CACHE)/registry/.resolved: conf/maven/schema-registry.pom.xml
 	$(MVN) -f $< dependency:unpack -Dregistry.dir=$(abspath $(CACHE))/registry
 	@touch $@
 
+# Delta tables on S3: the S3A connector and the AWS SDK's S3 modules (Spark's classpath), and an S3
+# API server for the tests (S3Proxy). Only when S3 is used or tested: `make test` needs it.
+s3: $(CACHE)/jars/s3/.resolved $(CACHE)/jars/s3-server/.resolved
+
+$(CACHE)/jars/s3/.resolved: conf/maven/s3-jars.pom.xml
+	rm -rf $(CACHE)/jars/s3
+	$(MVN) -f $< dependency:copy-dependencies -DincludeScope=runtime -DexcludeGroupIds=io.netty,org.apache.httpcomponents,commons-codec,commons-logging,org.slf4j -DoutputDirectory=$(abspath $(CACHE))/jars/s3
+	@touch $@
+
+$(CACHE)/jars/s3-server/.resolved: conf/maven/s3-server.pom.xml
+	rm -rf $(CACHE)/jars/s3-server
+	$(MVN) -f $< dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(abspath $(CACHE))/jars/s3-server
+	@touch $@
+
 demo: setup
 	$(VENV)/bin/python jobs/demo.py
 
@@ -48,7 +62,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check app jobs tests bench
 	$(VENV)/bin/mypy app jobs bench
 
-pytest: setup
+pytest: setup s3
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 test: lint pytest

@@ -49,7 +49,8 @@ if [ ! -x "$venv/bin/spark-submit" ] || ! ls "$cache"/jars/spark/*.jar >/dev/nul
   echo "sharelake: not set up yet: run 'make setup' (venv, pinned packages, jars under $cache)" >&2
   exit 2
 fi
-jars="$(ls "$cache"/jars/spark/*.jar | paste -sd, -)"
+# the S3A connector too once `make s3` fetched it (tables on s3a://)
+jars="$(ls "$cache"/jars/spark/*.jar "$cache"/jars/s3/*.jar 2>/dev/null | paste -sd, -)"
 job="$1"; shift
 job_args=("$@")
 

@@ -81,20 +81,7 @@ class KafkaConfig(_Section):
     def _dotted_names(cls, v: Any) -> Any:
         """librdkafka names have dots: `sasl.password = ...` in TOML, or `--set
         kafka.client.sasl.password=...`, arrive as nested tables; flatten them back."""
-        if not isinstance(v, dict):
-            return v
-        flat: dict[str, Any] = {}
-
-        def walk(prefix: str, node: dict[str, Any]) -> None:
-            for key, value in node.items():
-                name = f"{prefix}.{key}" if prefix else str(key)
-                if isinstance(value, dict):
-                    walk(name, value)
-                else:
-                    flat[name] = value
-
-        walk("", v)
-        return flat
+        return flatten_dotted(v)
 
     @field_validator("client")
     @classmethod
@@ -110,6 +97,25 @@ class KafkaConfig(_Section):
     def _secret_references(cls, v: dict[str, Any]) -> dict[str, Any]:
         """`env:NAME` and `file:/path` values are read from the environment or a file at start."""
         return {k: resolve_secret(f"kafka.client.{k}", x) if isinstance(x, str) else x for k, x in v.items()}
+
+
+def flatten_dotted(v: Any) -> Any:
+    """Dotted names (`a.b.c = 1` in TOML, or `--set section.a.b.c=1`) arrive as nested tables:
+    flatten them back to {"a.b.c": 1}."""
+    if not isinstance(v, dict):
+        return v
+    flat: dict[str, Any] = {}
+
+    def walk(prefix: str, node: dict[str, Any]) -> None:
+        for key, value in node.items():
+            name = f"{prefix}.{key}" if prefix else str(key)
+            if isinstance(value, dict):
+                walk(name, value)
+            else:
+                flat[name] = value
+
+    walk("", v)
+    return flat
 
 
 class PumpConfig(_Section):
@@ -234,6 +240,9 @@ class SharelakeConfig(_Section):
     metrics: MetricsConfig = MetricsConfig()
     # routed mode (kafka.topics): one section per topic
     topics: dict[str, TopicRoute] = Field(default_factory=dict)
+    # Spark settings the job's session starts with (object-store endpoints and credentials providers,
+    # catalogs, ...): `"spark.hadoop.fs.s3a.endpoint" = "..."`; `env:` / `file:` values read at start
+    spark_conf: dict[str, str] = Field(default_factory=dict)
     _routes: list[Route] = PrivateAttr(default_factory=list)
 
     @model_validator(mode="before")
@@ -249,6 +258,19 @@ class SharelakeConfig(_Section):
                 route = {**route, "payload": _merge_payload(default, route.get("payload", {}))}
             topics[name] = route
         return {**data, "topics": topics}
+
+    @field_validator("spark_conf", mode="before")
+    @classmethod
+    def _spark_names(cls, v: Any) -> Any:
+        return flatten_dotted(v)
+
+    @field_validator("spark_conf")
+    @classmethod
+    def _spark_keys(cls, v: dict[str, str]) -> dict[str, str]:
+        odd = [k for k in v if not k.startswith("spark.")]
+        if odd:
+            raise ValueError(f"spark_conf.{odd[0]} is not a Spark setting: Spark's keys start with 'spark.'")
+        return {k: resolve_secret(f"spark_conf.{k}", x) for k, x in v.items()}
 
     @model_validator(mode="after")
     def _routed(self) -> SharelakeConfig:
@@ -299,6 +321,10 @@ class SharelakeConfig(_Section):
         return str(self.delta.table_path).rstrip("/") + "_dead_letter"
 
 
+# sections whose keys are another tool's dotted names (librdkafka's, Spark's): `--set` keeps the rest whole
+FLAT_SECTIONS: tuple[tuple[str, ...], ...] = (("kafka", "client"), ("spark_conf",))
+
+
 def parse_override(item: str) -> tuple[list[str], Any]:
     """`section.key=value` -> (["section", "key"], value); the value is read as TOML when it parses."""
     if "=" not in item:
@@ -307,6 +333,9 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     path = [p for p in dotted.strip().split(".") if p]
     if not path:
         raise ConfigError(f"override {item!r}: the key is empty; write section.key=value")
+    for section in FLAT_SECTIONS:  # their keys are dotted names (`fs.s3a.endpoint` beside `fs.s3a.endpoint.region`)
+        if tuple(path[: len(section)]) == section and len(path) > len(section):
+            path = [*section, ".".join(path[len(section) :])]
     try:
         value: Any = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:

@@ -13,6 +13,10 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CACHE_DIR = Path(os.environ.get("SHARELAKE_CACHE", PROJECT_ROOT / ".cache"))
 KAFKA_JARS = CACHE_DIR / "jars" / "kafka"
 SPARK_JARS = CACHE_DIR / "jars" / "spark"
+# Delta tables on S3: the S3A connector and the AWS SDK's S3 modules (`make s3`), on Spark's classpath when present
+S3_JARS = CACHE_DIR / "jars" / "s3"
+# an S3 API server (S3Proxy) for the tests and the bench (`make s3`)
+S3_SERVER_JARS = CACHE_DIR / "jars" / "s3-server"
 # the unpacked Apicurio Registry distribution (a runner jar and its lib/), for the embedded schema registry
 REGISTRY_DIR = CACHE_DIR / "registry"
 

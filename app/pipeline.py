@@ -229,7 +229,7 @@ def run_ingest(
                 .start()
             )
         except Exception as e:
-            raise IngestError(f"the streaming query did not start: {str(e).splitlines()[0]}") from e
+            raise IngestError(f"the streaming query did not start: {one_line(e, 300)}") from e
     except BaseException:
         pool.stop(cfg.run.stop_timeout_s)  # the members joined the group: leave it
         if temp_checkpoint:

@@ -186,6 +186,11 @@ def check_table_path(spark: SparkSession, table_path: str, key: str = "delta.tab
     except ConfigError:
         raise
     except Exception as e:  # noqa: BLE001 - any storage error means: not usable as configured
+        if table_path.startswith("s3a://") and ("S3AFileSystem" in str(e) or "No FileSystem for scheme" in str(e)):
+            raise ConfigError(
+                f"{key} = {table_path!r}: Hadoop's S3A connector is not on Spark's classpath; run `make s3` "
+                "(hadoop-aws and the AWS SDK's S3 modules, into .cache/jars/s3/) or use a cluster image that has it"
+            ) from None
         raise ConfigError(
             f"{key} = {table_path!r}: not writable ({one_line(e, 200)}); fix the path or its permissions"
         ) from None

@@ -1,8 +1,9 @@
 """Builds (or joins) the SparkSession with Delta Lake and the Arrow path switched on.
 
 Called by the jobs and the test fixture. Under `spark-submit.sh` the session already has the Delta
-jars from `--jars`; from plain Python (tests, local runs) the jars come from the Maven-resolved
-cache. Python workers must run the project's interpreter (`PYSPARK_PYTHON`), or they pick the
+jars (and the S3A ones when `make s3` fetched them) from `--jars`; from plain Python (tests, local
+runs) the jars come from the Maven-resolved cache. `extra_conf` is the job's `[spark_conf]`
+section. Python workers must run the project's interpreter (`PYSPARK_PYTHON`), or they pick the
 system Python and fail on missing pyarrow.
 """
 
@@ -13,7 +14,7 @@ import sys
 
 from pyspark.sql import SparkSession
 
-from app.paths import SPARK_JARS, jars_in
+from app.paths import S3_JARS, SPARK_JARS, jars_in
 
 DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -37,7 +38,8 @@ def build_spark(app_name: str, master: str | None = None, extra_conf: dict[str, 
         builder = builder.master(master)
     conf = {**DEFAULT_CONF, **(extra_conf or {})}
     if not os.environ.get("SHARELAKE_SUBMITTED"):  # spark-submit.sh passes the jars with --jars
-        conf.setdefault("spark.jars", ",".join(str(j) for j in jars_in(SPARK_JARS)))
+        jars = [*jars_in(SPARK_JARS), *sorted(S3_JARS.glob("*.jar"))]
+        conf.setdefault("spark.jars", ",".join(str(j) for j in jars))
     for k, v in conf.items():
         builder = builder.config(k, v)
     return builder.getOrCreate()

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         check_not_spark_connect()  # before a session is built: under Spark Connect it would be remote
     except ConfigError as e:
         return config_failure(e)
-    spark = build_spark(cfg.run.app_name)
+    spark = build_spark(cfg.run.app_name, extra_conf=cfg.spark_conf)
     shutdown = GracefulShutdown(cfg.run.stop_timeout_s)
     shutdown.install(spark)
     try:

@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = job_config(args)
     except ConfigError as e:
         return config_failure(e)
-    spark = build_spark(f"{cfg.run.app_name}-replay")
+    spark = build_spark(f"{cfg.run.app_name}-replay", extra_conf=cfg.spark_conf)
     try:
         result = replay_dead_letters(spark, cfg, args.where, args.to_topic)
     except ConfigError as e:

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.embedded.kafka_broker import EmbeddedKafka  # noqa: E402
+from app.embedded.s3_server import EmbeddedS3  # noqa: E402
 from app.embedded.schema_registry import EmbeddedSchemaRegistry  # noqa: E402
 from app.spark_session import build_spark  # noqa: E402
 
@@ -55,6 +56,22 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedSchem
 
 
 @pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> Iterator[EmbeddedS3]:
+    """An S3 API server (S3Proxy) for the session; the test SparkSession's S3A points at it."""
+    server = EmbeddedS3(tmp_path_factory.mktemp("s3"))
+    server.start()
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    settings = {k.removeprefix("spark.hadoop."): v for k, v in server.spark_conf().items()}
+    # in-process only: a job gets its credentials from its environment (EmbeddedS3.credentials_env)
+    settings |= {"fs.s3a.access.key": server.credentials_env()["AWS_ACCESS_KEY_ID"]}
+    settings |= {"fs.s3a.secret.key": server.credentials_env()["AWS_SECRET_ACCESS_KEY"]}
+    for key, value in settings.items():
+        hadoop.set(key, value)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     session = build_spark("sharelake-tests", "local[2]", TEST_SPARK_CONF)
     yield session
@@ -73,5 +90,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = outcome.get_result()
     if report.when == "call" and report.failed and "broker" in getattr(item, "funcargs", {}):
         report.sections.append(("embedded broker log tail", item.funcargs["broker"].tail_logs(40)))
+    if report.when == "call" and report.failed and "s3" in getattr(item, "funcargs", {}):
+        report.sections.append(("embedded S3 server log tail", item.funcargs["s3"].tail_logs(40)))
     if report.when == "call" and report.failed and "registry" in getattr(item, "funcargs", {}):
         report.sections.append(("embedded schema registry log tail", item.funcargs["registry"].tail_logs(40)))

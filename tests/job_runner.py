@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 from app import faults as fault_points
 from app.config import load_config
 from app.embedded.kafka_broker import KafkaBrokers
+from app.embedded.s3_server import EmbeddedS3
 from app.pipeline import run_ingest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,11 +32,17 @@ class JobSpec:
     broker: KafkaBrokers
     topic: str
     group: str
-    table: Path
+    table: Path | str  # a local path, or an s3a:// URL on `s3`
     lock_ms: int = 3000
     checkpoint: Path | None = None  # keep Spark's batch ids across restarts (the re-run window)
     # routed: topic -> its table (`topic` is then unused, `table` is the shared dead-letter table)
     routes: dict[str, Path] | None = None
+    s3: EmbeddedS3 | None = None  # the S3 API server of s3a:// tables: its endpoint in spark_conf
+    settings: tuple[str, ...] = ()  # more `--set` overrides, for every run of the job
+
+    def env(self) -> dict[str, str]:
+        """The job's environment: the S3 credentials, where S3A's default chain reads them."""
+        return {**os.environ, **(self.s3.credentials_env() if self.s3 else {})}
 
     def args(self, *extra: str, job: str = "ingest.py") -> list[str]:
         out = [
@@ -64,6 +71,8 @@ class JobSpec:
             "pump.max_poll_records=500",
             "batch.max_records=2000",
             *([f"delta.checkpoint_path={self.checkpoint}"] if self.checkpoint else []),
+            *(f'spark_conf.{k}="{v}"' for k, v in (self.s3.spark_conf() if self.s3 else {}).items()),
+            *self.settings,
             *extra,
         ]
         return sets
@@ -71,7 +80,7 @@ class JobSpec:
 
 def start_job(spec: JobSpec, *extra: str, faults: str = "", log: Path) -> subprocess.Popen[bytes]:
     """Start the job in its own process group (so a kill takes the JVM and the Python driver)."""
-    env = {**os.environ, "SHARELAKE_FAULTS": faults}
+    env = {**spec.env(), "SHARELAKE_FAULTS": faults}
     out = log.open("wb")
     return subprocess.Popen(spec.args(*extra), stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 

@@ -87,6 +87,36 @@ def test_client_settings_keep_their_dotted_names(tmp_path: Path) -> None:
     }
 
 
+def test_spark_settings_keep_their_dotted_names_and_read_secrets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text(
+        "[kafka]\nbootstrap_servers='h:1'\ntopic='t'\ngroup_id='g'\n[delta]\ntable_path='s3a://b/t'\n"
+        "[spark_conf]\n\"spark.hadoop.fs.s3a.endpoint\" = 'http://s3:9000'\n"
+    )
+    monkeypatch.setenv("SHARELAKE_TEST_S3_SECRET", "canary-s3")
+    # `endpoint` and `endpoint.region` side by side: a nested table could not hold both
+    cfg = load_config(
+        f,
+        [
+            "spark_conf.spark.hadoop.fs.s3a.endpoint.region=eu-west-1",
+            "spark_conf.spark.hadoop.fs.s3a.secret.key=env:SHARELAKE_TEST_S3_SECRET",
+        ],
+    )
+    assert cfg.spark_conf == {
+        "spark.hadoop.fs.s3a.endpoint": "http://s3:9000",
+        "spark.hadoop.fs.s3a.endpoint.region": "eu-west-1",
+        "spark.hadoop.fs.s3a.secret.key": "canary-s3",
+    }
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [*REQUIRED, "spark_conf.hadoop.fs.s3a.endpoint=x"])
+    assert str(e.value) == (
+        "config key spark_conf: spark_conf.hadoop.fs.s3a.endpoint is not a Spark setting: "
+        "Spark's keys start with 'spark.'"
+    )
+
+
 def test_secrets_never_appear_in_config_errors() -> None:
     with pytest.raises(ConfigError) as e:
         load_config(None, [*REQUIRED, "kafka.client.sasl.password=[1, 2]"])  # a list: wrong type
