@@ -170,6 +170,10 @@ class DeltaConfig(_Section):
     # on a small driver, while the batch's records stay locked). Applies to the tables Sharelake
     # creates (main and dead-letter); an existing table keeps its own `delta.checkpointInterval`.
     checkpoint_interval: int = Field(default=100, ge=1)
+    # On S3 (no mutual exclusion for Delta commits) a job holds a writer lease on each table, renewed
+    # every third of this; a second job finding it renewed stops at start, a restart after a crash
+    # waits this long for the dead job's lease (app.sink.writer_lease)
+    writer_lease_s: float = Field(default=30.0, ge=3.0)
 
 
 class DeadLetterConfig(_Section):

@@ -48,11 +48,13 @@ from app.preflight import (
     check_not_spark_connect,
     check_table_path,
 )
+from app.sink.dedup_table import DedupTable
 from app.sink.delta_sink import DeltaSink
-from app.sink.destinations import open_destinations
+from app.sink.destinations import Destination, open_destinations
 from app.sink.formats.avro import AvroSettings
 from app.sink.formats.base import FormatSettings
 from app.sink.warm_up import warm_up
+from app.sink.writer_lease import WriterLease, hold_leases
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +176,19 @@ def _wait_for_first_trigger(query: StreamingQuery, timeout_s: float) -> None:
         time.sleep(0.05)
 
 
+def hold_writer_leases(
+    spark: SparkSession, cfg: SharelakeConfig, destinations: list[Destination], dead: DedupTable
+) -> list[WriterLease]:
+    """The writer lease of each table on a store without mutual exclusion (S3), each table's writer
+    checking it before every commit; ConfigError when another live job holds one."""
+    writers = {d.table.table_path: d.table.writer for d in destinations} | {dead.table_path: dead.writer}
+    tables = [(r.table_path, r.key) for r in cfg.routes()] + [(cfg.dead_letter_path, "dead_letter.table_path")]
+    leases = hold_leases(spark, tables, cfg.delta.writer_lease_s, cfg.kafka.group_id)
+    for lease in leases:
+        writers[lease.location].before_commit = lease.check
+    return leases
+
+
 def run_ingest(
     spark: SparkSession,
     cfg: SharelakeConfig,
@@ -195,6 +210,7 @@ def run_ingest(
     check_table_path(spark, cfg.dead_letter_path, key="dead_letter.table_path")
     # formats started (a bad schema or an unreachable registry raises ConfigError here), caches loaded
     destinations, dead = open_destinations(spark, cfg)
+    leases = hold_writer_leases(spark, cfg, destinations, dead)  # S3: one job per table, else ConfigError
     lock_ms = int(group_settings.get("share.record.lock.duration.ms") or DEFAULT_LOCK_MS)
     log_banner(cfg, facts, lock_ms)
     buffer = RecordBuffer(cfg.pump.buffer_max_records)
@@ -232,6 +248,8 @@ def run_ingest(
             raise IngestError(f"the streaming query did not start: {one_line(e, 300)}") from e
     except BaseException:
         pool.stop(cfg.run.stop_timeout_s)  # the members joined the group: leave it
+        for lease in leases:
+            lease.release()
         if temp_checkpoint:
             shutil.rmtree(temp_checkpoint, ignore_errors=True)
         raise
@@ -282,6 +300,8 @@ def run_ingest(
         sink.close()
         query.stop()
         sink.finish()
+        for lease in leases:
+            lease.release()
         if listener is not None:
             clock.streams.removeListener(listener)
         if stop_metrics is not None:

@@ -23,6 +23,7 @@ from app.consume.group_settings import (
     read_group_settings,
 )
 from app.error_lines import one_line
+from app.sink.writer_lease import LEASE_FILE
 
 BROKER_TIMEOUT_S = 15.0  # how long start-up waits for a broker to answer
 PROBE_PREFIX = "_sharelake_write_probe"  # the file written (and deleted) to check a table path is writable
@@ -161,6 +162,12 @@ def check_dead_letter_cap(cfg: SharelakeConfig, group_settings: dict[str, str]) 
         )
 
 
+def _ours(name: str) -> bool:
+    """Files Sharelake keeps in a table's folder before the table exists: a writability probe (of
+    this or another starting job), the S3 writer lease (app.sink.writer_lease)."""
+    return PROBE_PREFIX in name or name == LEASE_FILE.split("/")[0]
+
+
 def check_table_path(spark: SparkSession, table_path: str, key: str = "delta.table_path") -> None:
     """The path is a Delta table, or empty / absent (the first write creates it), and writable."""
     sc = spark.sparkContext
@@ -172,7 +179,7 @@ def check_table_path(spark: SparkSession, table_path: str, key: str = "delta.tab
         log_dir = jvm.org.apache.hadoop.fs.Path(path, "_delta_log")
         if fs.exists(path) and not fs.exists(log_dir):
             # another job starting on the same new table may be probing it right now: its probe is not data
-            held = [s for s in fs.listStatus(path) if PROBE_PREFIX not in s.getPath().getName()]
+            held = [s for s in fs.listStatus(path) if not _ours(s.getPath().getName())]
             if fs.getFileStatus(path).isFile() or held:
                 raise ConfigError(
                     f"{key} = {table_path!r}: the path holds data but is not a Delta table; "

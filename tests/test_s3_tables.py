@@ -10,15 +10,22 @@ Every part of Sharelake that reads the Delta log itself does it through S3 here:
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 
+from app.config import ConfigError, load_config
 from app.embedded.kafka_broker import EmbeddedKafka
 from app.embedded.s3_server import EmbeddedS3
 from app.embedded.sample_data import produce_json_events
-from tests.job_runner import JobSpec, drain_in_process, drain_job, run_summary
+from app.pipeline import run_ingest
+from app.sink.writer_lease import LEASE_FILE
+from tests.job_runner import ROOT, JobSpec, drain_in_process, drain_job, kill_job, run_summary, start_job
 from tests.table_checks import assert_exactly_once
+
+LEASE_S = 6  # the writer lease's TTL: a restart after a kill -9 waits this long for the dead job's lease
 
 
 def test_kill_mid_ingest_into_an_s3_table_then_restart(
@@ -28,7 +35,13 @@ def test_kill_mid_ingest_into_an_s3_table_then_restart(
     table = f"{bucket}/events"
     clock = f"{bucket}/_checkpoints/clock"
     spec = JobSpec(
-        broker, f"s3-{unique}", f"g-{unique}", table, checkpoint=clock, s3=s3, settings=("delta.checkpoint_interval=2",)
+        broker,
+        f"s3-{unique}",
+        f"g-{unique}",
+        table,
+        checkpoint=clock,
+        s3=s3,
+        settings=("delta.checkpoint_interval=2", f"delta.writer_lease_s={LEASE_S}"),
     )  # type: ignore[arg-type]
     broker.create_topic(spec.topic, partitions=2)
     produced = produce_json_events(broker.bootstrap, spec.topic, 6000)
@@ -45,8 +58,43 @@ def test_kill_mid_ingest_into_an_s3_table_then_restart(
     second = run_summary(tmp_path / "run2.log")
     assert_exactly_once(spark, table, produced)  # type: ignore[arg-type]
     assert second["dedup_hits"] > 0
+    assert "its holder is gone; taking it over" in (tmp_path / "run2.log").read_text()  # the dead job's lease
     logs = log1 + (tmp_path / "run2.log").read_text(errors="replace")
     assert "background, Delta Kernel)" in logs and "background checkpoint failed" not in logs
     jvm, hadoop = spark.sparkContext._jvm, spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
     last = jvm.org.apache.hadoop.fs.Path(f"{table}/_delta_log/_last_checkpoint")  # type: ignore[union-attr]
     assert last.getFileSystem(hadoop).exists(last)
+
+
+def test_a_second_job_on_the_same_s3_table_stops_at_start(
+    broker: EmbeddedKafka, spark: SparkSession, s3: EmbeddedS3, tmp_path: Path, unique: str
+) -> None:
+    """S3 gives Delta no mutual exclusion: two jobs appending to one table could overwrite each
+    other's commit file. The second job (same share group, same table) stops at start naming the
+    cause, before it joins the group; the first lands everything exactly once."""
+    table = f"{s3.bucket(f'lake-{unique}')}/events"
+    spec = JobSpec(
+        broker, f"s3two-{unique}", f"g-{unique}", table, s3=s3, settings=(f"delta.writer_lease_s={LEASE_S}",)
+    )  # type: ignore[arg-type]
+    broker.create_topic(spec.topic, partitions=2)
+    produced = produce_json_events(broker.bootstrap, spec.topic, 4000)
+
+    first = start_job(spec, "run.mode=until-drained", "run.idle_timeout_ms=8000", log=tmp_path / "first.log")
+    try:
+        jvm, hadoop = spark.sparkContext._jvm, spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+        lease = jvm.org.apache.hadoop.fs.Path(f"{table}/{LEASE_FILE}")  # type: ignore[union-attr]
+        deadline = time.monotonic() + 180
+        while not lease.getFileSystem(hadoop).exists(lease):
+            assert first.poll() is None and time.monotonic() < deadline, (tmp_path / "first.log").read_text()[-3000:]
+            time.sleep(0.5)
+
+        second = load_config(ROOT / "conf" / "local.toml", spec.sets("run.mode=until-drained"))
+        with pytest.raises(ConfigError) as refused:
+            run_ingest(spark, second)
+        assert str(refused.value).startswith(f"delta.table_path = {table!r} is written by another Sharelake job")
+        assert "run one job per S3 table, or set Delta's S3DynamoDBLogStore" in str(refused.value)
+
+        assert first.wait(300) == 0, (tmp_path / "first.log").read_text()[-3000:]
+    finally:
+        kill_job(first)
+    assert_exactly_once(spark, table, produced)  # type: ignore[arg-type]

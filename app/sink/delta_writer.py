@@ -36,6 +36,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
@@ -91,6 +92,8 @@ class DeltaWriter:
         self._checkpointing: Future[None] | None = None
         self._checkpointed = -1  # the version of the last checkpoint this writer wrote or found
         self._lock = threading.Lock()
+        # raises when this job may not commit to the table now (app.sink.writer_lease, on S3)
+        self.before_commit: Callable[[], None] | None = None
 
     # -- data frames ---------------------------------------------------------------------------------
 
@@ -122,6 +125,8 @@ class DeltaWriter:
         """
         self.wait_for_room()
         before = self._last_commit()
+        if self.before_commit is not None:
+            self.before_commit()
         faults.hit(f"before_{self.name}_commit")
         writer = rows.write.format("delta").mode("append").option("userMetadata", user_metadata)
         if merge_schema:
@@ -163,6 +168,8 @@ class DeltaWriter:
     def delete(self, condition: str, user_metadata: str) -> int:
         """DELETE FROM the table WHERE `condition`, with `user_metadata` on its commit; rows deleted."""
         self.wait_idle()
+        if self.before_commit is not None:
+            self.before_commit()
         path = self.table_path.replace("`", "``")
         self.session.conf.set(USER_METADATA_CONF, user_metadata)
         try:
