@@ -52,6 +52,3 @@ def test_kill_at_a_fault_point_then_restart(
     second = run_summary(tmp_path / "run2.log")
     assert_exactly_once(spark, spec.table, produced)
     assert second["concurrent_duplicates"] == 0
-    if point == "after_delta_commit":
-        # the crashed commit's records came back and were ACCEPTed from the dedup cache, not rewritten
-        assert second["dedup_hits"] > 0
