@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import tomllib
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -158,8 +159,10 @@ class BatchConfig(_Section):
 
 
 class DeltaConfig(_Section):
-    # the table of kafka.topic (routed topics name theirs in [topics.<name>])
+    # the table of kafka.topic, by path or by catalog name (exactly one; routed topics name theirs in
+    # [topics.<name>])
     table_path: str | None = None
+    table_name: str | None = None
     # The trigger clock's streaming checkpoint. It holds only rate-source offsets, so by default
     # each run uses a fresh temporary one on the driver (replicas of a job never collide); set a
     # path to keep Spark's batch ids across restarts.
@@ -177,8 +180,9 @@ class DeltaConfig(_Section):
 
 
 class DeadLetterConfig(_Section):
-    # the dead-letter Delta table; default: the main table's path + "_dead_letter"
+    # the dead-letter Delta table, by path or by catalog name; default: the main table's + "_dead_letter"
     table_path: str | None = None
+    table_name: str | None = None
     # a record delivered this many times is dead-lettered (class delivery_count_exceeded) instead of
     # tried again; keep it below the group's share.delivery.count.limit (default 5), where the broker
     # would archive the record without anyone seeing it (checked at start)
@@ -207,19 +211,31 @@ class RunConfig(_Section):
 class TopicRoute(_Section):
     """`[topics.<name>]`: where one of kafka.topics lands, and how its values are read."""
 
-    table_path: str
+    table_path: str | None = None
+    table_name: str | None = None  # exactly one of the two
     # the [payload] keys this topic reads differently (merged over [payload] at load)
     payload: PayloadSettings = RawSettings()
 
 
 @dataclass(frozen=True)
 class Route:
-    """One destination: its topics, its main table, how their values are read (`SharelakeConfig.routes`)."""
+    """One destination: its topics, its main table, how their values are read (`SharelakeConfig.routes`).
+
+    A table named in the catalog (`table_name`) has its `table_path` (its location) once
+    `SharelakeConfig.locate_tables` ran, at the job's start."""
 
     topics: tuple[str, ...]
     table_path: str
     payload: FormatSettings
     key: str  # the config key naming its table, for error lines
+    table_name: str | None = None
+
+
+def _one_table(section: str, path: str | None, name: str | None, required: bool = True) -> None:
+    if path is not None and name is not None:
+        raise ValueError(f"{section}.table_path and {section}.table_name both name the table: keep one")
+    if required and path is None and name is None:
+        raise ValueError(f"{section} needs table_path (a path) or table_name (a catalog name, db.table)")
 
 
 def _merge_payload(default: Any, override: Any) -> Any:
@@ -248,6 +264,7 @@ class SharelakeConfig(_Section):
     # catalogs, ...): `"spark.hadoop.fs.s3a.endpoint" = "..."`; `env:` / `file:` values read at start
     spark_conf: dict[str, str] = Field(default_factory=dict)
     _routes: list[Route] = PrivateAttr(default_factory=list)
+    _dead_letter_location: str | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -278,12 +295,19 @@ class SharelakeConfig(_Section):
 
     @model_validator(mode="after")
     def _routed(self) -> SharelakeConfig:
+        _one_table("dead_letter", self.dead_letter.table_path, self.dead_letter.table_name, required=False)
         if self.kafka.topic is not None:
-            if self.delta.table_path is None:
-                raise ValueError("kafka.topic needs delta.table_path: the table its records land in")
+            if self.delta.table_path is None and self.delta.table_name is None:
+                raise ValueError(
+                    "kafka.topic needs delta.table_path (a path) or delta.table_name (a catalog name): "
+                    "the table its records land in"
+                )
+            _one_table("delta", self.delta.table_path, self.delta.table_name)
             if self.topics:
                 raise ValueError("[topics.<name>] sections route kafka.topics; with kafka.topic use delta.table_path")
-            self._routes = [Route((self.kafka.topic,), self.delta.table_path, self.payload, "delta.table_path")]
+            key = "delta.table_path" if self.delta.table_name is None else "delta.table_name"
+            where = self.delta.table_path or ""  # a name's location comes at start (locate_tables)
+            self._routes = [Route((self.kafka.topic,), where, self.payload, key, self.delta.table_name)]
             return self
         subscribed = self.kafka.subscribed
         unrouted = [t for t in subscribed if t not in self.topics]
@@ -295,13 +319,18 @@ class SharelakeConfig(_Section):
         stray = [t for t in self.topics if t not in subscribed]
         if stray:
             raise ValueError(f"[topics.{stray[0]}] routes a topic kafka.topics does not list: add it there or drop it")
-        if self.delta.table_path is not None:
+        if self.delta.table_path is not None or self.delta.table_name is not None:
             raise ValueError("delta.table_path is for kafka.topic; routed topics name theirs in [topics.<name>]")
-        if self.dead_letter.table_path is None:
-            raise ValueError("kafka.topics needs dead_letter.table_path: the one dead-letter table all topics share")
+        if self.dead_letter.table_path is None and self.dead_letter.table_name is None:
+            raise ValueError(
+                "kafka.topics needs dead_letter.table_path (or dead_letter.table_name): the one dead-letter "
+                "table all topics share"
+            )
         by_table: dict[str, list[str]] = {}
         for topic in subscribed:
-            by_table.setdefault(self.topics[topic].table_path, []).append(topic)
+            route = self.topics[topic]
+            _one_table(f"topics.{topic}", route.table_path, route.table_name)
+            by_table.setdefault(route.table_path or f"name:{route.table_name}", []).append(topic)
         routes = []
         for table, names in by_table.items():
             payloads = [self.topics[t].payload for t in names]
@@ -310,7 +339,11 @@ class SharelakeConfig(_Section):
                     f"topics {', '.join(names)} share the table {table} but read their values differently: "
                     "one payload per table"
                 )
-            routes.append(Route(tuple(names), table, payloads[0], f"topics.{names[0]}.table_path"))
+            first = self.topics[names[0]]
+            if first.table_name is None:
+                routes.append(Route(tuple(names), table, payloads[0], f"topics.{names[0]}.table_path"))
+            else:
+                routes.append(Route(tuple(names), "", payloads[0], f"topics.{names[0]}.table_name", first.table_name))
         self._routes = routes
         return self
 
@@ -319,10 +352,36 @@ class SharelakeConfig(_Section):
         return list(self._routes)
 
     @property
+    def dead_letter_name(self) -> str | None:
+        """The dead-letter table's catalog name, when it is addressed by name (given, or the main
+        table's name + "_dead_letter")."""
+        if self.dead_letter.table_path is not None:
+            return None
+        if self.dead_letter.table_name is not None:
+            return self.dead_letter.table_name
+        return None if self.delta.table_name is None else self.delta.table_name + "_dead_letter"
+
+    @property
+    def dead_letter_key(self) -> str:
+        return "dead_letter.table_path" if self.dead_letter_name is None else "dead_letter.table_name"
+
+    @property
     def dead_letter_path(self) -> str:
+        """The dead-letter table's location (of a named one: once `locate_tables` ran)."""
+        if self._dead_letter_location is not None:
+            return self._dead_letter_location
         if self.dead_letter.table_path is not None:
             return self.dead_letter.table_path
         return str(self.delta.table_path).rstrip("/") + "_dead_letter"
+
+    def locate_tables(self, locate: Callable[[str, str], str]) -> None:
+        """Give each table named in the catalog its location: `locate(name, config key)` (at start,
+        with the session's catalog: app.sink.catalog_tables.locate_table)."""
+        self._routes = [
+            r if r.table_name is None else replace(r, table_path=locate(r.table_name, r.key)) for r in self._routes
+        ]
+        if self.dead_letter_name is not None:
+            self._dead_letter_location = locate(self.dead_letter_name, self.dead_letter_key)
 
 
 # sections whose keys are another tool's dotted names (librdkafka's, Spark's): `--set` keeps the rest whole
@@ -391,14 +450,21 @@ def _one_line(err: ValidationError) -> str:
 
 def _switch_mode(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """An override of `kafka.topics` replaces the file's one-topic keys (`kafka.topic`,
-    `delta.table_path`); one of `kafka.topic` replaces the file's routing (`kafka.topics`, [topics])."""
+    `delta.table_path` / `table_name`); one of `kafka.topic` replaces the file's routing
+    (`kafka.topics`, [topics]); a table given by path replaces the file's by name, and back."""
     keys = {tuple(parse_override(item)[0][:2]) for item in overrides}
+    for section in ("delta", "dead_letter"):
+        table = data.get(section)
+        for given, other in (("table_path", "table_name"), ("table_name", "table_path")):
+            if isinstance(table, dict) and (section, given) in keys and (section, other) not in keys:
+                table.pop(other, None)
     kafka, delta = data.get("kafka"), data.get("delta")
     if ("kafka", "topics") in keys and ("kafka", "topic") not in keys:
         if isinstance(kafka, dict):
             kafka.pop("topic", None)
-        if isinstance(delta, dict) and ("delta", "table_path") not in keys:
-            delta.pop("table_path", None)
+        for key in ("table_path", "table_name"):
+            if isinstance(delta, dict) and ("delta", key) not in keys:
+                delta.pop(key, None)
     if ("kafka", "topic") in keys and ("kafka", "topics") not in keys:
         if isinstance(kafka, dict):
             kafka.pop("topics", None)

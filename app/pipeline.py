@@ -48,6 +48,7 @@ from app.preflight import (
     check_not_spark_connect,
     check_table_path,
 )
+from app.sink.catalog_tables import locate_table
 from app.sink.dedup_table import DedupTable
 from app.sink.delta_sink import DeltaSink
 from app.sink.destinations import Destination, open_destinations
@@ -115,7 +116,8 @@ def lock_note(cfg: SharelakeConfig, facts: KafkaFacts) -> str:
 
 def route_note(route: Route) -> str:
     """One destination for the banner: topics -> table, payload (a registry's URL never holds credentials)."""
-    return f"{', '.join(route.topics)} -> table {route.table_path}, payload {payload_note(route.payload)}"
+    table = route.table_path if route.table_name is None else f"{route.table_name} (at {route.table_path})"
+    return f"{', '.join(route.topics)} -> table {table}, payload {payload_note(route.payload)}"
 
 
 def payload_note(p: FormatSettings) -> str:
@@ -154,7 +156,7 @@ def log_banner(cfg: SharelakeConfig, facts: KafkaFacts, lock_ms: int) -> None:
         "available" if RENEW_SUPPORTED else "not available: each poll must be decided within the lock",
         lock_note(cfg, facts),
         "\n  ".join(route_note(r) for r in cfg.routes()),
-        cfg.dead_letter_path,
+        cfg.dead_letter_path if cfg.dead_letter_name is None else f"{cfg.dead_letter_name} (at {cfg.dead_letter_path})",
         cfg.run.mode,
         members,
         pump.max_poll_records,
@@ -182,7 +184,7 @@ def hold_writer_leases(
     """The writer lease of each table on a store without mutual exclusion (S3), each table's writer
     checking it before every commit; ConfigError when another live job holds one."""
     writers = {d.table.table_path: d.table.writer for d in destinations} | {dead.table_path: dead.writer}
-    tables = [(r.table_path, r.key) for r in cfg.routes()] + [(cfg.dead_letter_path, "dead_letter.table_path")]
+    tables = [(r.table_path, r.key) for r in cfg.routes()] + [(cfg.dead_letter_path, cfg.dead_letter_key)]
     leases = hold_leases(spark, tables, cfg.delta.writer_lease_s, cfg.kafka.group_id)
     for lease in leases:
         writers[lease.location].before_commit = lease.check
@@ -205,11 +207,15 @@ def run_ingest(
     facts = check_kafka(admin, cfg, client_errors)  # raises ConfigError: one line, exit code 2
     group_settings = facts.group_settings
     check_dead_letter_cap(cfg, group_settings)
+    cfg.locate_tables(lambda name, key: locate_table(spark, name, key))  # tables by catalog name
     for route in cfg.routes():
         check_table_path(spark, route.table_path, key=route.key)
-    check_table_path(spark, cfg.dead_letter_path, key="dead_letter.table_path")
+    check_table_path(spark, cfg.dead_letter_path, key=cfg.dead_letter_key)
     # formats started (a bad schema or an unreachable registry raises ConfigError here), caches loaded
     destinations, dead = open_destinations(spark, cfg)
+    for destination, route in zip(destinations, cfg.routes(), strict=True):
+        destination.table.writer.register_as = route.table_name  # entered in the catalog after a commit
+    dead.writer.register_as = cfg.dead_letter_name
     leases = hold_writer_leases(spark, cfg, destinations, dead)  # S3: one job per table, else ConfigError
     lock_ms = int(group_settings.get("share.record.lock.duration.ms") or DEFAULT_LOCK_MS)
     log_banner(cfg, facts, lock_ms)

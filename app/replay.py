@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 from tenacity import Retrying, stop_after_attempt, wait_exponential_jitter
 
 from app.config import ConfigError, SharelakeConfig
+from app.sink.catalog_tables import locate_table
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +43,13 @@ class ReplayResult:
 def replay_dead_letters(
     spark: SparkSession, cfg: SharelakeConfig, where: str | None = None, to_topic: str | None = None
 ) -> ReplayResult:
+    cfg.locate_tables(lambda name, key: locate_table(spark, name, key))
     path = cfg.dead_letter_path
     if not DeltaTable.isDeltaTable(spark, path):
+        shown = path if cfg.dead_letter_name is None else f"{cfg.dead_letter_name} (at {path})"
         raise ConfigError(
-            f"dead_letter.table_path = {path!r}: no dead-letter table there yet; point it at the table the "
-            "ingest job writes (default: delta.table_path + '_dead_letter')"
+            f"{cfg.dead_letter_key} = {shown!r}: no dead-letter table there yet; point it at the table the "
+            "ingest job writes (default: the main table's + '_dead_letter')"
         )
     rows = spark.read.format("delta").load(path).where(F.col("replayed_at").isNull())
     if where:

@@ -72,8 +72,18 @@ def s3(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> Iterato
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    session = build_spark("sharelake-tests", "local[2]", TEST_SPARK_CONF)
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    """The tests' SparkSession, with the Hive metastore pyspark ships (Derby, in the session's temp
+    dir) as its catalog: tables by name (`db.events`) work as on a cluster's metastore."""
+    catalog = tmp_path_factory.mktemp("catalog")
+    hive = {
+        "spark.sql.catalogImplementation": "hive",
+        "spark.sql.warehouse.dir": str(catalog / "warehouse"),
+        "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={catalog / 'db'};create=true",
+    }
+    conf = {**TEST_SPARK_CONF, **hive}
+    conf["spark.driver.extraJavaOptions"] += f" -Dderby.system.home={catalog}"
+    session = build_spark("sharelake-tests", "local[2]", conf)
     yield session
     session.stop()
 

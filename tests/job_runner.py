@@ -39,6 +39,7 @@ class JobSpec:
     routes: dict[str, Path] | None = None
     s3: EmbeddedS3 | None = None  # the S3 API server of s3a:// tables: its endpoint in spark_conf
     settings: tuple[str, ...] = ()  # more `--set` overrides, for every run of the job
+    table_name: str | None = None  # the table by catalog name instead of `table` (its path)
 
     def env(self) -> dict[str, str]:
         """The job's environment: the S3 credentials, where S3A's default chain reads them."""
@@ -58,7 +59,10 @@ class JobSpec:
     def sets(self, *extra: str) -> list[str]:
         """The job's `--set` overrides (over conf/local.toml)."""
         if self.routes is None:
-            where = [f"kafka.topic={self.topic}", f"delta.table_path={self.table}"]
+            table = (
+                f"delta.table_path={self.table}" if self.table_name is None else f"delta.table_name={self.table_name}"
+            )
+            where = [f"kafka.topic={self.topic}", table]
         else:
             names = ", ".join(f'"{t}"' for t in self.routes)
             where = [f"kafka.topics=[{names}]", f"dead_letter.table_path={self.table}"]

@@ -33,6 +33,11 @@ def test_overrides_are_typed_and_win() -> None:
         ([*REQUIRED, "run.mode=sometimes"], "config key run.mode = 'sometimes'"),
         ([*REQUIRED, "kafka.client.group.id=x"], "config key kafka.client"),
         (["kafka.topic"], "write it as section.key=value"),
+        (
+            [*REQUIRED, "delta.table_name=db.events"],
+            "delta.table_path and delta.table_name both name the table: keep one",
+        ),
+        (REQUIRED[:3], "kafka.topic needs delta.table_path (a path) or delta.table_name (a catalog name)"),
         ([*REQUIRED, "payload.format=json"], "config key payload: payload.format = 'json' needs payload.schema"),
         ([*REQUIRED, "payload.schema=id long"], "config key payload.schema does not apply to payload.format = 'raw'"),
         ([*REQUIRED, "payload.format=xml"], "config key payload.format = 'xml': not a payload format; use one of raw"),

@@ -45,6 +45,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from app import faults
 from app.acknowledge.proof import CommitProof
+from app.sink.catalog_tables import register_table
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,8 @@ class DeltaWriter:
         self._lock = threading.Lock()
         # raises when this job may not commit to the table now (app.sink.writer_lease, on S3)
         self.before_commit: Callable[[], None] | None = None
+        # a table addressed by catalog name: entered in the catalog after a commit, until that succeeds
+        self.register_as: str | None = None
 
     # -- data frames ---------------------------------------------------------------------------------
 
@@ -158,6 +161,9 @@ class DeltaWriter:
     def _save(self, writer: Any, description: str) -> None:
         self.session.sparkContext.setLocalProperty("spark.job.description", description)
         writer.save(self.table_path)
+        if self.register_as is not None:
+            register_table(self.session, self.register_as, self.table_path)
+            self.register_as = None
         faults.hit(f"{self.name}_post_commit")  # committed, maybe decided; Delta's post-commit work done, ours next
         self._checkpoint_if_due()
 
