@@ -40,7 +40,12 @@ def locate_table(spark: SparkSession, name: str, key: str) -> str:
                 f"{key} = {name!r}: the catalog's table is {detail['format']}, not Delta; name a Delta table"
             )
         return str(detail["location"])
-    database = ".".join(parts[:-1]) or spark.catalog.currentDatabase()
+    if len(parts) == 3:
+        raise ConfigError(
+            f"{key} = {name!r}: no such table; Sharelake creates new tables only in the session catalog "
+            "(db.table): create it in its catalog first, or use a two-part name"
+        )
+    database = parts[0] if len(parts) == 2 else spark.catalog.currentDatabase()
     if not spark.catalog.databaseExists(database):
         raise ConfigError(
             f"{key} = {name!r}: database {database} does not exist in the session's catalog; "
@@ -48,9 +53,7 @@ def locate_table(spark: SparkSession, name: str, key: str) -> str:
         )
     jvm = spark.sparkContext._jvm
     assert jvm is not None
-    ident = jvm.org.apache.spark.sql.catalyst.TableIdentifier.apply(
-        parts[-1], jvm.scala.Option.apply(parts[-2] if len(parts) > 1 else database)
-    )
+    ident = jvm.org.apache.spark.sql.catalyst.TableIdentifier.apply(parts[-1], jvm.scala.Option.apply(database))
     return str(spark._jsparkSession.sessionState().catalog().defaultTablePath(ident))
 
 
