@@ -1,7 +1,8 @@
 """A human summary of a job's Delta tables and its dead-letter table: rows, columns, offsets, duplicates.
 
 Called by `jobs/ingest.py --summary` (the demo uses it) to show what landed: each main table (its
-payload columns, so a column a new writer schema added shows), then the dead letters by class.
+payload columns, so a column a new writer schema added shows; its data files, count and size, the
+cost small commits leave), then the dead letters by class.
 """
 
 from __future__ import annotations
@@ -23,10 +24,16 @@ def print_table_summary(spark: SparkSession, table_path: str) -> None:
     df = spark.read.format("delta").load(table_path)
     total = df.count()
     distinct = df.select("topic", "partition", "offset").distinct().count()
-    versions = DeltaTable.forPath(spark, table_path).history().count()
+    table = DeltaTable.forPath(spark, table_path)
+    versions = table.history().count()
+    detail = table.detail().collect()[0]  # the current snapshot's data files
+    files, size = int(detail["numFiles"]), int(detail["sizeInBytes"])
     print(f"\n=== Delta table {table_path}")
     print(f"rows: {total}   distinct (topic, partition, offset): {distinct}   duplicates: {total - distinct}")
-    print(f"table versions (commits): {versions}")
+    print(
+        f"table versions (commits): {versions}   data files: {files}, {size / 2**20:.1f} MiB "
+        f"(mean {size / max(1, files) / 2**10:.0f} KiB a file)"
+    )
     columns = [
         f"{f.name} {f.dataType.simpleString()}" for f in df.schema.fields if f.name not in (*METADATA, "batch_id")
     ]
