@@ -74,10 +74,11 @@ clean:
 # Kafka's share-consumer perf tool, side by side in one run; report under bench/results/.
 #   make bench         the full run (BENCH_ARGS to change sizes: see `python -m bench.run --help`)
 #   make bench-smoke   a tiny run that only checks the harness works (numbers mean nothing)
+#   make bench-storage local vs S3 tables, auto compaction, optimized writes, jobs/maintain.py (bench/storage.py)
 BENCH_ARGS ?=
 BENCH_JAR_IDS := spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2
 
-.PHONY: bench bench-smoke bench-setup
+.PHONY: bench bench-smoke bench-setup bench-storage
 bench-setup: setup
 
 # Spark's built-in Kafka source: only the artifacts the pyspark wheel does not already ship
@@ -91,3 +92,6 @@ bench: bench-setup
 
 bench-smoke: bench-setup
 	$(VENV)/bin/python -m bench.run --smoke $(BENCH_ARGS)
+
+bench-storage: setup s3
+	$(VENV)/bin/python -m bench.storage $(BENCH_ARGS)

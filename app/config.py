@@ -158,6 +158,9 @@ class BatchConfig(_Section):
     write_attempts: int = Field(default=4, ge=1)
 
 
+_INTERVAL = r"^interval \d+ (second|minute|hour|day|week)s?$"
+
+
 class DeltaConfig(_Section):
     # the table of kafka.topic, by path or by catalog name (exactly one; routed topics name theirs in
     # [topics.<name>])
@@ -173,6 +176,11 @@ class DeltaConfig(_Section):
     # on a small driver, while the batch's records stay locked). Applies to the tables Sharelake
     # creates (main and dead-letter); an existing table keeps its own `delta.checkpointInterval`.
     checkpoint_interval: int = Field(default=100, ge=1)
+    # delta.logRetentionDuration of the tables Sharelake creates: how long commit files stay in
+    # _delta_log (each append lists them: its cost grows with their number), hence how far back time
+    # travel and a lagging downstream stream reader can go. Sharelake's checkpoints delete the
+    # expired ones. Default: VACUUM's default retention, past which time travel has no data anyway.
+    log_retention: str = Field(default="interval 7 days", pattern=_INTERVAL)
     # On S3 (no mutual exclusion for Delta commits) a job holds a writer lease on each table, renewed
     # every third of this; a second job finding it renewed stops at start, a restart after a crash
     # waits this long for the dead job's lease (app.sink.writer_lease)
@@ -187,6 +195,16 @@ class DeadLetterConfig(_Section):
     # tried again; keep it below the group's share.delivery.count.limit (default 5), where the broker
     # would archive the record without anyone seeing it (checked at start)
     max_delivery_count: int = Field(default=4, ge=1)
+
+
+class MaintenanceConfig(_Section):
+    """`jobs/maintain.py` (app.maintenance): OPTIMIZE, then VACUUM, every table of the config."""
+
+    optimize: bool = True
+    vacuum: bool = True
+    # VACUUM keeps the files any version of the last this-many hours needs (time travel that far);
+    # Delta refuses less than the table's delta.deletedFileRetentionDuration (7 days) unless told
+    vacuum_retain_hours: float = Field(default=168.0, ge=0)
 
 
 class MetricsConfig(_Section):
@@ -258,6 +276,7 @@ class SharelakeConfig(_Section):
     payload: PayloadSettings = RawSettings()  # the format's own section (app.sink.formats)
     dead_letter: DeadLetterConfig = DeadLetterConfig()
     metrics: MetricsConfig = MetricsConfig()
+    maintenance: MaintenanceConfig = MaintenanceConfig()
     # routed mode (kafka.topics): one section per topic
     topics: dict[str, TopicRoute] = Field(default_factory=dict)
     # Spark settings the job's session starts with (object-store endpoints and credentials providers,
@@ -373,6 +392,11 @@ class SharelakeConfig(_Section):
         if self.dead_letter.table_path is not None:
             return self.dead_letter.table_path
         return str(self.delta.table_path).rstrip("/") + "_dead_letter"
+
+    def table_locations(self) -> list[str]:
+        """Every table the job writes: the main tables, then the dead-letter table (by location:
+        after `locate_tables` when a table is named)."""
+        return [*(r.table_path for r in self._routes), self.dead_letter_path]
 
     def locate_tables(self, locate: Callable[[str, str], str]) -> None:
         """Give each table named in the catalog its location: `locate(name, config key)` (at start,

@@ -203,17 +203,18 @@ def run_soak(
     sample_s: float = 2.0,
     drain_timeout_s: float = 300.0,
     spark: SparkSession | None = None,
+    sets: tuple[str, ...] = (),
 ) -> SoakRun:
     """The soak described above, on `broker` (started; it is killed and restarted) in `work`.
 
     `rate` skips the calibration's measurement (the backlog is still produced and drained first).
-    `spark`: a session for the final check (None: one is built)."""
+    `spark`: a session for the final check (None: one is built). `sets`: the job's extra `--set`s."""
     if not pattern or set(pattern) - set(FAULT_KINDS):
         raise ValueError(f"pattern {pattern!r}: use the letters D (driver kill) and B (broker restart)")
     work.mkdir(parents=True, exist_ok=True)
     topic, group, table = "soak", "g-soak", work / "table"
     broker.create_topic(topic, partitions=PARTITIONS)
-    ctx = RunContext(broker.bootstrap, topic, PARTITIONS, 0, 0, work, BenchSettings())
+    ctx = RunContext(broker.bootstrap, topic, PARTITIONS, 0, 0, work, BenchSettings(sharelake_sets=sets))
     run = SoakRun(duration_s=duration_s, fault_every_s=fault_every_s, pattern=pattern)
     tail = CommitTail(table)
     job = Job(ctx, group, table)
@@ -500,6 +501,10 @@ def main() -> None:
         "lives through two broker restarts, long enough to judge its memory)",
     )  # fmt: skip
     ap.add_argument("--work-dir", type=Path, default=WORK_ROOT / "soak")
+    ap.add_argument(
+        "--set", dest="sets", action="append", default=[], metavar="SECTION.KEY=VALUE",
+        help="an override for the job (repeatable), e.g. --set 'delta.log_retention=\"interval 5 minutes\"'",
+    )  # fmt: skip
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stamp = time.strftime("%Y-%m-%d-%H%M%S")
@@ -508,9 +513,11 @@ def main() -> None:
         run = run_soak(
             broker, work / "run", duration_s=args.minutes * 60, fault_every_s=args.fault_every_minutes * 60,
             fraction=args.fraction, calibrate_records=args.calibrate_records, rate=args.rate, pattern=args.pattern,
+            sets=tuple(args.sets),
         )  # fmt: skip
     report = RESULTS_DIR / f"{stamp}-soak.md"
-    report.write_text("\n".join([f"# Sharelake soak, {stamp}\n", *soak_section(run)]))
+    settings = f"The job's overrides: `{' '.join(args.sets)}`.\n" if args.sets else ""
+    report.write_text("\n".join([f"# Sharelake soak, {stamp}\n", settings, *soak_section(run)]))
     report.with_suffix(".json").write_text(json.dumps(soak_json(run), indent=2, default=str))
     print(f"soak: report written to {report}")
 

@@ -1,10 +1,11 @@
 """Table maintenance while the job writes: OPTIMIZE, VACUUM and a foreign writer, plus a crash mid-way.
 
-Another SparkSession (the test's own) compacts the table, vacuums it (the retention check relaxed
-to a minute, so the files OPTIMIZE removed early really go, while files being written stay) and
-appends rows of its own, in a loop, while the job ingests a steady stream in its own driver. The
-job is killed once mid-way, so its successor loads the dedup cache from a log full of OPTIMIZE's
-rewrite commits and must still recognise every redelivered record.
+Another SparkSession (the test's own) runs Sharelake's maintenance pass (`app.maintenance`: OPTIMIZE,
+then VACUUM, the retention check relaxed to a minute, so the files OPTIMIZE removed early really go,
+while files being written stay) and appends rows of its own, in a loop, while the job ingests a
+steady stream in its own driver. The job is killed once mid-way, so its successor loads the dedup
+cache from a log full of OPTIMIZE's rewrite commits and must still recognise every redelivered
+record. At the end the scheduled job itself (`jobs/maintain.py`) compacts what is left.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from pyspark.sql import functions as F
 
 from app.embedded.kafka_broker import EmbeddedKafka
 from app.embedded.sample_data import Produced, produce_json_events
+from app.maintenance import maintain_table
 from bench.delta_log import added_files, data_commits, longest_open_write_s, read_commits
-from tests.job_runner import JobSpec, kill_job, run_summary, start_job
+from jobs import maintain
+from tests.job_runner import ROOT, JobSpec, kill_job, run_summary, start_job
 from tests.kafka_helpers import nothing_left
 from tests.table_checks import assert_exactly_once, dead_letter_rows
 
@@ -43,7 +46,7 @@ class Maintenance(threading.Thread):
 
     def run(self) -> None:
         while not self.stop.is_set():
-            for step in (self._optimize, self._vacuum, self._append):
+            for step in (self._maintain, self._append):
                 try:
                     step()
                 except Exception as e:  # noqa: BLE001 - a conflict with the job's commit: counted, tried again
@@ -51,14 +54,11 @@ class Maintenance(threading.Thread):
             self.rounds += 1
             self.stop.wait(1.0)
 
-    def _optimize(self) -> None:
-        metrics = self.spark.sql(f"OPTIMIZE delta.`{self.table}`").first()
-        if metrics is not None:
-            self.optimized_files += int(metrics["metrics"]["numFilesRemoved"])
-
-    def _vacuum(self) -> None:
-        self.spark.sql(f"VACUUM delta.`{self.table}` RETAIN {VACUUM_RETAIN_HOURS} HOURS").collect()
-        self.vacuums += 1
+    def _maintain(self) -> None:
+        result = maintain_table(self.spark, self.table, VACUUM_RETAIN_HOURS)
+        if result is not None:
+            self.optimized_files += result.files_compacted
+            self.vacuums += 1
 
     def _append(self) -> None:
         rows = self.spark.read.format("delta").load(self.table).where(F.col("topic") != FOREIGN).limit(5)
@@ -133,3 +133,18 @@ def test_optimize_vacuum_and_a_foreign_writer_lose_and_double_nothing(
     assert second["failed_attempts"] == 0 and second["released"] == 0, second
     assert second["dead_lettered"] == 0 and dead_letter_rows(spark, spec.table) == 0
     assert nothing_left(broker, spec.topic, spec.group)
+
+    # the scheduled job, as users run it after the ingest: every table of the config compacted
+    files_before = spark.read.format("delta").load(str(spec.table)).inputFiles()
+    args = ["--config", str(ROOT / "conf" / "local.toml")]
+    for setting in spec.sets("maintenance.vacuum_retain_hours=0.0167"):
+        args += ["--set", setting]
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    shuffle = spark.conf.get("spark.sql.shuffle.partitions")
+    try:
+        assert maintain.main(args) == 0  # in this session: the job's builder joins it (and sets its SQL defaults)
+    finally:
+        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+        spark.conf.set("spark.sql.shuffle.partitions", str(shuffle))
+    assert len(spark.read.format("delta").load(str(spec.table)).inputFiles()) < len(files_before)
+    assert_exactly_once(spark, spec.table, produced, where=f"topic = '{spec.topic}'")

@@ -94,12 +94,13 @@ class DedupTable:
         lookback_commits: int | None,
         stats_columns: tuple[str, ...] = (),
         prefix: str = "",
+        log_retention: str | None = None,
     ) -> DedupTable:
         """A table with its writer and its cache; `lookback_commits` None: a cache that reads no log
         (a table this process alone writes, as the warm-up's)."""
         log_reader = DeltaCommitLog(spark, table_path, stamp_column) if lookback_commits is not None else None
         cache = DedupCache(log_reader, lookback_commits or 1)
-        writer = DeltaWriter(spark, table_path, name, checkpoint_every, stats_columns)
+        writer = DeltaWriter(spark, table_path, name, checkpoint_every, stats_columns, log_retention)
         return cls(writer, cache, stamp_column, prefix)
 
     def load(self) -> None:

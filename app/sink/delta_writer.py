@@ -68,6 +68,7 @@ class DeltaWriter:
         name: str,
         checkpoint_every: int,
         stats_columns: tuple[str, ...] = (),
+        log_retention: str | None = None,
     ):
         self.table_path = table_path
         self.name = name
@@ -84,6 +85,8 @@ class DeltaWriter:
         }
         if stats_columns:
             conf[TABLE_DEFAULTS + "dataSkippingStatsColumns"] = ",".join(stats_columns)
+        if log_retention:  # the log files a table keeps (the append's listing cost; time travel's reach)
+            conf[TABLE_DEFAULTS + "logRetentionDuration"] = log_retention
         for key, value in conf.items():
             self.session.conf.set(key, value)
         self._parallelism = max(1, int(self.session.sparkContext.defaultParallelism))

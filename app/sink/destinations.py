@@ -43,6 +43,7 @@ def main_table(
     lookback_commits: int | None,
     prefix: str = "",
     name: str = "delta",
+    log_retention: str | None = None,
 ) -> DedupTable:
     """A main table. `name` names its Delta writer's fault points (`before_delta_commit`, ...): the
     warm-up's tables take names of their own, since its commits run in committer threads, where
@@ -56,11 +57,18 @@ def main_table(
         lookback_commits=lookback_commits,
         stats_columns=fmt.stats_columns(),
         prefix=prefix,
+        log_retention=log_retention,
     )
 
 
 def dead_letter_table(
-    spark: SparkSession, path: str, *, checkpoint_every: int, lookback_commits: int | None, name: str = "dead_letter"
+    spark: SparkSession,
+    path: str,
+    *,
+    checkpoint_every: int,
+    lookback_commits: int | None,
+    name: str = "dead_letter",
+    log_retention: str | None = None,
 ) -> DedupTable:
     return DedupTable.open(
         spark,
@@ -71,6 +79,7 @@ def dead_letter_table(
         lookback_commits=lookback_commits,
         stats_columns=DEAD_LETTER_STATS,
         prefix="dead_letter_",
+        log_retention=log_retention,
     )
 
 
@@ -91,10 +100,22 @@ def open_destinations(spark: SparkSession, cfg: SharelakeConfig) -> tuple[list[D
         fmt.start(spark, route.table_path)
         prefix = counter_prefix(route.topics[0]) if routed else ""
         table = main_table(
-            spark, route.table_path, fmt, checkpoint_every=every, lookback_commits=lookback, prefix=prefix
+            spark,
+            route.table_path,
+            fmt,
+            checkpoint_every=every,
+            lookback_commits=lookback,
+            prefix=prefix,
+            log_retention=cfg.delta.log_retention,
         )
         destinations.append(Destination(route.topics, table, fmt))
-    dead = dead_letter_table(spark, cfg.dead_letter_path, checkpoint_every=every, lookback_commits=lookback)
+    dead = dead_letter_table(
+        spark,
+        cfg.dead_letter_path,
+        checkpoint_every=every,
+        lookback_commits=lookback,
+        log_retention=cfg.delta.log_retention,
+    )
     for table in [*(d.table for d in destinations), dead]:
         table.load()
     return destinations, dead

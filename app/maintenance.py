@@ -1,0 +1,77 @@
+"""Table maintenance beside the ingest: OPTIMIZE (compaction of small files), then VACUUM.
+
+Called by `jobs/maintain.py` (a scheduled job: it runs once over every table of the config and
+exits) and by the maintenance test, which runs it in a loop beside a live ingest job. Each
+micro-batch of the ingest is one Delta commit with its own small files; OPTIMIZE rewrites them into
+fewer large ones (a commit that only removes and adds files: no offsets, so the dedup cache passes
+over it), and VACUUM deletes the files no version within the retention needs any more.
+
+VACUUM's retention (`maintenance.vacuum_retain_hours`, default Delta's 7 days) bounds time travel,
+and must stay longer than any write in flight (a file written but not yet committed looks
+unreferenced): Delta refuses less than the table's `delta.deletedFileRetentionDuration` unless
+`spark.databricks.delta.retentionDurationCheck.enabled` is false.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class MaintenanceResult:
+    """What one pass did to one table."""
+
+    table: str
+    files_before: int
+    files_after: int
+    bytes_after: int
+    files_compacted: int  # data files OPTIMIZE removed (rewritten into fewer)
+    files_vacuumed: int  # files VACUUM deleted from storage
+    optimize_s: float
+    vacuum_s: float
+
+    def line(self) -> str:
+        return (
+            f"{self.table}: {self.files_before} -> {self.files_after} data files ({self.bytes_after / 2**20:.1f} MiB; "
+            f"OPTIMIZE compacted {self.files_compacted} in {self.optimize_s:.1f}s), "
+            f"VACUUM deleted {self.files_vacuumed} files in {self.vacuum_s:.1f}s"
+        )
+
+
+def maintain_table(
+    spark: SparkSession, location: str, vacuum_retain_hours: float, *, optimize: bool = True, vacuum: bool = True
+) -> MaintenanceResult | None:
+    """OPTIMIZE then VACUUM the Delta table at `location`; None when there is no table there yet."""
+    if not DeltaTable.isDeltaTable(spark, location):
+        return None
+    table = DeltaTable.forPath(spark, location)
+    before = table.detail().collect()[0]
+    compacted, started = 0, time.perf_counter()
+    if optimize:
+        metrics = table.optimize().executeCompaction().collect()
+        compacted = int(metrics[0]["metrics"]["numFilesRemoved"]) if metrics else 0
+    optimized = time.perf_counter()
+    vacuumed = 0
+    if vacuum:
+        path = location.replace("`", "``")
+        # DRY RUN lists what the real run then deletes (Delta reports no count of its own)
+        vacuumed = spark.sql(f"VACUUM delta.`{path}` RETAIN {vacuum_retain_hours} HOURS DRY RUN").count()
+        spark.sql(f"VACUUM delta.`{path}` RETAIN {vacuum_retain_hours} HOURS").collect()
+    after = table.detail().collect()[0]
+    return MaintenanceResult(
+        location,
+        int(before["numFiles"]),
+        int(after["numFiles"]),
+        int(after["sizeInBytes"]),
+        compacted,
+        vacuumed,
+        optimized - started,
+        time.perf_counter() - optimized,
+    )
