@@ -205,6 +205,9 @@ class MaintenanceConfig(_Section):
     # VACUUM keeps the files any version of the last this-many hours needs (time travel that far);
     # Delta refuses less than the table's delta.deletedFileRetentionDuration (7 days) unless told
     vacuum_retain_hours: float = Field(default=168.0, ge=0)
+    # lite: delete what the log's remove actions name (fast; falls back to full when the log since
+    # the last VACUUM was cleaned up); full: list the whole table folder (also finds stray files)
+    vacuum_mode: Literal["lite", "full"] = "lite"
 
 
 class MetricsConfig(_Section):

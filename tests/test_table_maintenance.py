@@ -43,6 +43,7 @@ class Maintenance(threading.Thread):
         self.stop = threading.Event()
         self.optimized_files = self.vacuums = self.foreign_rows = self.rounds = 0
         self.conflicts: list[str] = []
+        self.passes: list[str] = []  # what each maintenance pass did, for the failure message
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -56,6 +57,7 @@ class Maintenance(threading.Thread):
 
     def _maintain(self) -> None:
         result = maintain_table(self.spark, self.table, VACUUM_RETAIN_HOURS)
+        self.passes.append(f"{time.strftime('%H:%M:%S')} {result.line() if result else 'no table yet'}")
         if result is not None:
             self.optimized_files += result.files_compacted
             self.vacuums += 1
@@ -119,7 +121,8 @@ def test_optimize_vacuum_and_a_foreign_writer_lose_and_double_nothing(
         f"maintenance: {maintenance.rounds} rounds, {maintenance.optimized_files} files compacted, "
         f"{maintenance.vacuums} vacuums ({len(added_files(spec.table)) - on_disk} of the files ever added are gone "
         f"from disk), {maintenance.foreign_rows} foreign rows, "
-        f"conflicts {maintenance.conflicts}; longest write before its commit {longest_open_write_s(spec.table):.1f} s; "
+        f"conflicts {maintenance.conflicts}; passes {maintenance.passes};\n"
+        f"longest write before its commit {longest_open_write_s(spec.table):.1f} s; "
         f"second run: {second}"
     )
 
