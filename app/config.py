@@ -305,7 +305,14 @@ class SharelakeConfig(_Section):
     @field_validator("spark_conf", mode="before")
     @classmethod
     def _spark_names(cls, v: Any) -> Any:
-        return flatten_dotted(v)
+        """Dotted names flattened; TOML's booleans and numbers as Spark writes them (`true`, `4`)."""
+        flat = flatten_dotted(v)
+        if not isinstance(flat, dict):
+            return flat
+        return {
+            k: str(x).lower() if isinstance(x, bool) else str(x) if isinstance(x, int | float) else x
+            for k, x in flat.items()
+        }
 
     @field_validator("spark_conf")
     @classmethod

@@ -107,9 +107,13 @@ def test_spark_settings_keep_their_dotted_names_and_read_secrets(
         [
             "spark_conf.spark.hadoop.fs.s3a.endpoint.region=eu-west-1",
             "spark_conf.spark.hadoop.fs.s3a.secret.key=env:SHARELAKE_TEST_S3_SECRET",
+            "spark_conf.spark.databricks.delta.autoCompact.enabled=true",  # TOML's true: Spark's "true"
+            "spark_conf.spark.sql.shuffle.partitions=4",
         ],
     )
     assert cfg.spark_conf == {
+        "spark.databricks.delta.autoCompact.enabled": "true",
+        "spark.sql.shuffle.partitions": "4",
         "spark.hadoop.fs.s3a.endpoint": "http://s3:9000",
         "spark.hadoop.fs.s3a.endpoint.region": "eu-west-1",
         "spark.hadoop.fs.s3a.secret.key": "canary-s3",
