@@ -178,7 +178,7 @@ class DeltaConfig(_Section):
     checkpoint_interval: int = Field(default=100, ge=1)
     # delta.logRetentionDuration of the tables Sharelake creates: how long commit files stay in
     # _delta_log (each append lists them: its cost grows with their number), hence how far back time
-    # travel and a lagging downstream stream reader can go. Sharelake's checkpoints delete the
+    # travel and a lagging downstream stream reader can go. Delta's own checkpoints delete the
     # expired ones. Default: VACUUM's default retention, past which time travel has no data anyway.
     log_retention: str = Field(default="interval 7 days", pattern=_INTERVAL)
     # On S3 (no mutual exclusion for Delta commits) a job holds a writer lease on each table, renewed

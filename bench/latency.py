@@ -123,9 +123,12 @@ def _measure(job: _Job, producer: RateProducer, s: BenchSettings) -> tuple[int, 
     return first_measured, "" if alive() else f"stopped during the load: {producer.failure!r} {tail(job.log, 8)}"
 
 
-def run_latency(kafka: EmbeddedKafka, s: BenchSettings, run_dir: Path, contender: str) -> LatencyRun:
-    """One contender under the offered load on a fresh topic; never raises for a failed run."""
-    topic = f"bench-latency-{contender}-p{s.latency_partitions}"
+def run_latency(
+    kafka: EmbeddedKafka, s: BenchSettings, run_dir: Path, contender: str, topic: str | None = None
+) -> LatencyRun:
+    """One contender under the offered load on a fresh topic (`topic`, default named after the
+    contender); never raises for a failed run."""
+    topic = topic or f"bench-latency-{contender}-p{s.latency_partitions}"
     kafka.create_topic(topic, partitions=s.latency_partitions)
     ctx = RunContext(kafka.bootstrap, topic, s.latency_partitions, 0, s.members, run_dir, s, phase="latency")
     try:

@@ -161,7 +161,7 @@ def under_load(kafka: EmbeddedKafka, s: BenchSettings, v: Variant, work: Path) -
         thread = _maintain_later(
             str(run_dir / "table"), 30 + s.latency_warmup_seconds + s.latency_seconds / 2, maintenance
         )
-    run = run_latency(kafka, settings, run_dir, "sharelake")
+    run = run_latency(kafka, settings, run_dir, "sharelake", topic=f"bench-storage-load-{v.name}")
     if thread is not None:
         thread.join(600)
     r = run.result
@@ -207,7 +207,11 @@ def main(argv: list[str] | None = None) -> int:
                 log.info("  -> %s", f"{drains[-1][0].rate:,.0f} records/s" if drains[-1][0].ok else drains[-1][0].error)
         for v in (v for v in chosen if not v.s3):
             log.info("under load: %s at %d records/s for %gs", v.name, args.rate, args.seconds)
-            loads.append(under_load(kafka, s, v, work))
+            try:
+                loads.append(under_load(kafka, s, v, work))
+            except Exception as e:
+                log.exception("under load: %s failed", v.name)
+                loads.append((LoadRun(v.name, False, error=repr(e)[:300]), work / "none", 0))
         # every table, checked with one session (S3's data lives only as long as the server)
         spark = open_spark()
         hadoop = spark.sparkContext._jsc.hadoopConfiguration()
