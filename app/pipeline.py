@@ -48,7 +48,7 @@ from app.preflight import (
     check_not_spark_connect,
     check_table_path,
 )
-from app.sink.catalog_tables import locate_table
+from app.sink.catalog_tables import locate_tables
 from app.sink.dedup_table import DedupTable
 from app.sink.delta_sink import DeltaSink
 from app.sink.destinations import Destination, open_destinations
@@ -207,15 +207,12 @@ def run_ingest(
     facts = check_kafka(admin, cfg, client_errors)  # raises ConfigError: one line, exit code 2
     group_settings = facts.group_settings
     check_dead_letter_cap(cfg, group_settings)
-    cfg.locate_tables(lambda name, key: locate_table(spark, name, key))  # tables by catalog name
+    locate_tables(spark, cfg)  # tables by catalog name
     for route in cfg.routes():
         check_table_path(spark, route.table_path, key=route.key)
     check_table_path(spark, cfg.dead_letter_path, key=cfg.dead_letter_key)
     # formats started (a bad schema or an unreachable registry raises ConfigError here), caches loaded
     destinations, dead = open_destinations(spark, cfg)
-    for destination, route in zip(destinations, cfg.routes(), strict=True):
-        destination.table.writer.register_as = route.table_name  # entered in the catalog after a commit
-    dead.writer.register_as = cfg.dead_letter_name
     leases = hold_writer_leases(spark, cfg, destinations, dead)  # S3: one job per table, else ConfigError
     lock_ms = int(group_settings.get("share.record.lock.duration.ms") or DEFAULT_LOCK_MS)
     log_banner(cfg, facts, lock_ms)

@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from tenacity import Retrying, stop_after_attempt, wait_exponential_jitter
 
 from app.config import ConfigError, SharelakeConfig
-from app.sink.catalog_tables import locate_table
+from app.sink.catalog_tables import locate_tables
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class ReplayResult:
 def replay_dead_letters(
     spark: SparkSession, cfg: SharelakeConfig, where: str | None = None, to_topic: str | None = None
 ) -> ReplayResult:
-    cfg.locate_tables(lambda name, key: locate_table(spark, name, key))
+    locate_tables(spark, cfg)
     path = cfg.dead_letter_path
     if not DeltaTable.isDeltaTable(spark, path):
         shown = path if cfg.dead_letter_name is None else f"{cfg.dead_letter_name} (at {path})"

@@ -21,7 +21,7 @@ from app.config import ConfigError
 from app.error_lines import one_line
 from app.job_cli import config_failure, job_config, job_parser, start_logging
 from app.maintenance import maintain_table
-from app.sink.catalog_tables import locate_table
+from app.sink.catalog_tables import locate_tables
 from app.spark_session import build_spark
 
 log = logging.getLogger("sharelake.maintain")
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         return config_failure(e)
     spark = build_spark(f"{cfg.run.app_name}-maintain", extra_conf=cfg.spark_conf)
     try:
-        cfg.locate_tables(lambda name, key: locate_table(spark, name, key))
+        locate_tables(spark, cfg)
     except ConfigError as e:
         return config_failure(e)
     m, failed = cfg.maintenance, 0

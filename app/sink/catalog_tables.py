@@ -14,14 +14,24 @@ works on a table's location, as for a path table; a name only decides where that
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pyspark.sql import SparkSession
 
 from app.error_lines import ConfigError, one_line
+
+if TYPE_CHECKING:
+    from app.config import SharelakeConfig
 
 
 def quote(name: str) -> str:
     """`db.events` as `db`.`events` for SQL."""
     return ".".join(f"`{part.replace('`', '``')}`" for part in name.split("."))
+
+
+def locate_tables(spark: SparkSession, cfg: SharelakeConfig) -> None:
+    """Every table `cfg` names in the catalog gets its location (the start of each job)."""
+    cfg.locate_tables(lambda name, key: locate_table(spark, name, key))
 
 
 def locate_table(spark: SparkSession, name: str, key: str) -> str:

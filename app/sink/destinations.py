@@ -108,6 +108,7 @@ def open_destinations(spark: SparkSession, cfg: SharelakeConfig) -> tuple[list[D
             prefix=prefix,
             log_retention=cfg.delta.log_retention,
         )
+        table.writer.register_as = route.table_name  # a named table: entered in the catalog after a commit
         destinations.append(Destination(route.topics, table, fmt))
     dead = dead_letter_table(
         spark,
@@ -116,6 +117,7 @@ def open_destinations(spark: SparkSession, cfg: SharelakeConfig) -> tuple[list[D
         lookback_commits=lookback,
         log_retention=cfg.delta.log_retention,
     )
+    dead.writer.register_as = cfg.dead_letter_name
     for table in [*(d.table for d in destinations), dead]:
         table.load()
     return destinations, dead
