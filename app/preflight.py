@@ -20,7 +20,7 @@ from app.consume.group_settings import (
     apply_group_settings,
     desired_group_settings,
     read_broker_lock_cap,
-    read_group_settings,
+    settled_group_settings,
 )
 from app.error_lines import one_line
 from app.sink.writer_lease import LEASE_FILE
@@ -133,7 +133,7 @@ def check_kafka(admin: AdminClient, cfg: SharelakeConfig, errors: ClientErrors |
     settings = desired_group_settings(k, cap)
     try:
         apply_group_settings(admin, k.group_id, settings)
-        return KafkaFacts(read_group_settings(admin, k.group_id), cap, partitions)
+        return KafkaFacts(settled_group_settings(admin, k.group_id, settings), cap, partitions)
     except KafkaException as e:
         if e.args and isinstance(e.args[0], KafkaError) and e.args[0].code() in AUTHORIZATION:
             raise ConfigError(

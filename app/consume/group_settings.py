@@ -9,10 +9,15 @@ what the broker allows (`read_broker_lock_cap`). The record lock duration can be
 
 from __future__ import annotations
 
+import logging
+
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from app.config import MAX_RECORD_LOCKS, KafkaConfig
+
+log = logging.getLogger(__name__)
 
 BROKER_LOCK_CAP = "group.share.max.partition.max.record.locks"  # the broker's bound on the group setting
 GROUP_LOCKS = "share.partition.max.record.locks"
@@ -58,3 +63,32 @@ def read_group_settings(admin: AdminClient, group_id: str, timeout_s: float = 30
     resource = ConfigResource(ResourceType.GROUP, group_id)
     (future,) = admin.describe_configs([resource]).values()
     return {name: entry.value for name, entry in future.result(timeout=timeout_s).items()}
+
+
+def settled_group_settings(
+    admin: AdminClient, group_id: str, applied: dict[str, str], settle_s: float = 15
+) -> dict[str, str]:
+    """The group's config once the broker serves the `applied` values.
+
+    An accepted IncrementalAlterConfigs is a record in the cluster's metadata log; each broker
+    applies it when it replays it, some milliseconds later. Read back at once, the group can still
+    show the old values (a 2 s lock read as the default 30 s), and members that join meanwhile would
+    start on them (`share.auto.offset.reset` still `latest`). So wait until the broker serves them:
+    bounded, then the values as applied with a warning (the alter itself was accepted).
+    """
+
+    def stale(seen: dict[str, str]) -> bool:
+        return any(seen.get(k) != v for k, v in applied.items())
+
+    seen: dict[str, str] = Retrying(
+        retry=retry_if_result(stale),
+        stop=stop_after_delay(settle_s),
+        wait=wait_fixed(0.05),
+        retry_error_callback=lambda state: state.outcome.result() if state.outcome else {},
+    )(read_group_settings, admin, group_id)
+    if stale(seen):
+        log.warning(
+            "share group %s: the broker still serves old settings after %.0f s; using those applied", group_id, settle_s
+        )
+        return seen | applied
+    return seen
