@@ -10,6 +10,7 @@ Every part of Sharelake that reads the Delta log itself does it through S3 here:
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -66,12 +67,14 @@ def test_kill_mid_ingest_into_an_s3_table_then_restart(
     assert last.getFileSystem(hadoop).exists(last)
 
 
-def test_a_second_job_on_the_same_s3_table_stops_at_start(
+def test_a_second_job_on_the_same_s3_table_stops_at_start_and_a_taken_lease_stops_the_first(
     broker: EmbeddedKafka, spark: SparkSession, s3: EmbeddedS3, tmp_path: Path, unique: str
 ) -> None:
     """S3 gives Delta no mutual exclusion: two jobs appending to one table could overwrite each
     other's commit file. The second job (same share group, same table) stops at start naming the
-    cause, before it joins the group; the first lands everything exactly once."""
+    cause, before it joins the group. Then someone else takes the first job's lease: its next
+    commit is refused and it stops at once (no write retries, each of which would cost the released
+    records a delivery); the restart lands everything exactly once, nothing dead-lettered."""
     table = f"{s3.bucket(f'lake-{unique}')}/events"
     spec = JobSpec(
         broker, f"s3two-{unique}", f"g-{unique}", table, s3=s3, settings=(f"delta.writer_lease_s={LEASE_S}",)
@@ -79,13 +82,15 @@ def test_a_second_job_on_the_same_s3_table_stops_at_start(
     broker.create_topic(spec.topic, partitions=2)
     produced = produce_json_events(broker.bootstrap, spec.topic, 4000)
 
-    first = start_job(spec, "run.mode=until-drained", "run.idle_timeout_ms=8000", log=tmp_path / "first.log")
+    first_log = tmp_path / "first.log"
+    first = start_job(spec, "run.mode=until-drained", "run.idle_timeout_ms=60000", log=first_log)
     try:
         jvm, hadoop = spark.sparkContext._jvm, spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
         lease = jvm.org.apache.hadoop.fs.Path(f"{table}/{LEASE_FILE}")  # type: ignore[union-attr]
+        fs = lease.getFileSystem(hadoop)
         deadline = time.monotonic() + 180
-        while not lease.getFileSystem(hadoop).exists(lease):
-            assert first.poll() is None and time.monotonic() < deadline, (tmp_path / "first.log").read_text()[-3000:]
+        while not fs.exists(lease):
+            assert first.poll() is None and time.monotonic() < deadline, first_log.read_text()[-3000:]
             time.sleep(0.5)
 
         second = load_config(ROOT / "conf" / "local.toml", spec.sets("run.mode=until-drained"))
@@ -94,7 +99,23 @@ def test_a_second_job_on_the_same_s3_table_stops_at_start(
         assert str(refused.value).startswith(f"delta.table_path = {table!r} is written by another Sharelake job")
         assert "run one job per S3 table, or set Delta's S3DynamoDBLogStore" in str(refused.value)
 
-        assert first.wait(300) == 0, (tmp_path / "first.log").read_text()[-3000:]
+        # someone else writes the lease over the first job's renewals, while more records arrive
+        taken = json.dumps({"holder": "another-job", "host": "elsewhere", "pid": 1, "group": spec.group})
+        for _ in range(12):
+            stream = fs.create(lease, True)
+            stream.write(bytearray(taken.encode()))
+            stream.close()
+            time.sleep(0.5)
+        produced += produce_json_events(broker.bootstrap, spec.topic, 2000, start=4000)
+        assert first.wait(180) != 0, first_log.read_text()[-3000:]
     finally:
         kill_job(first)
+    log1 = first_log.read_text(errors="replace")
+    assert f"the writer lease of {table} was taken by elsewhere" in log1, log1[-3000:]
+    assert "records RELEASEd, retrying" not in log1, log1[-3000:]  # stopped at the first refused commit
+    assert log1.rstrip().endswith("another job writes the table (or it was released by hand)"), log1[-3000:]
+
+    restart = tmp_path / "restart.log"  # waits out the unrenewed lease, then takes it over
+    assert drain_in_process(spark, spec, restart) == 0, restart.read_text()[-3000:]
     assert_exactly_once(spark, table, produced)  # type: ignore[arg-type]
+    assert run_summary(restart)["dead_lettered"] == 0

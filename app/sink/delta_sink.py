@@ -23,6 +23,8 @@ never ACCEPTed; the commit is durable before either.
 A failed attempt RELEASEs the attempt's undecided records (never ACCEPTs or REJECTs them) and is
 retried with exponential backoff (tenacity) on whatever the buffer holds then; after
 `batch.write_attempts` failures in a row the error propagates and the query (and job) fails.
+A lost writer lease (`app.sink.writer_lease`) fails it at the first attempt: it does not come back,
+and each retry would cost the released records a delivery.
 A record that keeps failing comes back with a higher delivery count and is dead-lettered at
 `dead_letter.max_delivery_count`, before the broker would archive it unseen.
 
@@ -54,7 +56,13 @@ import numpy.typing as npt
 import pyarrow as pa
 from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    retry_if_not_exception_type,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
 
 from app import faults
 from app.acknowledge.proof import CommitProof, Decision
@@ -76,6 +84,7 @@ from app.sink.formats.base import (
     precheck,
 )
 from app.sink.offset_ranges import BatchOffsets, partition_groups
+from app.sink.writer_lease import LeaseLostError
 
 log = logging.getLogger(__name__)
 
@@ -232,7 +241,8 @@ class DeltaSink:
         retrying = Retrying(
             stop=stop_after_attempt(self.batch.write_attempts),
             wait=wait_exponential_jitter(multiplier=0.5, max=30, jitter=0.5),
-            retry=retry_if_exception_type(Exception),
+            # a lost writer lease does not come back: retrying would only burn the records' deliveries
+            retry=retry_if_exception_type(Exception) & retry_if_not_exception_type(LeaseLostError),
             reraise=True,
             before_sleep=lambda state: log.warning(
                 "micro-batch %d attempt %d failed, records RELEASEd, retrying: %s",
@@ -275,8 +285,8 @@ class DeltaSink:
             if isinstance(e, DependencyUnavailable) and not last:
                 self._dependency_down = True  # stop polling first: released records are not delivered again
                 self._on_pause()
-            if last:  # the job fails now: stop the members first, or they poll the released records
-                self._on_fatal()  # again at once, and each such poll costs the records a delivery attempt
+            if last or isinstance(e, LeaseLostError):  # the job fails now: stop the members first, or they
+                self._on_fatal()  # poll the released records again at once, each poll costing a delivery
             for p in polls:
                 p.batch.release_undecided()
             self._remember_first_seen(polls, drained_at)
@@ -310,7 +320,8 @@ class DeltaSink:
             bad_rows = np.fromiter(sorted(bad), dtype=np.intp, count=len(bad))
             plan.decide(plan.with_copies(bad_rows), Decision.REJECT, dead_proof)
             self._account_locks(polls)
-        failed = next((error for _, error in outcomes if error is not None), None)
+        errors = [error for _, error in outcomes if error is not None]
+        failed = next((e for e in errors if isinstance(e, LeaseLostError)), errors[0] if errors else None)
         if failed is not None:
             raise failed
         if faults.active("after_accept"):
