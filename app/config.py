@@ -159,6 +159,14 @@ class BatchConfig(_Section):
 
 
 _INTERVAL = r"^interval \d+ (second|minute|hour|day|week)s?$"
+_UNIT_S = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
+MIN_LOG_RETENTION_S = 600
+
+
+def interval_s(interval: str) -> int:
+    """Seconds in a Delta interval string of `_INTERVAL`'s form (`interval 7 days` -> 604800)."""
+    _, count, unit = interval.split()
+    return int(count) * _UNIT_S[unit.rstrip("s")]
 
 
 class DeltaConfig(_Section):
@@ -172,19 +180,30 @@ class DeltaConfig(_Section):
     checkpoint_path: str | None = None
     # how many recent commits the dedup cache loads at start (see docs/ARCHITECTURE.md)
     dedup_lookback_commits: int = Field(default=1000, ge=1)
-    # Delta writes a checkpoint every this many commits, inside the commit that reaches it (seconds
-    # on a small driver, while the batch's records stay locked). Applies to the tables Sharelake
-    # creates (main and dead-letter); an existing table keeps its own `delta.checkpointInterval`.
+    # Sharelake checkpoints a table every this many commits, in the background (Delta Kernel), then
+    # deletes its expired log files. The tables Sharelake creates (main and dead-letter) get
+    # delta.checkpointInterval = 10 x this, so Delta's own in-commit checkpoint only backstops.
     checkpoint_interval: int = Field(default=100, ge=1)
     # delta.logRetentionDuration of the tables Sharelake creates: how long commit files stay in
     # _delta_log (each append lists them: its cost grows with their number), hence how far back time
-    # travel and a lagging downstream stream reader can go. Delta's own checkpoints delete the
-    # expired ones. Default: VACUUM's default retention, past which time travel has no data anyway.
+    # travel and a lagging downstream stream reader can go. The background checkpoints delete the
+    # expired ones. Shorter than 7 days also sets delta.deletedFileRetentionDuration to it (Delta
+    # requires log retention >= deleted-file retention). Default: VACUUM's, 7 days. At least 10 minutes.
     log_retention: str = Field(default="interval 7 days", pattern=_INTERVAL)
     # On S3 (no mutual exclusion for Delta commits) a job holds a writer lease on each table, renewed
     # every third of this; a second job finding it renewed stops at start, a restart after a crash
     # waits this long for the dead job's lease (app.sink.writer_lease)
     writer_lease_s: float = Field(default=30.0, ge=3.0)
+
+    @field_validator("log_retention")
+    @classmethod
+    def _log_retention_floor(cls, value: str) -> str:
+        if interval_s(value) < MIN_LOG_RETENTION_S:
+            raise ValueError(
+                "at least 'interval 10 minutes': a job's dedup cache reads other writers' commits "
+                "before they expire, and a restart the commits of its last record lock"
+            )
+        return value
 
 
 class DeadLetterConfig(_Section):

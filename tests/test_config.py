@@ -62,6 +62,10 @@ def test_overrides_are_typed_and_win() -> None:
         ([*REQUIRED, "payload.key_format=json"], "config key payload.key_format = 'json': Input should be 'raw'"),
         ([*REQUIRED, "dead_letter.max_delivery_count=0"], "config key dead_letter.max_delivery_count = 0"),
         ([*REQUIRED, "delta.checkpoint_interval=0"], "config key delta.checkpoint_interval = 0: Input should be"),
+        (
+            [*REQUIRED, "delta.log_retention=interval 5 minutes"],
+            "config key delta.log_retention = 'interval 5 minutes': Value error, at least 'interval 10 minutes'",
+        ),
     ],
 )
 def test_bad_config_gives_one_line_naming_the_key(overrides: list[str], message: str) -> None:

@@ -9,6 +9,7 @@ table: every ACCEPT is timed by the consumer itself and compared with the commit
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -119,16 +120,15 @@ def test_kill_between_the_commit_and_post_commit_work_then_restart(
     assert nothing_left(broker, spec.topic, spec.group)
 
 
-def test_sharelake_checkpoints_the_table_in_the_background_and_readers_use_it(
+def test_sharelake_checkpoints_the_table_in_the_background_readers_use_it_and_expired_log_goes(
     broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
 ) -> None:
     topic, group = f"checkpoints-{unique}", f"g-{unique}"
     broker.create_topic(topic, partitions=2)
     produced = produce_json_events(broker.bootstrap, topic, 4000)
     table = tmp_path / "t"
-    cfg = ingest_config(
-        broker, topic, group, table, "delta.checkpoint_interval=2", "batch.max_records=400", "pump.max_poll_records=200"
-    )
+    settings = ("delta.checkpoint_interval=2", "batch.max_records=400", "pump.max_poll_records=200")
+    cfg = ingest_config(broker, topic, group, table, *settings, "delta.log_retention=interval 10 minutes")
     summary = run_ingest(spark, cfg)
     assert summary.delta_commits >= 6, summary
 
@@ -146,3 +146,17 @@ def test_sharelake_checkpoints_the_table_in_the_background_and_readers_use_it(
     delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(table))  # loads it
     assert delta_log.unsafeVolatileSnapshot().logSegment().checkpointProvider().version() == checkpoints[-1]
     assert_exactly_once(spark, table, produced)
+
+    # an hour later (the log's files aged by hand), with a 10-minute retention: the next run's
+    # checkpoints delete the expired commits, back to the newest expired checkpoint, and their checksums
+    assert detail["properties"]["delta.logRetentionDuration"] == "interval 10 minutes"
+    assert detail["properties"]["delta.deletedFileRetentionDuration"] == "interval 10 minutes"  # Delta needs <=
+    an_hour_ago = time.time() - 3600
+    for f in log_dir.iterdir():
+        os.utime(f, (an_hour_ago, an_hour_ago))
+    produced += produce_json_events(broker.bootstrap, topic, 2000, start=4000)
+    assert run_ingest(spark, cfg).delta_commits >= 3
+    versions = lambda suffix: sorted(int(f.name.split(".")[0]) for f in log_dir.glob(f"[0-9]*{suffix}"))  # noqa: E731
+    assert versions(".json")[0] == checkpoints[-1], (versions(".json"), checkpoints)
+    assert versions(".crc")[0] >= checkpoints[-1], versions(".crc")
+    assert_exactly_once(spark, table, produced)  # the log is read from the kept checkpoint on

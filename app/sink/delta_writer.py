@@ -18,10 +18,10 @@ Delta's writers. It owns:
   only one thread starts appends, so the conf still names each append's own commit). A DELETE
   waits until every save is done (`wait_idle`).
 - **checkpoints off the commit path**: every `checkpoint_every` commits a background thread writes
-  a checkpoint with Delta Kernel (`io.delta.kernel.Table.checkpoint`, shipped with delta-spark):
-  it runs in the driver without a Spark job, 0.2 s here where Spark's `DeltaLog.checkpoint()` took
-  1.1-1.3 s warm (6 s cold) and, with 2 cores, its tasks slowed the writes running meanwhile
-  (batches of 0.4 s took 1.2-2.1 s during an 8.5 s checkpoint). Spark's is the fallback when Kernel
+  a checkpoint with Delta Kernel (shipped with delta-spark), then cleans the expired log
+  (`app.sink.log_checkpoint`). Kernel runs in the driver without a Spark job, where Spark's
+  `DeltaLog.checkpoint()` runs Spark jobs that, on a small driver, slow the writes running
+  meanwhile (docs/ARCHITECTURE.md has the figures); Spark's is the fallback when Kernel
   refuses a table. The tables this writer creates get `delta.checkpointInterval = 10 x
   checkpoint_every`, so Delta's own in-commit checkpoint is only a backstop for other writers.
 
@@ -45,7 +45,9 @@ from pyspark.sql import DataFrame, SparkSession
 
 from app import faults
 from app.acknowledge.proof import CommitProof
+from app.config import interval_s
 from app.sink.catalog_tables import register_table
+from app.sink.log_checkpoint import CheckpointExists, checkpoint_latest
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,7 @@ LAST_COMMIT_CONF = "spark.databricks.delta.lastCommitVersionInSession"
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 TABLE_DEFAULTS = "spark.databricks.delta.properties.defaults."
 BACKSTOP_FACTOR = 10  # Delta's in-commit checkpoint interval for new tables, in our checkpoint intervals
+DELTA_DELETED_FILE_RETENTION_S = 7 * 86400  # delta.deletedFileRetentionDuration by default
 ROWS_PER_TASK = 4096  # a data frame's rows are split over at most defaultParallelism tasks of at least this many
 # how often `append` looks for its commit's version while save() runs: each look is a py4j call (at
 # 5 ms they were a tenth of the driver's Python samples); 10 ms adds 5 ms to an ACCEPT on average
@@ -87,6 +90,8 @@ class DeltaWriter:
             conf[TABLE_DEFAULTS + "dataSkippingStatsColumns"] = ",".join(stats_columns)
         if log_retention:  # the log files a table keeps (the append's listing cost; time travel's reach)
             conf[TABLE_DEFAULTS + "logRetentionDuration"] = log_retention
+            if interval_s(log_retention) < DELTA_DELETED_FILE_RETENTION_S:  # Delta refuses a log retention
+                conf[TABLE_DEFAULTS + "deletedFileRetentionDuration"] = log_retention  # shorter than this
         for key, value in conf.items():
             self.session.conf.set(key, value)
         self._parallelism = max(1, int(self.session.sparkContext.defaultParallelism))
@@ -224,32 +229,20 @@ class DeltaWriter:
 
     def _checkpoint(self, version: int) -> None:
         started = time.perf_counter()
-        jvm = self.session.sparkContext._jvm
-        assert jvm is not None
         try:
-            engine = jvm.io.delta.kernel.defaults.engine.DefaultEngine.create(
-                self.session.sparkContext._jsc.hadoopConfiguration()
-            )
-            jvm.io.delta.kernel.Table.forPath(engine, self.table_path).checkpoint(engine, version)
-            how = "Delta Kernel"
-        except Exception as kernel_error:  # noqa: BLE001 - e.g. a table feature Kernel cannot checkpoint
-            if "CheckpointAlreadyExists" in str(kernel_error):
-                return
-            try:
-                self.session.sparkContext.setLocalProperty("spark.job.description", f"sharelake {self.name} checkpoint")
-                jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
-                    self.session._jsparkSession, self.table_path
-                ).checkpoint()
-                how = f"Spark (Kernel refused: {str(kernel_error).splitlines()[0][:160]})"
-            except Exception as e:  # noqa: BLE001 - a failed checkpoint is retried at the next interval
-                log.warning("%s: background checkpoint failed: %s", self.table_path, e)
-                return
+            done = checkpoint_latest(self.session, self.table_path)
+        except CheckpointExists:
+            return
+        except Exception as e:  # noqa: BLE001 - a failed checkpoint is retried at the next interval
+            log.warning("%s: background checkpoint failed: %s", self.table_path, e)
+            return
         log.info(
-            "%s: checkpoint at version %d in %.1fs (background, %s)",
+            "%s: checkpoint at version %d in %.1fs (background, %s); the log keeps versions from %s",
             self.table_path,
-            version,
+            done.version,
             time.perf_counter() - started,
-            how,
+            done.how,
+            done.oldest_commit,
         )
 
     def _last_checkpoint_version(self) -> int:
