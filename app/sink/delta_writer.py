@@ -225,9 +225,9 @@ class DeltaWriter:
             if busy or version - self._checkpointed < self.checkpoint_every:
                 return
             self._checkpointed = version
-            self._checkpointing = self._checkpointer.submit(self._checkpoint, version)
+            self._checkpointing = self._checkpointer.submit(self._checkpoint)
 
-    def _checkpoint(self, version: int) -> None:
+    def _checkpoint(self) -> None:
         started = time.perf_counter()
         try:
             done = checkpoint_latest(self.session, self.table_path)

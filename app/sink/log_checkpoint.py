@@ -40,7 +40,6 @@ class Checkpointed:
     version: int  # the version checkpointed
     how: str  # "Delta Kernel", or Spark's with the reason Kernel refused
     oldest_commit: int | None  # the oldest commit the log still holds, after the cleanup
-    checksums_deleted: int
 
 
 class CheckpointExists(Exception):
@@ -68,22 +67,20 @@ def checkpoint_latest(session: SparkSession, table_path: str) -> Checkpointed:
         delta_log.checkpoint()
         version = int(delta_log.unsafeVolatileSnapshot().version())
         how = f"Spark (Kernel refused: {str(kernel_error).splitlines()[0][:160]})"
-    oldest, deleted = drop_orphan_checksums(jvm, hadoop, table_path)
-    return Checkpointed(version, how, oldest, deleted)
+    return Checkpointed(version, how, drop_orphan_checksums(jvm, hadoop, table_path))
 
 
-def drop_orphan_checksums(jvm: Any, hadoop: Any, table_path: str) -> tuple[int | None, int]:
-    """Delete the `N.crc` files whose commit `N.json` is gone; (the oldest commit left, how many)."""
+def drop_orphan_checksums(jvm: Any, hadoop: Any, table_path: str) -> int | None:
+    """Delete the `N.crc` files whose commit `N.json` is gone; the oldest commit left."""
     log_dir = jvm.org.apache.hadoop.fs.Path(table_path.rstrip("/") + "/_delta_log")
     fs = log_dir.getFileSystem(hadoop)
     names = [str(status.getPath().getName()) for status in fs.listStatus(log_dir)]
     commits = [int(m.group(1)) for m in map(COMMIT_FILE.match, names) if m]
     if not commits:
-        return None, 0
+        return None
     oldest = min(commits)
-    deleted = 0
     for name in names:
         m = CHECKSUM_FILE.match(name)
         if m and int(m.group(1)) < oldest:
-            deleted += bool(fs.delete(jvm.org.apache.hadoop.fs.Path(log_dir, name), False))
-    return oldest, deleted
+            fs.delete(jvm.org.apache.hadoop.fs.Path(log_dir, name), False)
+    return oldest
