@@ -143,10 +143,10 @@ class MemberPool:
     def gauges(self) -> PoolGauges:
         return PoolGauges(self.size, self.buffer.records, self.buffer.max_records)
 
-    def busy_members(self) -> int:
-        """Active members holding a poll (so not idle): what more members would add to."""
+    def idle_seconds(self) -> dict[int, float]:
+        """Each active member's seconds spent waiting in poll (not holding records), since it started."""
         with self._lock:
-            return sum(1 for m in self.members if m.stats.idle_since is None)
+            return {m.member_id: m.stats.idle_s for m in self.members}
 
     def drained(self, idle_timeout_s: float, empty_timeout_s: float) -> bool:
         """The until-drained test: every member polled and got nothing for long enough, and

@@ -48,6 +48,9 @@ class MemberStats:
     )
     poll_errors: int = counter("polls that failed (retried with backoff)")
     acks_s: float = counter("seconds from a poll's first acknowledgement to its commit_sync returning", default=0.0)
+    idle_s: float = counter(
+        "seconds the member spent in poll waiting for records (or backing off)", name="member_idle_s", default=0.0
+    )
     first_record_at: float | None = None  # time.monotonic() of the first poll that brought records
     # time.monotonic() since which every poll of this member came back empty; None while it has
     # records (a member waiting for decisions is not idle: it cannot poll)
@@ -141,6 +144,7 @@ class ShareMember(threading.Thread):
                 log.warning("member %d close: %s", self.member_id, e)
 
     def _poll_once(self, consumer: ShareConsumer) -> None:
+        poll_started = time.monotonic()
         try:
             messages = consumer.poll(self._poll_timeout_s)
         except KafkaException as e:  # librdkafka reconnects by itself; back off while it does
@@ -148,9 +152,11 @@ class ShareMember(threading.Thread):
             self._failed_polls += 1
             log.warning("member %d poll failed, retrying: %s", self.member_id, e)
             time.sleep(min(5.0, 0.2 * 2 ** min(self._failed_polls, 5)))
+            self.stats.idle_s += time.monotonic() - poll_started
             return
         self._failed_polls = 0
         polled_at = time.monotonic()
+        self.stats.idle_s += polled_at - poll_started  # the rest of its time it holds records
         records: list[Message] = []
         for m in messages:
             err = m.error()
