@@ -1,7 +1,7 @@
-"""The soak, bounded: 2.5 minutes at 60% of the measured maximum, a broker restart and a driver kill -9.
+"""The soak, bounded: 100 s at 60% of the measured maximum, a broker restart and a driver kill -9.
 
 `bench.soak` runs the same thing for 30 minutes (`python -m bench.soak`); CI runs this bounded form
-(`SHARELAKE_SOAK_SECONDS`, default 150). The test's own broker is killed and restarted, so the
+(`SHARELAKE_SOAK_SECONDS`, default 100). The test's own broker is killed and restarted, so the
 session's shared broker is left alone.
 """
 
@@ -17,7 +17,7 @@ from app.embedded.kafka_broker import EmbeddedKafka
 from bench.soak import memory_by_incarnation, run_soak, soak_section
 from tests.kafka_helpers import nothing_left
 
-SECONDS = float(os.environ.get("SHARELAKE_SOAK_SECONDS", "150"))
+SECONDS = float(os.environ.get("SHARELAKE_SOAK_SECONDS", "100"))
 
 
 @pytest.mark.chaos
