@@ -9,12 +9,15 @@ comma-separated rules, read at every hit so a test can change it in-process:
     delay@before_delta_commit=3.5  sleep 3.5 s at every hit
     delay@before_delta_commit#3=20 sleep 20 s at the third hit only
 
-Points: before_delta_commit, after_delta_commit (committed, not yet ACCEPTed), delta_post_commit
-(committed and decided; Delta's post-commit work done, Sharelake's own not begun), the same three
-for the dead-letter table (before_dead_letter_commit, ...), before_repair (about to delete
-duplicate rows another writer committed first), after_repair (that DELETE committed, not yet
-noted by its writer), after_accept (ACCEPTs committed to Kafka,
-foreachBatch not yet returned: Spark will re-run this batch id).
+Points: before_delta_commit (planned; the append's transaction not started), delta_files_written
+(its data files written, not committed: nothing references them), before_delta_recommit (Delta
+refused the commit for another writer's, the same files about to be committed again),
+after_delta_commit (committed, not yet ACCEPTed), delta_post_commit (committed and decided;
+Delta's post-commit work done, Sharelake's own not begun), the same for the dead-letter table
+(before_dead_letter_commit, ...), before_repair (at start, about to delete duplicate rows an
+older version left), after_repair (that DELETE committed, not yet noted by its writer),
+after_accept (ACCEPTs committed to Kafka, foreachBatch not yet returned: Spark will re-run this
+batch id).
 """
 
 from __future__ import annotations

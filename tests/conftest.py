@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +23,7 @@ from app.embedded.kafka_broker import EmbeddedKafka  # noqa: E402
 from app.embedded.s3_server import EmbeddedS3  # noqa: E402
 from app.embedded.schema_registry import EmbeddedSchemaRegistry  # noqa: E402
 from app.spark_session import build_spark  # noqa: E402
+from tests.table_checks import DownstreamStream  # noqa: E402
 
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
@@ -86,6 +87,21 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     session = build_spark("sharelake-tests", "local[2]", conf)
     yield session
     session.stop()
+
+
+@pytest.fixture
+def downstream(spark: SparkSession) -> Iterator[Callable[[Path, Path], DownstreamStream]]:
+    """Starts a downstream Delta streaming query on a table (`DownstreamStream`); stopped after the test."""
+    started: list[DownstreamStream] = []
+
+    def start(table: Path, out: Path) -> DownstreamStream:
+        started.append(DownstreamStream(spark, table, out))
+        return started[-1]
+
+    yield start
+    for stream in started:
+        if stream.query.isActive:
+            stream.query.stop()
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from chispa import assert_df_equality
@@ -40,3 +41,35 @@ def dead_letter_rows(spark: SparkSession, table: Path) -> int:
     """Rows in the dead-letter table next to `table` (0 when nothing ever created it)."""
     path = str(table.parent / f"{table.name}_dead_letter")
     return int(spark.read.format("delta").load(path).count()) if DeltaTable.isDeltaTable(spark, path) else 0
+
+
+class DownstreamStream:
+    """A downstream reader of a Sharelake table, as a data engineer writes one: a Delta streaming
+    query with default options copying the table into another Delta table (a silver table).
+
+    Started once the table exists; `finish()` processes what is left, stops it, and raises the
+    query's error if it failed (a DELETE or an overwrite in the table's log fails it)."""
+
+    def __init__(self, spark: SparkSession, table: Path, out: Path, timeout_s: float = 180):
+        self.out = out
+        log_dir = table / "_delta_log"
+        deadline = time.monotonic() + timeout_s
+        while not any(log_dir.glob("*.json")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.query = (
+            spark.readStream.format("delta")
+            .load(str(table))
+            .writeStream.format("delta")
+            .option("checkpointLocation", str(out.parent / f"{out.name}_checkpoint"))
+            .trigger(processingTime="1 second")
+            .start(str(out))
+        )
+
+    def finish(self) -> None:
+        try:
+            if self.query.exception() is None:
+                self.query.processAllAvailable()
+        finally:
+            error = self.query.exception()
+            self.query.stop()
+        assert error is None, f"the downstream stream failed: {error}"

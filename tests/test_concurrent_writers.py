@@ -1,23 +1,33 @@
-"""Two writers commit the same offsets: the later commit deletes its copies (real Delta table).
+"""Two writers on one table claim the same offsets: no commit ever holds one twice (real Delta table).
 
 This is what happens when one job's batch outlives its record locks and another job in the same
 share group acquires, writes and ACCEPTs those records first. Two sinks with their own dedup
 caches write one table; the race is made deterministic by running writer B's whole micro-batch
-at writer A's `before_delta_commit` point (A planned before B committed). The records are
-stand-ins: the repair is a Delta matter, and the Kafka side of the race (expired locks, two
-jobs) is proven with real jobs in `test_two_jobs_one_partition.py`.
+at a point of writer A's append: `before_delta_commit` (A planned, its transaction has not started:
+A's check on the snapshot finds B's commit) or `delta_files_written` (A's files are written, not
+committed: Delta fails A's commit and A checks again). Either way A decides the taken records on
+B's commit and writes only the rest. The records are stand-ins: the race is a Delta matter, and
+its Kafka side (expired locks, two jobs) is proven with real jobs in `test_two_jobs_one_partition.py`.
+
+Tables written by an older Sharelake (blind appends, never checked against each other) can hold
+duplicates; the start-up repair deletes them. Such an older writer's commit is made here as it
+made it: a plain Delta append with its userMetadata.
 """
 
 from __future__ import annotations
 
 import queue
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from app import faults
 from app.acknowledge.lifecycle import AckCommand, PollBatch
@@ -26,11 +36,12 @@ from app.bridge.arrow_rows import poll_rows
 from app.bridge.record_buffer import Poll, RecordBuffer
 from app.config import BatchConfig
 from app.embedded.sample_data import Produced
-from app.sink.commit_log import DeltaCommitLog
-from app.sink.dedup_cache import DedupCache
+from app.sink.commit_log import user_metadata_json
+from app.sink.dedup_table import micros
 from app.sink.delta_sink import DeltaSink
 from app.sink.destinations import Destination, dead_letter_table, main_table
 from app.sink.formats.raw import RawFormat, RawSettings
+from app.sink.offset_ranges import BatchOffsets, OffsetRanges
 from tests.table_checks import assert_exactly_once
 from tests.test_dedup_cache import holds
 from tests.test_lifecycle import state_of
@@ -108,20 +119,21 @@ class Writer:
 
 
 @pytest.fixture
-def before_commit(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Callable[[], None]], None]]:
-    """Run a callback once, at the next `before_delta_commit` point."""
+def at_point(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str, Callable[[], None]], None]]:
+    """Run a callback once, at the next hit of a fault point."""
     faults.reset()
     monkeypatch.delenv(faults.ENV, raising=False)
-    pending: list[Callable[[], None]] = []
+    pending: dict[str, Callable[[], None]] = {}
     original = faults.hit
 
     def hit(point: str) -> None:
-        if point == "before_delta_commit" and pending:
-            pending.pop()()
+        callback = pending.pop(point, None)
+        if callback is not None:
+            callback()
         original(point)
 
     monkeypatch.setattr(faults, "hit", hit)
-    yield pending.append
+    yield pending.__setitem__
     faults.reset()
 
 
@@ -129,93 +141,136 @@ def states(batch: PollBatch) -> set[RecordState]:
     return {state_of(batch, i) for i in range(len(batch))}
 
 
-def test_the_later_commit_deletes_its_copies_of_offsets_another_writer_committed_first(
-    spark: SparkSession, tmp_path: Path, before_commit: Callable[[Callable[[], None]], None]
+def operations(spark: SparkSession, table: Path) -> list[str]:
+    return [r.operation for r in DeltaTable.forPath(spark, str(table)).history().collect()]
+
+
+def older_version_append(spark: SparkSession, table: Path, offsets: range) -> None:
+    """What a Sharelake before this change committed for `offsets`: a blind append of its rows (here
+    copies of the rows the table has for them, with the write's own stamp) and its claim."""
+    stamp = datetime.now(UTC)
+    rows = (
+        spark.read.format("delta")
+        .load(str(table))
+        .where(f"offset BETWEEN {offsets.start} AND {offsets.stop - 1}")
+        .withColumn("ingested_at", F.lit(stamp))
+    )
+    claim = BatchOffsets({(TOPIC, 0): OffsetRanges([(offsets.start, offsets.stop - 1)])})
+    metadata = user_metadata_json(uuid.uuid4().hex, 7, claim, micros(stamp))
+    rows.write.format("delta").mode("append").option("userMetadata", metadata).save(str(table))
+
+
+def test_offsets_another_writer_committed_after_our_plan_are_decided_on_its_commit_not_written_again(
+    spark: SparkSession, tmp_path: Path, at_point: Callable[[str, Callable[[], None]], None]
 ) -> None:
     table = tmp_path / "t"
     a, b = Writer(spark, table), Writer(spark, table)
-    a_poll = a.poll(range(0, 100))
+    a.poll(range(0, 10))
+    a.micro_batch()  # the table's first commit: A's next append is a checked transaction
+    a_poll = a.poll(range(10, 100))
     b.poll(range(50, 150))  # 50..99 were redelivered to B after A's locks expired
-    before_commit(b.micro_batch)  # B writes and ACCEPTs while A is about to commit
+    at_point("before_delta_commit", b.micro_batch)  # B writes and ACCEPTs while A is about to commit
     a.micro_batch()
 
-    assert b.table.stats.rows == 100 and b.table.stats.concurrent_duplicates == 0
-    assert a.table.stats.rows == 100  # A wrote its stale plan: 50 duplicates for a moment ...
-    assert a.table.stats.concurrent_duplicates == 50
-    assert a.table.stats.duplicates_repaired == 50  # ... and deleted them again
+    assert b.table.stats.rows == 100
+    assert a.table.stats.concurrent_claims == 50  # A's check found them in B's commit ...
+    assert a.table.stats.rows == 10 + 40  # ... and A wrote only 10..49
     assert states(a_poll) == {RecordState.ACCEPTED}
     assert_exactly_once(spark, table, produced(range(0, 150)))
-    # B's rows for 50..99 are the ones kept (B committed first)
-    kept = spark.read.format("delta").load(str(table)).where("offset BETWEEN 50 AND 99").select("ingested_at")
-    b_rows = spark.read.format("delta").load(str(table)).where("offset >= 100").select("ingested_at").distinct()
-    assert kept.distinct().collect() == b_rows.collect()
-    # the repair is a commit of its own that a restarted job's cache reads as done
-    restarted = DedupCache(DeltaCommitLog(spark, str(table)))
-    restarted.load()
-    assert restarted.repairs() == []
+    assert "DELETE" not in operations(spark, table) and a.cache.repairs() == []
 
 
-def test_a_failed_repair_is_retried_before_the_next_write(
-    spark: SparkSession,
-    tmp_path: Path,
-    before_commit: Callable[[Callable[[], None]], None],
-    monkeypatch: pytest.MonkeyPatch,
+def test_a_commit_landing_while_ours_is_in_flight_fails_ours_and_the_taken_records_are_decided_on_it(
+    spark: SparkSession, tmp_path: Path, at_point: Callable[[str, Callable[[], None]], None]
 ) -> None:
     table = tmp_path / "t"
     a, b = Writer(spark, table), Writer(spark, table)
-    a_poll = a.poll(range(0, 100))
-    b.poll(range(0, 100))
-    before_commit(b.micro_batch)
-    monkeypatch.setenv(faults.ENV, "error@before_repair#1")
+    a.poll(range(0, 10))
+    a.micro_batch()
+    a_poll = a.poll(range(10, 100))
+    b.poll(range(50, 150))
+    at_point("delta_files_written", b.micro_batch)  # A's files are written, its commit not yet made
     a.micro_batch()
 
-    assert a.sink.stats.failed_attempts == 1  # the repair failed once: A's records were RELEASEd ...
-    assert states(a_poll) == {RecordState.RELEASED}
-    assert a.table.stats.duplicates_repaired == 100  # ... and the next attempt repaired first
-    assert_exactly_once(spark, table, produced(range(0, 100)))
+    assert a.table.stats.commit_conflicts == 1  # Delta refused A's commit: B's came after A's snapshot
+    assert a.table.stats.concurrent_claims == 50 and a.table.stats.rows == 10 + 40
+    assert states(a_poll) == {RecordState.ACCEPTED}
+    assert_exactly_once(spark, table, produced(range(0, 150)))
+    assert "DELETE" not in operations(spark, table)
 
 
-def test_duplicates_left_by_a_writer_that_died_before_repairing_are_deleted_at_the_next_start(
-    spark: SparkSession,
-    tmp_path: Path,
-    before_commit: Callable[[Callable[[], None]], None],
-    monkeypatch: pytest.MonkeyPatch,
+def test_a_conflict_over_other_offsets_commits_the_same_files_again(
+    spark: SparkSession, tmp_path: Path, at_point: Callable[[str, Callable[[], None]], None]
 ) -> None:
     table = tmp_path / "t"
-    a, b = Writer(spark, table, attempts=1), Writer(spark, table)
-    a.poll(range(0, 80))
-    b.poll(range(40, 120))
-    before_commit(b.micro_batch)
-    monkeypatch.setenv(faults.ENV, "error@before_repair#9")  # A never gets to repair (as if killed)
-    with pytest.raises(faults.InjectedFault):
-        a.micro_batch()
-    rows = spark.read.format("delta").load(str(table))
-    assert rows.count() == 160 and rows.select("offset").distinct().count() == 120  # 40 duplicates left
+    a, b = Writer(spark, table), Writer(spark, table)
+    a.poll(range(0, 10))
+    a.micro_batch()
+    a.poll(range(10, 100))
+    b.poll(range(100, 200))
+    at_point("delta_files_written", b.micro_batch)
+    a.micro_batch()
 
-    monkeypatch.delenv(faults.ENV)
-    restarted = Writer(spark, table)  # the next start, of either job
+    assert a.table.stats.commit_conflicts == 1 and a.table.stats.concurrent_claims == 0
+    assert a.table.stats.rows == 100 and a.sink.stats.failed_attempts == 0
+    assert_exactly_once(spark, table, produced(range(0, 200)))
+    assert operations(spark, table).count("WRITE") == 3  # one commit each, A's second after B's
+
+
+def test_an_append_that_dies_between_a_conflict_and_its_second_commit_leaves_nothing_behind(
+    spark: SparkSession,
+    tmp_path: Path,
+    at_point: Callable[[str, Callable[[], None]], None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fault falls after Delta refused A's commit, before A commits its files again: nothing
+    references them, A's records are RELEASEd and the next attempt writes them once."""
+    table = tmp_path / "t"
+    a, b = Writer(spark, table), Writer(spark, table)
+    a.poll(range(0, 10))
+    a.micro_batch()
+    a_poll = a.poll(range(10, 100))
+    b.poll(range(100, 200))
+    at_point("delta_files_written", b.micro_batch)
+    monkeypatch.setenv(faults.ENV, "error@before_delta_recommit#1")
+    a.micro_batch()
+
+    assert a.sink.stats.failed_attempts == 1 and a.table.stats.commit_conflicts == 1
+    assert states(a_poll) == {RecordState.ACCEPTED}  # written by the next attempt
+    assert_exactly_once(spark, table, produced(range(0, 200)))
+
+
+def test_duplicates_an_older_version_left_unrepaired_are_deleted_at_the_next_start(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    table = tmp_path / "t"
+    a = Writer(spark, table)
+    a.poll(range(0, 120))
+    a.micro_batch()
+    older_version_append(spark, table, range(40, 80))  # it lost the race and died before its repair
+    rows = spark.read.format("delta").load(str(table))
+    assert rows.count() == 160 and rows.select("offset").distinct().count() == 120
+
+    restarted = Writer(spark, table)  # the next start
     assert [r.count() for r in restarted.cache.repairs()] == [40]
     restarted.sink.repair_pending()
     assert restarted.table.stats.duplicates_repaired == 40
     assert_exactly_once(spark, table, produced(range(0, 120)))
 
 
-def test_a_writer_that_dies_right_after_its_repair_delete_leaves_nothing_to_redo(
-    spark: SparkSession,
-    tmp_path: Path,
-    before_commit: Callable[[Callable[[], None]], None],
-    monkeypatch: pytest.MonkeyPatch,
+def test_a_start_up_repair_that_dies_right_after_its_delete_leaves_nothing_to_redo(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The crash falls between the repair's DELETE commit and the writer noting it: the next start
     reads the repair commit from the log and neither deletes again nor leaves a duplicate."""
     table = tmp_path / "t"
-    a, b = Writer(spark, table, attempts=1), Writer(spark, table)
-    a.poll(range(0, 80))
-    b.poll(range(40, 120))
-    before_commit(b.micro_batch)
+    a = Writer(spark, table)
+    a.poll(range(0, 120))
+    a.micro_batch()
+    older_version_append(spark, table, range(40, 80))
     monkeypatch.setenv(faults.ENV, "error@after_repair#9")
     with pytest.raises(faults.InjectedFault):
-        a.micro_batch()
+        Writer(spark, table).sink.repair_pending()
     assert_exactly_once(spark, table, produced(range(0, 120)))  # the DELETE had landed
 
     monkeypatch.delenv(faults.ENV)
@@ -227,7 +282,7 @@ def test_a_writer_that_dies_right_after_its_repair_delete_leaves_nothing_to_redo
 
 
 def test_another_writers_commit_between_two_of_ours_is_folded_before_the_next_decision(
-    spark: SparkSession, tmp_path: Path, before_commit: Callable[[Callable[[], None]], None]
+    spark: SparkSession, tmp_path: Path, at_point: Callable[[str, Callable[[], None]], None]
 ) -> None:
     """Our writer learns its own commits locally; another writer's commit in between (a version gap)
     must still reach the dedup cache, so a redelivery of one of its records is not written again."""
@@ -237,9 +292,9 @@ def test_another_writers_commit_between_two_of_ours_is_folded_before_the_next_de
     a.micro_batch()  # v0, A's own: known without reading the log
     a.poll(range(100, 200))
     b.poll(range(200, 300))
-    before_commit(b.micro_batch)  # B commits v1 after A planned: A's commit becomes v2, a gap at v1
+    at_point("before_delta_commit", b.micro_batch)  # B commits v1 after A planned: A's commit becomes v2
     a.micro_batch()
-    assert a.cache.version == 2 and holds(a.cache, TOPIC, 0, 250)  # the gap was read when A committed v2
+    assert a.cache.version == 2 and holds(a.cache, TOPIC, 0, 250)  # B's v1 was read when A checked
 
     # B's records come back to A (say B's ACCEPTs were lost): decided from the cache, not written
     a_poll = a.poll(range(250, 300))
@@ -247,5 +302,5 @@ def test_another_writers_commit_between_two_of_ours_is_folded_before_the_next_de
     a.micro_batch()
     assert a.sink.stats.dedup_hits == 50 and a.table.stats.rows == rows_before
     assert states(a_poll) == {RecordState.ACCEPTED}
-    assert a.table.stats.concurrent_duplicates == 0
+    assert a.table.stats.concurrent_claims == 0
     assert_exactly_once(spark, table, produced(range(0, 300)))

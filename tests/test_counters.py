@@ -17,8 +17,8 @@ def owners() -> list[object]:
         MemberStats(polls=2, records=5, accepted=4, ack_errors=1),
         MemberStats(polls=1, records=3, accepted=3, acks_s=0.25),
         sink,
-        TableStats(commits=2, rows=7, concurrent_duplicates=1, last_version=9),
-        TableStats(prefix="dead_letter_", commits=1, rows=1, concurrent_duplicates=2, last_version=0),
+        TableStats(commits=2, rows=7, concurrent_claims=1, last_version=9),
+        TableStats(prefix="dead_letter_", commits=1, rows=1, concurrent_claims=2, last_version=0),
         PoolGauges(members_active=4, buffer_records=10, buffer_capacity=50),
     ]
 
@@ -28,7 +28,7 @@ def test_collect_names_each_counter_once_and_sums_what_several_owners_keep() -> 
     assert (c["polls"], c["polled"], c["accepted"], c["ack_errors"], c["acks_s"]) == (3, 8, 7, 1, 0.25)
     assert (c["delta_commits"], c["rows_written"], c["last_version"]) == (2, 7, 9)  # the main table's
     assert (c["dead_letter_delta_commits"], c["dead_letter_rows_written"]) == (1, 1)  # the dead-letter table's
-    assert c["concurrent_duplicates"] == 3  # both tables
+    assert c["concurrent_claims"] == 3  # both tables
     assert c["dedup_hits"] == 3 and c["members_active"] == 4
     assert set(c["phase_s"]) == set(PHASES) and c["phase_s"]["write"] == 1.5
 

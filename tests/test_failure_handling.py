@@ -41,7 +41,7 @@ def test_batch_slower_than_the_record_lock(
     assert_exactly_once(spark, tmp_path / "t", produced)
     assert summary.late_accepts > 0  # the locks did expire under the slow writes ...
     assert summary.dedup_hits + summary.in_batch_duplicates > 0  # ... the redeliveries were not written again
-    assert summary.concurrent_duplicates == 0
+    assert summary.concurrent_claims == 0
     assert nothing_left(broker, topic, group)  # and every record was finally ACCEPTed
 
 

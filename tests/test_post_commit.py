@@ -116,7 +116,7 @@ def test_kill_between_the_commit_and_post_commit_work_then_restart(
     assert drain_in_process(spark, spec, tmp_path / "run2.log") == 0, (tmp_path / "run2.log").read_text()[-3000:]
     second = run_summary(tmp_path / "run2.log")
     assert_exactly_once(spark, spec.table, produced)
-    assert second["concurrent_duplicates"] == 0 and second["ack_errors"] == 0
+    assert second["concurrent_claims"] == 0 and second["ack_errors"] == 0
     assert nothing_left(broker, spec.topic, spec.group)
 
 

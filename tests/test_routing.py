@@ -113,7 +113,7 @@ def test_three_topics_in_three_formats_land_in_their_own_tables_exactly_once_acr
     parked = spark.read.format("delta").load(str(spec.table)).collect()
     assert sorted((r["topic"], r["error_class"]) for r in parked) == sorted((t, c) for t, (_, c) in bad.items())
     summary = run_summary(second)
-    assert summary["concurrent_duplicates"] == 0
+    assert summary["concurrent_claims"] == 0
     # each table counts its own rows: together, what the first run had not written
     assert sum(summary.get(f"{counter_prefix(t)}rows_written", 0) for t in tables) == 3 * RECORDS - written, summary
     for topic in tables:

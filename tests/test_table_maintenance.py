@@ -5,13 +5,16 @@ then VACUUM, the retention check relaxed to a minute, so the files OPTIMIZE remo
 while files being written stay) and appends rows of its own, in a loop, while the job ingests a
 steady stream in its own driver. The job is killed once mid-way, so its successor loads the dedup
 cache from a log full of OPTIMIZE's rewrite commits and must still recognise every redelivered
-record. At the end the scheduled job itself (`jobs/maintain.py`) compacts what is left.
+record. A downstream Delta streaming query with default options reads the table all along: the
+compactions do not stop it and its copy holds each record once. At the end the scheduled job itself
+(`jobs/maintain.py`) compacts what is left.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -24,7 +27,7 @@ from bench.delta_log import added_files, data_commits, longest_open_write_s, rea
 from jobs import maintain
 from tests.job_runner import ROOT, JobSpec, kill_job, run_summary, start_job
 from tests.kafka_helpers import nothing_left
-from tests.table_checks import assert_exactly_once, dead_letter_rows
+from tests.table_checks import DownstreamStream, assert_exactly_once, dead_letter_rows
 
 FOREIGN = "another-writer"  # the topic column of the rows the other writer appends
 # 60 s: what OPTIMIZE removed in the first rounds goes. Delta's rule is a retention longer than the
@@ -71,7 +74,11 @@ class Maintenance(threading.Thread):
 
 
 def test_optimize_vacuum_and_a_foreign_writer_lose_and_double_nothing(
-    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
+    broker: EmbeddedKafka,
+    spark: SparkSession,
+    tmp_path: Path,
+    unique: str,
+    downstream: Callable[[Path, Path], DownstreamStream],
 ) -> None:
     spec = JobSpec(broker, f"maint-{unique}", f"g-{unique}", tmp_path / "table", lock_ms=10_000)
     broker.create_topic(spec.topic, partitions=4)
@@ -96,6 +103,7 @@ def test_optimize_vacuum_and_a_foreign_writer_lose_and_double_nothing(
         time.sleep(0.2)
     producer = threading.Thread(target=produce_steadily)
     producer.start()
+    silver = downstream(spec.table, tmp_path / "silver")
     spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
     maintenance = Maintenance(spark, spec.table)
     maintenance.start()
@@ -136,6 +144,8 @@ def test_optimize_vacuum_and_a_foreign_writer_lose_and_double_nothing(
     assert second["failed_attempts"] == 0 and second["released"] == 0, second
     assert second["dead_lettered"] == 0 and dead_letter_rows(spark, spec.table) == 0
     assert nothing_left(broker, spec.topic, spec.group)
+    silver.finish()  # never failed: OPTIMIZE changes no data, and nothing was deleted
+    assert_exactly_once(spark, tmp_path / "silver", produced, where=f"topic = '{spec.topic}'")
 
     # the scheduled job, as users run it after the ingest: every table of the config compacted
     files_before = spark.read.format("delta").load(str(spec.table)).inputFiles()

@@ -121,6 +121,10 @@ class DedupCache:
         for key, r in ranges.items():
             self._ranges.setdefault(key, OffsetRanges()).update(r)
 
+    def held(self, offsets: Mapping[PartitionKey, OffsetRanges]) -> BatchOffsets:
+        """Which of `offsets` the table holds."""
+        return BatchOffsets(offsets).intersection(self._ranges)
+
     def contains_many(self, key: PartitionKey, offsets: Offsets) -> npt.NDArray[np.bool_]:
         """Which of `offsets` (of one topic-partition) the table holds."""
         r = self._ranges.get(key)

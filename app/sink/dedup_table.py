@@ -2,18 +2,25 @@
 
 Used by the Delta sink (`app.sink.delta_sink`) twice: for the main table and for the dead-letter
 table. It sits above the table's `DeltaWriter` (which writes) and keeps the table's DedupCache
-current, so every append is a provable, repairable commit:
+current, so every append is a provable commit that never holds an offset twice:
 
 1. the append's `userMetadata` carries a `write_id`, the offsets it claims and the write's stamp
    (every row's `stamp_column`, to the microsecond);
-2. the writer returns the commit's `CommitProof` as soon as it is durable; the cache then folds
-   the commits of other writers that came before ours (only when the version shows a gap: they
-   are read from the log) and our own from what we know, with the offsets the commit really holds
-   (`written`: fewer than claimed when Spark filtered unreadable rows out of the same job);
-3. if another writer committed some of the same offsets first (a second job acquired them after
-   our record locks expired), our copies are deleted again before anyone decides the records:
-   one DELETE keyed on offset and our stamp, retried alone on Delta conflicts. A writer that dies
-   before that leaves it to the next start (`repair_pending`).
+2. the writer's transaction asks `check` on the snapshot it starts on: the cache folds every commit
+   up to that version, and if one holds a claimed offset (another job in the share group acquired
+   those records after our record locks expired, and committed them first) the append raises
+   `ClaimHeld` and writes nothing; the sink then decides those records on the other commit and
+   writes the rest. Delta fails our commit if another writer commits after that snapshot, and
+   the check runs again: no commit of ours ever duplicates a row, and readers downstream never
+   see a duplicate or a DELETE;
+3. the writer returns the commit's `CommitProof` as soon as it is durable; the cache then folds
+   any commit before ours it has not read (a version gap) and ours from what we know, with the
+   offsets the commit really holds (`written`: fewer than claimed when Spark filtered unreadable
+   rows out of the same job).
+
+Tables written by older Sharelake versions (blind appends, which Delta never checks against each
+other) may hold duplicates: the cache notes them as `Repair`s, and `repair_pending` deletes them
+at start, one DELETE keyed on offset and the duplicate commit's stamp.
 """
 
 from __future__ import annotations
@@ -60,6 +67,14 @@ class Appended:
     stamp_us: int
 
 
+class ClaimHeld(Exception):
+    """Another writer committed some of the offsets an append claims after they were planned."""
+
+    def __init__(self, table_path: str, version: int, held: BatchOffsets):
+        super().__init__(f"{table_path}: a commit up to version {version} holds {held.count()} claimed offsets")
+        self.held = held
+
+
 @dataclass
 class TableStats:
     """What one table's writer counts (see app.counters); `prefix` names the table's role."""
@@ -67,8 +82,13 @@ class TableStats:
     prefix: str = ""  # "" for the main table, "dead_letter_" for the dead-letter table
     commits: int = counter("Delta commits of Sharelake's appends", name="{prefix}delta_commits")
     rows: int = counter("rows written", name="{prefix}rows_written")
-    concurrent_duplicates: int = counter("offsets another writer committed while we wrote the same")
-    duplicates_repaired: int = counter("duplicate rows deleted again (ours and, at start, dead writers')")
+    concurrent_claims: int = counter(
+        "offsets another writer committed after we planned them: decided on its commit, not written again"
+    )
+    commit_conflicts: int = counter(
+        "commits another writer's concurrent commit sent back: checked again, the same files committed"
+    )
+    duplicates_repaired: int = counter("duplicate rows an older Sharelake version left, deleted at start")
     last_version: int = gauge("the table version of our last commit", name="{prefix}last_version", default=-1)
     last_commit_at: float | None = None  # time.monotonic() when our last commit was durable
 
@@ -80,7 +100,6 @@ class DedupTable:
         self.cache = cache
         self.stamp_column = stamp_column
         self.stats = TableStats(prefix=prefix)
-        self._own_repairs: set[int] = set()  # versions of our commits whose duplicates are not deleted yet
 
     @classmethod
     def open(
@@ -136,15 +155,27 @@ class DedupTable:
         """Append `rows` (every row's `stamp_column` == `stamp`, offsets within `claim`) as one commit.
 
         Returns as soon as the commit is durable (None when Delta recorded no commit: nothing was
-        written); `settle` must follow before the records are decided.
+        written); `settle` must follow before the records are decided. Raises `ClaimHeld`, having
+        committed nothing, when a commit of another writer holds some of `claim`.
         """
         write_id = uuid.uuid4().hex
         metadata = user_metadata_json(write_id, batch_id, claim, micros(stamp))
-        proof = self.writer.append(rows, metadata, batch_id, merge_schema=merge_schema)
+
+        def check(version: int) -> None:  # in the writer's transaction, on the snapshot it starts on
+            self.cache.refresh(until=version)
+            held = self.cache.held(claim)
+            if held.count():
+                self.stats.concurrent_claims += held.count()
+                raise ClaimHeld(self.table_path, version, held)
+
+        try:
+            proof = self.writer.append(rows, metadata, batch_id, merge_schema=merge_schema, check=check)
+        finally:
+            self.stats.commit_conflicts = self.writer.conflicts
         return Appended(proof, write_id, claim, micros(stamp)) if proof is not None else None
 
     def settle(self, appended: Appended, written: BatchOffsets) -> CommitProof:
-        """Fold our commit (holding `written` of its claim) and any other writer's before it; repair.
+        """Fold our commit (holding `written` of its claim) and any other writer's before it.
 
         Returns the proof the records in `written` are decided with.
         """
@@ -152,7 +183,12 @@ class DedupTable:
         self.cache.refresh(until=version - 1)  # other writers' commits before ours: the gap, read from the log
         commit = SharelakeCommit(version, appended.write_id, appended.claim, ingested_at_us=appended.stamp_us)
         self.cache.fold(commit, written=written)
-        self._repair_own(version)
+        if any(r.commit.version == version for r in self.cache.repairs()):  # the transaction rules it out
+            log.error(
+                "%s version %d holds offsets an earlier commit holds: deleted at the next start",
+                self.table_path,
+                version,
+            )
         self.stats.commits += 1
         self.stats.rows += written.count()
         self.stats.last_version = version
@@ -164,38 +200,17 @@ class DedupTable:
         commit = SharelakeCommit(appended.proof.version, appended.write_id, appended.claim, appended.stamp_us)
         return self.cache.written_offsets(commit)
 
-    def retry_own_repairs(self) -> None:
-        """Repairs of our own commits that failed in an earlier attempt: done before the next write."""
-        for repair in self.cache.repairs():
-            if repair.commit.version in self._own_repairs:
-                self._repair(repair)
-
     def repair_pending(self) -> None:
         """At start: delete the duplicates of commits whose writer died before repairing them."""
         for repair in self.cache.repairs():
             log.warning(
-                "%s version %d holds %d offsets an earlier commit already held, unrepaired (its writer "
-                "stopped before deleting them): deleting them now",
+                "%s version %d holds %d offsets an earlier commit already held, unrepaired (an older "
+                "Sharelake wrote it and stopped before deleting them): deleting them now",
                 self.table_path,
                 repair.commit.version,
                 repair.count(),
             )
             self._repair(repair)
-
-    def _repair_own(self, version: int) -> None:
-        repair = next((r for r in self.cache.repairs() if r.commit.version == version), None)
-        if repair is None:
-            return
-        self.stats.concurrent_duplicates += repair.count()
-        log.warning(
-            "another writer committed %d of the offsets of our version %d of %s first (it acquired them "
-            "after our record locks expired): deleting our copies",
-            repair.count(),
-            version,
-            self.table_path,
-        )
-        self._own_repairs.add(version)
-        self._repair(repair)
 
     def _repair(self, repair: Repair) -> None:
         """One DELETE of `repair.commit`'s rows at the duplicate offsets; its commit says what it repaired.
@@ -229,7 +244,6 @@ class DedupTable:
         faults.hit("after_repair")  # the DELETE is committed; this writer has not noted it yet
         self.stats.duplicates_repaired += rows
         self.cache.repaired(commit.version)
-        self._own_repairs.discard(commit.version)
         log.warning("repaired version %d of %s: deleted %d duplicate rows", commit.version, self.table_path, rows)
 
 

@@ -72,7 +72,7 @@ from app.config import BatchConfig
 from app.counters import counter, gauge
 from app.sink.batch_plan import COPY, PARKED, PRESENT, BatchPlan, Indices, plan_batch
 from app.sink.dead_letter import dead_letter_rows
-from app.sink.dedup_table import DedupTable
+from app.sink.dedup_table import ClaimHeld, DedupTable
 from app.sink.destinations import Destination
 from app.sink.formats.base import (
     BAD,
@@ -107,6 +107,7 @@ PHASES = (
     "decide",  # ACCEPT / REJECT commands to the members
 )
 RECENT_CYCLES = 256  # per-batch step times kept for the progress line (by Spark batch id)
+REPLANS = 3  # writes of one table's candidates in one attempt, each after another writer took some of them
 
 
 @dataclass
@@ -265,8 +266,6 @@ class DeltaSink:
             self._dependency_down = False
             log.warning("the payload format's dependency answers again: the members poll again")
             self._on_resume()
-        for table in self._tables():
-            table.retry_own_repairs()
         with _timed(self.stats, "drain"):
             polls = self.buffer.drain(
                 self.batch.max_records, self.batch.max_wait_ms / 1000, self.batch.linger_ms / 1000
@@ -334,7 +333,24 @@ class DeltaSink:
     ) -> dict[int, BadRecord]:
         """Write one table's candidates and decide its rows; its bad records, by row of the batch."""
         candidates = plan.candidates[mine[plan.candidates]]
-        written = self._write_main(dest, plan, candidates, batch_id) if candidates.size else _Written()
+        written = _Written()
+        for replan in range(REPLANS + 1):
+            if not candidates.size:
+                break
+            try:
+                written = self._write_main(dest, plan, candidates, batch_id)
+                break
+            except ClaimHeld as taken:  # another writer committed some of them after our plan: they are in
+                if replan == REPLANS:  # the table, decided on its commit; the rest are written again
+                    raise
+                now_present = _held(plan.rows.take(pa.array(candidates, pa.int64())), taken.held)
+                log.warning("%s: re-planned, %d records committed by another writer first", taken, now_present.sum())
+                self.stats.dedup_hits += int(now_present.sum())
+                with _timed(self.stats, "decide"):
+                    plan.decide(
+                        plan.with_copies(candidates[now_present]), Decision.ACCEPT, dest.table.proof_of_presence()
+                    )
+                candidates = candidates[~now_present]
         with _timed(self.stats, "decide"):
             present = plan.of_kind(PRESENT) & mine
             if present.any():

@@ -3,6 +3,17 @@
 Used twice by `app.sink.dedup_table` (main and dead-letter table); the only place Sharelake calls
 Delta's writers. It owns:
 
+- **the append's transaction**. After a table's first commit (a plain append, which creates it
+  with its properties), every append is Delta's own transaction, driven here: it starts on the
+  latest snapshot, hands that version to the caller's `check` (the dedup table: "does a commit up
+  to this version hold any offset I claim?"), registers a read of the table, writes the data files
+  (`writeFiles`, the same Spark job a plain append runs) and commits them. The registered read
+  makes the commit *not* a blind append, so Delta fails it (a `DeltaConcurrentModificationException`)
+  when any other data commit landed after that snapshot: the check and the commit are atomic
+  together. On such a conflict a new transaction checks again on the newer snapshot and commits
+  the same files (no data written twice); if the winner holds claimed offsets, `check` raises and
+  the caller re-plans (the files written stay unreferenced until VACUUM). A plain append is blind
+  and never conflicts with another append: two writers could each land a record once.
 - **a SparkSession of its own** (`newSession()`: same SparkContext, its own SQL conf). Delta
   records the version of a session's last commit in `spark.databricks.delta.lastCommitVersionInSession`,
   right after the commit file is written and before any post-commit work; with a session nobody
@@ -10,13 +21,15 @@ Delta's writers. It owns:
   in the log again. The session also carries the writer's settings: data frames from Arrow are
   RDD-backed, split in parallel tasks (never a driver-side `LocalRelation`), and new tables get
   their properties (stats columns, checkpoint interval).
-- **committer threads**. `save()` runs Delta's post-commit work (the `.crc` checksum, and a
-  checkpoint when the table's `delta.checkpointInterval` says so) synchronously after the commit.
-  `append` runs `save()` in a committer thread and returns the version the moment it appears in
-  the session's conf: the caller can ACCEPT while Delta finishes post-commit work, and the next
+- **committer threads**. A commit runs Delta's post-commit work (the `.crc` checksum, and a
+  checkpoint when the table's `delta.checkpointInterval` says so) synchronously after it.
+  `append` commits in a committer thread and returns the version the moment it appears in the
+  session's conf: the caller can ACCEPT while Delta finishes post-commit work, and the next
   append can commit meanwhile (`SAVES_IN_FLIGHT` of them; post-commit work commits nothing, and
-  only one thread starts appends, so the conf still names each append's own commit). A DELETE
-  waits until every save is done (`wait_idle`).
+  only one thread starts appends, so the conf still names each append's own commit). A schema
+  change (a new column or a widened type, with `merge_schema`) is committed alone, before the
+  append's transaction starts (`writeFiles` makes no schema check of its own: a frame of a new shape goes through a
+  plain append's first). A DELETE waits until every commit is done (`wait_idle`).
 - **checkpoints off the commit path**: every `checkpoint_every` commits a background thread writes
   a checkpoint with Delta Kernel (shipped with delta-spark), then cleans the expired log
   (`app.sink.log_checkpoint`). Kernel runs in the driver without a Spark job, where Spark's
@@ -34,6 +47,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -41,7 +55,9 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import pyarrow as pa
+from delta import exceptions as delta_errors
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
 
 from app import faults
 from app.acknowledge.proof import CommitProof
@@ -61,6 +77,20 @@ ROWS_PER_TASK = 4096  # a data frame's rows are split over at most defaultParall
 # 5 ms they were a tenth of the driver's Python samples); 10 ms adds 5 ms to an ACCEPT on average
 DURABLE_POLL_S = 0.010
 SAVES_IN_FLIGHT = 2  # an append may commit while the previous one's post-commit work (a checkpoint) runs
+# Delta's concurrent-modification errors, as delta-spark raises them in Python (its classes share no base)
+CONFLICTS = (
+    delta_errors.DeltaConcurrentModificationException,
+    delta_errors.ConcurrentAppendException,
+    delta_errors.ConcurrentWriteException,
+    delta_errors.ConcurrentDeleteReadException,
+    delta_errors.ConcurrentDeleteDeleteException,
+    delta_errors.ConcurrentTransactionException,
+    delta_errors.MetadataChangedException,
+    delta_errors.ProtocolChangedException,
+)
+COMMIT_ATTEMPTS = 10  # commits of one append's files, each after a conflict with another writer's commit
+
+Check = Callable[[int], None]  # called with the snapshot version an append's transaction starts on
 
 
 class DeltaWriter:
@@ -101,6 +131,13 @@ class DeltaWriter:
         self._checkpointing: Future[None] | None = None
         self._checkpointed = -1  # the version of the last checkpoint this writer wrote or found
         self._lock = threading.Lock()
+        jvm = self.session.sparkContext._jvm
+        assert jvm is not None
+        self._jvm = jvm
+        self._none = jvm.scala.Option.empty()
+        self._created = False  # the table has its first commit
+        self._known_shape: str | None = None  # a frame schema the table is known to fit
+        self.conflicts = 0  # commits another writer's concurrent commit sent back to check again
         # raises when this job may not commit to the table now (app.sink.writer_lease, on S3)
         self.before_commit: Callable[[], None] | None = None
         # a table addressed by catalog name: entered in the catalog after a commit, until that succeeds
@@ -127,23 +164,36 @@ class DeltaWriter:
     # -- commits ---------------------------------------------------------------------------------------
 
     def append(
-        self, rows: DataFrame, user_metadata: str, batch_id: int, merge_schema: bool = False
+        self,
+        rows: DataFrame,
+        user_metadata: str,
+        batch_id: int,
+        merge_schema: bool = False,
+        check: Check | None = None,
     ) -> CommitProof | None:
         """Append `rows` as one commit; its proof as soon as the commit is durable.
 
-        Delta's post-commit work may still be running then (see the module docstring). None when
-        Delta recorded no commit (an empty append to an existing table).
+        `check(version)` runs before the data files are written, on the snapshot the transaction
+        starts on (and again on the newer one after each conflict); what it raises ends the append
+        uncommitted. Delta's post-commit work may still be running when this returns (see the
+        module docstring). None when Delta recorded no commit (an empty append to an existing table).
         """
         self.wait_for_room()
-        before = self._last_commit()
         if self.before_commit is not None:
             self.before_commit()
         faults.hit(f"before_{self.name}_commit")
-        writer = rows.write.format("delta").mode("append").option("userMetadata", user_metadata)
-        if merge_schema:
-            writer = writer.option("mergeSchema", "true")
+        created = self._exists()
+        if created:
+            self._prepare_schema(rows.schema, merge_schema)  # a commit of its own, before `before` is read
+        before = self._last_commit()
         description = f"sharelake {self.name} append, batch = {batch_id}"
-        future = self._committer.submit(self._save, writer, description)
+        if created:
+            future = self._committer.submit(self._commit, rows, user_metadata, check, description)
+        else:  # the table's first commit creates it: a plain append (two creators conflict in Delta)
+            writer = rows.write.format("delta").mode("append").option("userMetadata", user_metadata)
+            if merge_schema:
+                writer = writer.option("mergeSchema", "true")
+            future = self._committer.submit(self._save, writer, description)
         self._saves.append(future)
         while True:
             finished = bool(wait([future], timeout=DURABLE_POLL_S).done)
@@ -167,13 +217,99 @@ class DeltaWriter:
         return CommitProof._mint(self.table_path, version, already_present=True)
 
     def _save(self, writer: Any, description: str) -> None:
+        """The table's first commit: a plain append that creates it (committer thread)."""
         self.session.sparkContext.setLocalProperty("spark.job.description", description)
         writer.save(self.table_path)
+        self._created = True
+        self._after_commit()
+
+    def _commit(self, rows: DataFrame, user_metadata: str, check: Check | None, description: str) -> None:
+        """One append as Delta's transaction: check, write the files, commit them (committer thread).
+
+        A conflict with another writer's commit starts a new transaction on the newer snapshot,
+        checks again, and commits the same files.
+        """
+        self.session.sparkContext.setLocalProperty("spark.job.description", description)
+        jvm = self._jvm
+        txn = self._transaction(check)
+        actions = txn.writeFiles(rows._jdf)
+        faults.hit(f"{self.name}_files_written")  # written, not committed: nothing references them yet
+        operation = jvm.org.apache.spark.sql.delta.DeltaOperations.Write(
+            jvm.org.apache.spark.sql.SaveMode.Append,
+            *(self._none,) * 2,
+            jvm.scala.Option.apply(user_metadata),
+            *(self._none,) * 5,
+        )
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            try:
+                txn.commit(actions, operation)
+                break
+            except CONFLICTS:
+                if attempt == COMMIT_ATTEMPTS:
+                    raise
+                self.conflicts += 1
+                log.info(
+                    "%s: another writer committed first (attempt %d): checking again, then committing the same files",
+                    self.table_path,
+                    attempt,
+                )
+                time.sleep(random.uniform(0.0, 0.05 * attempt))  # two writers retrying in step would collide again
+                faults.hit(f"before_{self.name}_recommit")
+                txn = self._transaction(check)
+        self._after_commit()
+
+    def _transaction(self, check: Check | None) -> Any:
+        """A transaction on the latest snapshot, checked, with a read of the table registered.
+
+        The read makes its commit fail on any data another writer commits after the snapshot
+        (Delta checks a non-blind transaction against every file added meanwhile; it reads no file,
+        so compaction's removals never conflict with it).
+        """
+        jvm = self._jvm
+        # the transaction commits through the thread's active session: ours, so the version of its
+        # commit lands in our session's conf (anything run in this thread meanwhile may have changed it)
+        jvm.org.apache.spark.sql.SparkSession.setActiveSession(self.session._jsparkSession)
+        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.session._jsparkSession, self.table_path)
+        txn = delta_log.startTransaction(self._none, self._none)
+        if check is not None:
+            check(int(txn.snapshot().version()))
+        read_all = jvm.org.apache.spark.sql.catalyst.expressions.Literal.TrueLiteral()
+        txn.trackReadPredicates(jvm.scala.jdk.javaapi.CollectionConverters.asScala([read_all]).toSeq(), False, False)
+        return txn
+
+    def _after_commit(self) -> None:
         if self.register_as is not None:
             register_table(self.session, self.register_as, self.table_path)
             self.register_as = None
         faults.hit(f"{self.name}_post_commit")  # committed, maybe decided; Delta's post-commit work done, ours next
         self._checkpoint_if_due()
+
+    def _exists(self) -> bool:
+        """Whether the table has its first commit (asked of the store until it has)."""
+        if not self._created:
+            jvm = self._jvm
+            delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.session._jsparkSession, self.table_path)
+            self._created = bool(delta_log.update(False, self._none, self._none).version() >= 0)
+        return self._created
+
+    def _prepare_schema(self, schema: StructType, merge_schema: bool) -> None:
+        """Before a frame of a new shape: Delta's schema check on it, and its new columns committed.
+
+        An empty plain append of the shape (with `mergeSchema` when the format allows) commits the
+        new columns or widened types, and raises Delta's schema-mismatch error where a plain append
+        of the rows would have; the transaction's `writeFiles` then writes a frame the table fits.
+        """
+        shape = schema.json()
+        if shape == self._known_shape:
+            return
+        jvm = self._jvm
+        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.session._jsparkSession, self.table_path)
+        table = StructType.fromJson(json.loads(delta_log.update(False, self._none, self._none).schema().json()))
+        if _needs_schema_change(schema, table):
+            empty = self.session.createDataFrame([], schema).write.format("delta").mode("append")
+            empty.option("mergeSchema", str(merge_schema).lower()).save(self.table_path)
+            log.info("%s: the table's schema changed before the append: %s", self.table_path, schema.simpleString())
+        self._known_shape = shape
 
     def _last_commit(self) -> int | None:
         value = self.session.conf.get(LAST_COMMIT_CONF, None)
@@ -267,3 +403,21 @@ class DeltaWriter:
         self.wait_idle()
         self._committer.shutdown(wait=True)
         self._checkpointer.shutdown(wait=True)
+
+
+def _needs_schema_change(data: StructType, table: StructType) -> bool:
+    """Whether `data` has a field (at any depth of nested structs) that `table` lacks, or of another type.
+
+    Delta's `writeFiles` writes the frame as it is, without the schema check a plain append makes;
+    such a frame goes through that check first (`_prepare_schema`)."""
+    have = {f.name.lower(): f for f in table.fields}
+    for field_ in data.fields:
+        held = have.get(field_.name.lower())
+        if held is None:
+            return True
+        if isinstance(field_.dataType, StructType) and isinstance(held.dataType, StructType):
+            if _needs_schema_change(field_.dataType, held.dataType):
+                return True
+        elif field_.dataType.simpleString() != held.dataType.simpleString():
+            return True
+    return False
