@@ -305,7 +305,7 @@ class DeltaWriter:
         jvm = self._jvm
         delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.session._jsparkSession, self.table_path)
         table = StructType.fromJson(json.loads(delta_log.update(False, self._none, self._none).schema().json()))
-        if _needs_schema_change(schema, table):
+        if needs_schema_change(schema, table):
             empty = self.session.createDataFrame([], schema).write.format("delta").mode("append")
             empty.option("mergeSchema", str(merge_schema).lower()).save(self.table_path)
             log.info("%s: the table's schema changed before the append: %s", self.table_path, schema.simpleString())
@@ -405,7 +405,7 @@ class DeltaWriter:
         self._checkpointer.shutdown(wait=True)
 
 
-def _needs_schema_change(data: StructType, table: StructType) -> bool:
+def needs_schema_change(data: StructType, table: StructType) -> bool:
     """Whether `data` has a field (at any depth of nested structs) that `table` lacks, or of another type.
 
     Delta's `writeFiles` writes the frame as it is, without the schema check a plain append makes;
@@ -416,7 +416,7 @@ def _needs_schema_change(data: StructType, table: StructType) -> bool:
         if held is None:
             return True
         if isinstance(field_.dataType, StructType) and isinstance(held.dataType, StructType):
-            if _needs_schema_change(field_.dataType, held.dataType):
+            if needs_schema_change(field_.dataType, held.dataType):
                 return True
         elif field_.dataType.simpleString() != held.dataType.simpleString():
             return True
