@@ -35,6 +35,7 @@ import statistics
 import subprocess
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -108,6 +109,8 @@ class SoakRun:
     drained_s: float = 0.0  # from the producer's stop until every delivered record was a row
     drained_rows: int = 0  # rows in the table's commits when the drain ended
     last_counters: dict[str, float] = field(default_factory=dict)  # the last job's `run ended:` line
+    replans: int = 0  # appends of any job start re-planned: another writer had committed some records
+    commit_conflicts: int = 0  # commits of any job start Delta refused for another writer's
     batches: list[dict[str, float]] = field(default_factory=list)  # per job start, see batches_by_start
     error: str = ""
 
@@ -118,6 +121,16 @@ class SoakRun:
     @property
     def duplicates(self) -> int:
         return self.rows - self.distinct_offsets
+
+
+REPLANNED = ": re-planned, "  # app.sink.delta_sink: another writer committed planned records first
+REFUSED = ": another writer committed first"  # app.sink.delta_writer: Delta refused a commit
+
+
+def race_counts(logs: Iterable[Path]) -> tuple[int, int]:
+    """(re-planned appends, refused commits) that job logs report: how often the race was met."""
+    text = "\n".join(p.read_text(errors="replace") for p in logs if p.exists())
+    return text.count(REPLANNED), text.count(REFUSED)
 
 
 def job_log(run_dir: Path, incarnation: int) -> Path:
@@ -282,6 +295,7 @@ def run_soak(
         job.stop()
         run.incarnations = job.incarnation + 1
         run.last_counters = parse_job_log(job.log).summary
+        run.replans, run.commit_conflicts = race_counts(job_log(ctx.run_dir, i) for i in range(run.incarnations))
         run.batches = batches_by_start(ctx.run_dir, run.incarnations)
     _recoveries(run)
     if not run.error:
@@ -476,7 +490,8 @@ def soak_section(run: SoakRun) -> list[str]:
                 f"{k} {int(run.last_counters.get(k, 0)):,}"
                 for k in ("accepted", "released", "dedup_hits", "ack_errors")
             )
-            + ".\n"
+            + f". Appends re-planned because another writer had committed some of their records: "
+            f"{run.replans}; commits Delta refused for another writer's: {run.commit_conflicts}.\n"
         )
     return md
 

@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 
 from app.embedded.kafka_broker import EmbeddedKafka
 from app.embedded.sample_data import produce_json_events
+from bench.soak import race_counts
 from tests.job_runner import JobSpec, drain_in_process, kill_job, run_summary, start_job
 from tests.table_checks import assert_exactly_once
 
@@ -52,9 +53,11 @@ def test_random_kill_loop(broker: EmbeddedKafka, spark: SparkSession, tmp_path: 
 
     assert drain_in_process(spark, spec, tmp_path / "final.log", idle_ms=10_000) == 0
     final = run_summary(tmp_path / "final.log")
+    replans, refused = race_counts([*(tmp_path / f"kill{i}.log" for i in range(KILLS)), tmp_path / "final.log"])
     print(
         f"chaos: {kills} kills, {len(produced)} records, {rows_before_drain} rows before the final run, "
-        f"final run: {final}"
+        f"{replans} re-planned appends and {refused} refused commits in all runs; final run: {final}"
     )
     assert kills == KILLS
+    assert (replans, refused) == (0, 0)  # each killed job was dead before the next started: no race
     assert_exactly_once(spark, spec.table, produced)

@@ -160,56 +160,51 @@ def older_version_append(spark: SparkSession, table: Path, offsets: range) -> No
     rows.write.format("delta").mode("append").option("userMetadata", metadata).save(str(table))
 
 
-def test_offsets_another_writer_committed_after_our_plan_are_decided_on_its_commit_not_written_again(
-    spark: SparkSession, tmp_path: Path, at_point: Callable[[str, Callable[[], None]], None]
-) -> None:
-    table = tmp_path / "t"
+def race(
+    spark: SparkSession, table: Path, at_point: Callable[[str, Callable[[], None]], None], point: str, b_offsets: range
+) -> tuple[Writer, Writer, PollBatch]:
+    """A's first commit creates the table; then A plans 10..99 and B's micro-batch of `b_offsets`
+    runs at `point` of A's next append, which is a checked transaction."""
     a, b = Writer(spark, table), Writer(spark, table)
     a.poll(range(0, 10))
-    a.micro_batch()  # the table's first commit: A's next append is a checked transaction
-    a_poll = a.poll(range(10, 100))
-    b.poll(range(50, 150))  # 50..99 were redelivered to B after A's locks expired
-    at_point("before_delta_commit", b.micro_batch)  # B writes and ACCEPTs while A is about to commit
     a.micro_batch()
+    a_poll = a.poll(range(10, 100))
+    b.poll(b_offsets)
+    at_point(point, b.micro_batch)
+    a.micro_batch()
+    return a, b, a_poll
 
-    assert b.table.stats.rows == 100
-    assert a.table.stats.concurrent_claims == 50  # A's check found them in B's commit ...
-    assert a.table.stats.rows == 10 + 40  # ... and A wrote only 10..49
+
+@pytest.mark.parametrize(
+    ("point", "conflicts"),
+    [
+        ("before_delta_commit", 0),  # B commits before A's transaction starts: A's check finds it
+        ("delta_files_written", 1),  # B commits while A's files are written: Delta refuses A's commit
+    ],
+)
+def test_offsets_another_writer_committed_after_our_plan_are_decided_on_its_commit_not_written_again(
+    point: str,
+    conflicts: int,
+    spark: SparkSession,
+    tmp_path: Path,
+    at_point: Callable[[str, Callable[[], None]], None],
+) -> None:
+    table = tmp_path / "t"
+    a, b, a_poll = race(spark, table, at_point, point, range(50, 150))  # 50..99 redelivered to B: A's locks expired
+
+    assert b.table.stats.rows == 100 and a.table.stats.commit_conflicts == conflicts
+    assert a.table.stats.concurrent_claims == 50  # A found them in B's commit ...
+    assert a.table.stats.rows == 10 + 40  # ... and wrote only 10..49
     assert states(a_poll) == {RecordState.ACCEPTED}
     assert_exactly_once(spark, table, produced(range(0, 150)))
     assert "DELETE" not in operations(spark, table) and a.cache.repairs() == []
-
-
-def test_a_commit_landing_while_ours_is_in_flight_fails_ours_and_the_taken_records_are_decided_on_it(
-    spark: SparkSession, tmp_path: Path, at_point: Callable[[str, Callable[[], None]], None]
-) -> None:
-    table = tmp_path / "t"
-    a, b = Writer(spark, table), Writer(spark, table)
-    a.poll(range(0, 10))
-    a.micro_batch()
-    a_poll = a.poll(range(10, 100))
-    b.poll(range(50, 150))
-    at_point("delta_files_written", b.micro_batch)  # A's files are written, its commit not yet made
-    a.micro_batch()
-
-    assert a.table.stats.commit_conflicts == 1  # Delta refused A's commit: B's came after A's snapshot
-    assert a.table.stats.concurrent_claims == 50 and a.table.stats.rows == 10 + 40
-    assert states(a_poll) == {RecordState.ACCEPTED}
-    assert_exactly_once(spark, table, produced(range(0, 150)))
-    assert "DELETE" not in operations(spark, table)
 
 
 def test_a_conflict_over_other_offsets_commits_the_same_files_again(
     spark: SparkSession, tmp_path: Path, at_point: Callable[[str, Callable[[], None]], None]
 ) -> None:
     table = tmp_path / "t"
-    a, b = Writer(spark, table), Writer(spark, table)
-    a.poll(range(0, 10))
-    a.micro_batch()
-    a.poll(range(10, 100))
-    b.poll(range(100, 200))
-    at_point("delta_files_written", b.micro_batch)
-    a.micro_batch()
+    a, _, _ = race(spark, table, at_point, "delta_files_written", range(100, 200))
 
     assert a.table.stats.commit_conflicts == 1 and a.table.stats.concurrent_claims == 0
     assert a.table.stats.rows == 100 and a.sink.stats.failed_attempts == 0
@@ -226,14 +221,8 @@ def test_an_append_that_dies_between_a_conflict_and_its_second_commit_leaves_not
     """The fault falls after Delta refused A's commit, before A commits its files again: nothing
     references them, A's records are RELEASEd and the next attempt writes them once."""
     table = tmp_path / "t"
-    a, b = Writer(spark, table), Writer(spark, table)
-    a.poll(range(0, 10))
-    a.micro_batch()
-    a_poll = a.poll(range(10, 100))
-    b.poll(range(100, 200))
-    at_point("delta_files_written", b.micro_batch)
     monkeypatch.setenv(faults.ENV, "error@before_delta_recommit#1")
-    a.micro_batch()
+    a, _, a_poll = race(spark, table, at_point, "delta_files_written", range(100, 200))
 
     assert a.sink.stats.failed_attempts == 1 and a.table.stats.commit_conflicts == 1
     assert states(a_poll) == {RecordState.ACCEPTED}  # written by the next attempt

@@ -39,6 +39,7 @@ def test_soak_under_kills_lands_everything_once(spark: SparkSession, tmp_path: P
         assert run.incarnations == 2  # the kill's restart, and no death of its own
         assert run.delivered > 100_000 and run.lost == 0 and run.duplicates == 0, run
         assert run.rows == run.delivered and run.dead_lettered == 0
+        assert (run.replans, run.commit_conflicts) == (0, 0)  # one job at a time: no race to meet
         # the job went on landing rows after each fault (how fast the lag came back is the
         # benchmark's figure, not a test's: `bench.soak` reports it)
         assert all(f.landed > 0 for f in run.faults), run.faults
