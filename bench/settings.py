@@ -84,8 +84,8 @@ SMOKE: dict[str, Any] = {
     "partitions": (2,),
     "runs": 1,
     "latency_rate": 300,
-    "latency_seconds": 6.0,
-    "latency_warmup_seconds": 2.0,
+    "latency_seconds": 4.0,
+    "latency_warmup_seconds": 1.0,
     "latency_partitions": 2,
     "latency_window_seconds": 2.0,
     "memory_records": 0,  # the peak is taken over the throughput runs instead

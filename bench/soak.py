@@ -98,6 +98,7 @@ class SoakRun:
     duration_s: float = 0.0
     fault_every_s: float = 0.0
     pattern: str = "DB"
+    warm_s: float = WARM_S  # a job start's memory is measured from this long after it
     samples: list[Sample] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
     delivered: int = 0
@@ -217,18 +218,20 @@ def run_soak(
     drain_timeout_s: float = 300.0,
     spark: SparkSession | None = None,
     sets: tuple[str, ...] = (),
+    warm_s: float = WARM_S,
 ) -> SoakRun:
     """The soak described above, on `broker` (started; it is killed and restarted) in `work`.
 
     `rate` skips the calibration's measurement (the backlog is still produced and drained first).
-    `spark`: a session for the final check (None: one is built). `sets`: the job's extra `--set`s."""
+    `spark`: a session for the final check (None: one is built). `sets`: the job's extra `--set`s.
+    `warm_s`: a job start's memory is measured from this long after it (a short soak's starts are short)."""
     if not pattern or set(pattern) - set(FAULT_KINDS):
         raise ValueError(f"pattern {pattern!r}: use the letters D (driver kill) and B (broker restart)")
     work.mkdir(parents=True, exist_ok=True)
     topic, group, table = "soak", "g-soak", work / "table"
     broker.create_topic(topic, partitions=PARTITIONS)
     ctx = RunContext(broker.bootstrap, topic, PARTITIONS, 0, 0, work, BenchSettings(sharelake_sets=sets))
-    run = SoakRun(duration_s=duration_s, fault_every_s=fault_every_s, pattern=pattern)
+    run = SoakRun(duration_s=duration_s, fault_every_s=fault_every_s, pattern=pattern, warm_s=warm_s)
     tail = CommitTail(table)
     job = Job(ctx, group, table)
     producer: RateProducer | None = None
@@ -379,14 +382,14 @@ def _check(run: SoakRun, spark: SparkSession | None, table: Path, topic: str) ->
 
 
 def memory_by_incarnation(run: SoakRun) -> list[dict[str, float]]:
-    """Per job start that ran past WARM_S: RSS once warm and at its end, and the trend (MiB/min)."""
+    """Per job start that ran past `run.warm_s`: RSS once warm and at its end, and the trend (MiB/min)."""
     out = []
     for inc in sorted({s.incarnation for s in run.samples}):
         mine = [s for s in run.samples if s.incarnation == inc and s.python_mib > 0]
         if not mine:
             continue
         start = mine[0].t_s
-        warm = [s for s in mine if s.t_s - start >= WARM_S]
+        warm = [s for s in mine if s.t_s - start >= run.warm_s]
         if len(warm) < 5:
             continue
         minutes = np.array([s.t_s for s in warm]) / 60

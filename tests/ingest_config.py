@@ -9,7 +9,7 @@ from app.embedded.kafka_broker import KafkaBrokers
 
 
 def ingest_config(
-    broker: KafkaBrokers, topic: str, group: str, table: Path, *extra: str, idle_ms: int = 6000
+    broker: KafkaBrokers, topic: str, group: str, table: Path, *extra: str, idle_ms: int = 4000
 ) -> SharelakeConfig:
     return load_config(
         None,

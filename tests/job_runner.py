@@ -98,12 +98,12 @@ def run_job(spec: JobSpec, *extra: str, faults: str = "", log: Path, timeout: fl
         raise
 
 
-def drain_job(spec: JobSpec, log: Path, idle_ms: int = 8000, faults: str = "") -> int:
+def drain_job(spec: JobSpec, log: Path, idle_ms: int = 6000, faults: str = "") -> int:
     """Run until drained; idle long enough for expired locks and dead members to come back."""
     return run_job(spec, "run.mode=until-drained", f"run.idle_timeout_ms={idle_ms}", faults=faults, log=log)
 
 
-def drain_in_process(spark: SparkSession, spec: JobSpec, log: Path, idle_ms: int = 8000) -> int:
+def drain_in_process(spark: SparkSession, spec: JobSpec, log: Path, idle_ms: int = 6000) -> int:
     """`drain_job` without faults, in the test's SparkSession: 0 once drained, 1 if the run raised.
 
     The pipeline's log lines, and the `run ended:` line the entry point writes, go to `log`, so

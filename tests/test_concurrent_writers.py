@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import queue
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -80,7 +80,7 @@ class Rec:
         return 1
 
 
-def produced(offsets: range) -> list[Produced]:
+def produced(offsets: Iterable[int]) -> list[Produced]:
     return [Produced(TOPIC, 0, o, Rec(o).key(), Rec(o).value()) for o in offsets]
 
 
@@ -219,13 +219,19 @@ def test_an_append_that_dies_between_a_conflict_and_its_second_commit_leaves_not
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The fault falls after Delta refused A's commit, before A commits its files again: nothing
-    references them, A's records are RELEASEd and the next attempt writes them once."""
+    references them, A's records are RELEASEd, and once redelivered they are written once."""
     table = tmp_path / "t"
     monkeypatch.setenv(faults.ENV, "error@before_delta_recommit#1")
     a, _, a_poll = race(spark, table, at_point, "delta_files_written", range(100, 200))
 
-    assert a.sink.stats.failed_attempts == 1 and a.table.stats.commit_conflicts == 1
-    assert states(a_poll) == {RecordState.ACCEPTED}  # written by the next attempt
+    assert a.table.stats.commit_conflicts == 1 and a.sink.stats.failed_attempts >= 1
+    assert states(a_poll) == {RecordState.RELEASED}
+    assert_exactly_once(spark, table, produced([*range(0, 10), *range(100, 200)]))  # A's files unreferenced
+
+    monkeypatch.delenv(faults.ENV)
+    redelivered = a.poll(range(10, 100))  # the share group delivers them again
+    a.micro_batch()
+    assert states(redelivered) == {RecordState.ACCEPTED}
     assert_exactly_once(spark, table, produced(range(0, 200)))
 
 

@@ -31,15 +31,15 @@ def test_two_jobs_on_one_partition_share_it_and_land_each_record_once_even_racin
     downstream: Callable[[Path, Path], DownstreamStream],
 ) -> None:
     # a consumer group would give the single partition to one job; a share group feeds both
-    spec = JobSpec(broker, f"one-part-{unique}", f"g-{unique}", tmp_path / "table", lock_ms=15000)
+    spec = JobSpec(broker, f"one-part-{unique}", f"g-{unique}", tmp_path / "table", lock_ms=10000)
     broker.create_topic(spec.topic, partitions=1)
-    # job 1's third checked append waits 20 s with its files written: 5 s past the lock of the records
-    # it holds. Job 2 stays up (idle timeout 25 s) to acquire them when the lock expires.
-    stalled = "delay@delta_files_written#3=20"
+    # job 1's third checked append waits 15 s with its files written: 5 s past the lock of the records
+    # it holds. Job 2 stays up (idle timeout 20 s) to acquire them when the lock expires.
+    stalled = "delay@delta_files_written#3=15"
     args = ("run.mode=until-drained", "run.empty_timeout_ms=90000")
     jobs = [
         start_job(spec, *args, "run.idle_timeout_ms=6000", faults=stalled, log=tmp_path / "job1.log"),
-        start_job(spec, *args, "run.idle_timeout_ms=25000", log=tmp_path / "job2.log"),
+        start_job(spec, *args, "run.idle_timeout_ms=20000", log=tmp_path / "job2.log"),
     ]
 
     produced: list[Produced] = []
