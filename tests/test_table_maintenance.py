@@ -3,9 +3,11 @@
 Another SparkSession (the test's own) runs Sharelake's maintenance pass (`app.maintenance`: OPTIMIZE,
 then VACUUM, the retention check relaxed to a minute, so the files OPTIMIZE removed early really go,
 while files being written stay) and appends rows of its own, in a loop, while the job ingests a
-steady stream in its own driver. The job is killed once mid-way, so its successor loads the dedup
-cache from a log full of OPTIMIZE's rewrite commits and must still recognise every redelivered
-record. A downstream Delta streaming query with default options reads the table all along: the
+steady stream in its own driver. Their commits beat some of the job's: Delta refuses those and the
+job commits the same files again after checking; the job is killed (kill -9) at the first such
+point, between the refusal and the second commit, so its successor loads the dedup cache from a
+log full of OPTIMIZE's rewrite commits (and finds unreferenced files) and must still recognise
+every redelivered record. A downstream Delta streaming query with default options reads the table all along: the
 compactions do not stop it and its copy holds each record once. At the end the scheduled job itself
 (`jobs/maintain.py`) compacts what is left.
 """
@@ -22,55 +24,12 @@ from pyspark.sql import functions as F
 
 from app.embedded.kafka_broker import EmbeddedKafka
 from app.embedded.sample_data import Produced, produce_json_events
-from app.maintenance import maintain_table
 from bench.delta_log import added_files, data_commits, longest_open_write_s, read_commits
 from jobs import maintain
 from tests.job_runner import ROOT, JobSpec, kill_job, run_summary, start_job
 from tests.kafka_helpers import nothing_left
+from tests.maintenance_loop import FOREIGN, RETENTION_CHECK, Maintenance
 from tests.table_checks import DownstreamStream, assert_exactly_once, dead_letter_rows
-
-FOREIGN = "another-writer"  # the topic column of the rows the other writer appends
-# 60 s: what OPTIMIZE removed in the first rounds goes. Delta's rule is a retention longer than the
-# longest concurrent transaction (a written file not yet committed looks unreferenced). With 18 s,
-# one CI run (a loaded machine) saw VACUUM delete a file a commit referenced; the cause was not
-# pinned, so the test prints the job's longest write-to-commit window.
-VACUUM_RETAIN_HOURS = 1 / 60
-
-
-class Maintenance(threading.Thread):
-    """OPTIMIZE, VACUUM and a foreign append, over and over, until stopped; counts what each did."""
-
-    def __init__(self, spark: SparkSession, table: Path):
-        super().__init__(name="maintenance", daemon=True)
-        self.spark, self.table = spark, str(table)
-        self.stop = threading.Event()
-        self.optimized_files = self.vacuums = self.foreign_rows = self.rounds = 0
-        self.conflicts: list[str] = []
-        self.passes: list[str] = []  # what each maintenance pass did, for the failure message
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            for step in (self._maintain, self._append):
-                try:
-                    step()
-                except Exception as e:  # noqa: BLE001 - a conflict with the job's commit: counted, tried again
-                    self.conflicts.append(f"{step.__name__}: {str(e).splitlines()[0][:200]}")
-            self.rounds += 1
-            self.stop.wait(1.0)
-
-    def _maintain(self) -> None:
-        result = maintain_table(self.spark, self.table, VACUUM_RETAIN_HOURS)
-        self.passes.append(f"{time.strftime('%H:%M:%S')} {result.line() if result else 'no table yet'}")
-        if result is not None:
-            self.optimized_files += result.files_compacted
-            self.vacuums += 1
-
-    def _append(self) -> None:
-        rows = self.spark.read.format("delta").load(self.table).where(F.col("topic") != FOREIGN).limit(5)
-        rows = rows.withColumn("topic", F.lit(FOREIGN)).withColumn("offset", -F.col("offset") - 1)
-        n = rows.count()
-        rows.write.format("delta").mode("append").save(self.table)
-        self.foreign_rows += n
 
 
 def test_optimize_vacuum_and_a_foreign_writer_lose_and_double_nothing(
@@ -97,30 +56,31 @@ def test_optimize_vacuum_and_a_foreign_writer_lose_and_double_nothing(
                 after_kill = time.monotonic() + 8  # the successor finds these: the crash is mid-stream
             time.sleep(1.0)
 
-    job = start_job(spec, "run.mode=continuous", log=tmp_path / "run1.log")
+    # the job dies (kill -9) at its first commit that the other writer or a compaction beat: after
+    # Delta refused it, before the same files are committed again
+    job = start_job(spec, "run.mode=continuous", faults="kill@before_delta_recommit#1", log=tmp_path / "run1.log")
     deadline = time.monotonic() + 120
     while not data_commits(read_commits(spec.table)) and time.monotonic() < deadline:
         time.sleep(0.2)
     producer = threading.Thread(target=produce_steadily)
     producer.start()
     silver = downstream(spec.table, tmp_path / "silver")
-    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
     maintenance = Maintenance(spark, spec.table)
     maintenance.start()
     try:
         # compaction under the live job ... (the maintenance session's first round is slow: 60-120 s
         # on a loaded machine; a budget of its own, so a slow first OPTIMIZE is not a failure)
         compacted_by = time.monotonic() + 300
-        while maintenance.optimized_files == 0 and time.monotonic() < compacted_by:
+        while (maintenance.optimized_files == 0 or job.poll() is None) and time.monotonic() < compacted_by:
             time.sleep(0.5)
-        kill_job(job)  # ... then a crash: its successor loads the dedup cache from the maintained log
+        died_by_itself = job.poll() is not None
+        kill_job(job)  # ... and its crash: the successor loads the dedup cache from the maintained log
         killed.set()
         rc = start_job(spec, "run.mode=until-drained", "run.idle_timeout_ms=12000", log=tmp_path / "run2.log").wait(300)
         producer.join()
     finally:
         maintenance.stop.set()
         maintenance.join(120)
-        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
     log2 = (tmp_path / "run2.log").read_text(errors="replace")
     assert rc == 0, log2[-3000:]
     second = run_summary(tmp_path / "run2.log")
@@ -135,6 +95,8 @@ def test_optimize_vacuum_and_a_foreign_writer_lose_and_double_nothing(
     )
 
     assert maintenance.optimized_files > 0, maintenance.conflicts  # the maintenance really ran
+    log1 = (tmp_path / "run1.log").read_text(errors="replace")
+    assert died_by_itself and "another writer committed first" in log1, log1[-3000:]  # killed at the recommit
     assert maintenance.foreign_rows > 0, maintenance.conflicts
     assert second["polled"] > 0  # the successor ingested the rest, deciding from the maintained log
     assert_exactly_once(spark, spec.table, produced, where=f"topic = '{spec.topic}'")
@@ -152,12 +114,12 @@ def test_optimize_vacuum_and_a_foreign_writer_lose_and_double_nothing(
     args = ["--config", str(ROOT / "conf" / "local.toml")]
     for setting in spec.sets("maintenance.vacuum_retain_hours=0.0167"):
         args += ["--set", setting]
-    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    spark.conf.set(RETENTION_CHECK, "false")
     shuffle = spark.conf.get("spark.sql.shuffle.partitions")
     try:
         assert maintain.main(args) == 0  # in this session: the job's builder joins it (and sets its SQL defaults)
     finally:
-        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+        spark.conf.unset(RETENTION_CHECK)
         spark.conf.set("spark.sql.shuffle.partitions", str(shuffle))
     assert len(spark.read.format("delta").load(str(spec.table)).inputFiles()) < len(files_before)
     assert_exactly_once(spark, spec.table, produced, where=f"topic = '{spec.topic}'")

@@ -4,7 +4,8 @@ The same run also provokes the race between them: job 1's third write stalls pas
 after writing its data files, job 2 acquires those records after the lock expires and lands them
 first, and Delta refuses job 1's late commit: job 1 finds job 2's commit holding them, decides them
 on it and writes only the rest. A downstream Delta streaming query with default options reads the
-table all along: it never fails, and its copy holds each record once.
+table all along, while OPTIMIZE and VACUUM run beside the jobs: it never fails, and its copy holds
+each record once.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pyspark.sql import SparkSession
 from app.embedded.kafka_broker import EmbeddedKafka
 from app.embedded.sample_data import Produced, produce_json_events
 from tests.job_runner import JobSpec, run_summary, start_job
+from tests.maintenance_loop import Maintenance
 from tests.table_checks import DownstreamStream, assert_exactly_once
 
 
@@ -58,14 +60,21 @@ def test_two_jobs_on_one_partition_share_it_and_land_each_record_once_even_racin
         time.sleep(0.5)
     producer.start()
     silver = downstream(spec.table, tmp_path / "silver")
-    producer.join()
-    rcs = [j.wait(300) for j in jobs]
+    maintenance = Maintenance(spark, spec.table, foreign=False)  # OPTIMIZE and VACUUM all along
+    maintenance.start()
+    try:
+        producer.join()
+        rcs = [j.wait(300) for j in jobs]
+    finally:
+        maintenance.stop.set()
+        maintenance.join(120)
     assert rcs == [0, 0], [(tmp_path / f"job{i}.log").read_text()[-2000:] for i in (1, 2)]
 
     summaries = [run_summary(tmp_path / f"job{i}.log") for i in (1, 2)]
     assert all(s["polled"] > 0 for s in summaries), summaries  # both drivers got records
     assert summaries[0]["commit_conflicts"] > 0, summaries  # Delta refused job 1's late commit ...
     assert summaries[0]["concurrent_claims"] > 0, summaries  # ... because job 2 had landed them first
+    assert maintenance.vacuums > 0, maintenance.passes
     assert all(s["duplicates_repaired"] == 0 for s in summaries), summaries  # nothing to delete
     assert_exactly_once(spark, spec.table, produced)
     assert "DELETE" not in {r.operation for r in DeltaTable.forPath(spark, str(spec.table)).history().collect()}
