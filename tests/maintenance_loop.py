@@ -26,13 +26,16 @@ VACUUM_RETAIN_HOURS = 1 / 60
 
 
 class Maintenance(threading.Thread):
-    """OPTIMIZE, VACUUM and (with `foreign`) a foreign append, over and over, until stopped; counts
-    what each did. VACUUM's retention check is relaxed in `spark` meanwhile (a minute is kept)."""
+    """OPTIMIZE and VACUUM (`optimize`) and a foreign append of a few rows (`foreign`), over and over
+    with `pause_s` between rounds, until stopped; counts what each did. VACUUM's retention check is
+    relaxed in `spark` meanwhile (a minute is kept)."""
 
-    def __init__(self, spark: SparkSession, table: Path, foreign: bool = True):
+    def __init__(
+        self, spark: SparkSession, table: Path, *, optimize: bool = True, foreign: bool = True, pause_s: float = 1.0
+    ):
         super().__init__(name="maintenance", daemon=True)
-        self.spark, self.table = spark, str(table)
-        self.steps = (self._maintain, self._append) if foreign else (self._maintain,)
+        self.spark, self.table, self.pause_s = spark, str(table), pause_s
+        self.steps = [step for step, on in ((self._maintain, optimize), (self._append, foreign)) if on]
         self.stop = threading.Event()
         self.optimized_files = self.vacuums = self.foreign_rows = self.rounds = 0
         self.conflicts: list[str] = []
@@ -53,7 +56,7 @@ class Maintenance(threading.Thread):
                 except Exception as e:  # noqa: BLE001 - a conflict with the job's commit: counted, tried again
                     self.conflicts.append(f"{step.__name__}: {str(e).splitlines()[0][:200]}")
             self.rounds += 1
-            self.stop.wait(1.0)
+            self.stop.wait(self.pause_s)
 
     def _maintain(self) -> None:
         result = maintain_table(self.spark, self.table, VACUUM_RETAIN_HOURS)

@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from app.embedded.kafka_broker import EmbeddedKafka
 from app.embedded.sample_data import produce_json_events
 from bench.delta_log import added_files
 from tests.job_runner import JobSpec, drain_in_process, drain_job, run_summary
+from tests.maintenance_loop import Maintenance
 from tests.table_checks import assert_exactly_once
 
 
@@ -24,9 +26,10 @@ from tests.table_checks import assert_exactly_once
         # committed to Delta, not yet ACCEPTed (the restart must recognise the redelivered records):
         # tests/test_s3_tables.py kills there, on an S3 table
         # the append's data files written, its commit not made: nothing references them, the records
-        # come back and are written once (the same state as a death between a conflict and the
-        # commit of the same files again, tested in-process in tests/test_concurrent_writers.py)
+        # come back and are written once
         "delta_files_written",
+        # another writer's commit made Delta refuse ours; the same files not yet committed again
+        "before_delta_recommit",
         # ACCEPTed, but Spark has not recorded the batch: it re-runs that batch id with new records
         "after_accept",
     ],
@@ -41,12 +44,26 @@ def test_kill_at_a_fault_point_then_restart(
 
     # the second micro-batch that writes dies at the point (the first one created the table, with a
     # plain append: its files-written point is the second batch's)
-    hit = 1 if point == "delta_files_written" else 2
-    rc = drain_job(spec, tmp_path / "run1.log", faults=f"kill@{point}#{hit}")
-    assert rc != 0, (tmp_path / "run1.log").read_text()[-2000:]
-    rows_after_crash = spark.read.format("delta").load(str(spec.table)).count()
+    faults = {"delta_files_written": "kill@delta_files_written#1", "after_accept": "kill@after_accept#2"}.get(point)
+    foreign = None
+    if point == "before_delta_recommit":  # another writer appends every 0.2 s; each written append of
+        faults = "delay@delta_files_written=1,kill@before_delta_recommit#1"  # ours waits 1 s: a conflict
+        foreign = Maintenance(spark, spec.table, optimize=False, pause_s=0.2)
+        foreign.start()
+    try:
+        rc = drain_job(spec, tmp_path / "run1.log", faults=faults or "")
+    finally:
+        if foreign is not None:
+            foreign.stop.set()
+            foreign.join(60)
+    log1 = (tmp_path / "run1.log").read_text(errors="replace")
+    assert rc != 0, log1[-2000:]
+    mine = F.col("topic") == spec.topic
+    rows_after_crash = spark.read.format("delta").load(str(spec.table)).where(mine).count()
     assert 0 < rows_after_crash < 6000
-    if point == "delta_files_written":  # written files nothing references: VACUUM's to remove
+    if foreign is not None:
+        assert "another writer committed first" in log1 and foreign.foreign_rows > 0, log1[-2000:]
+    if point in ("delta_files_written", "before_delta_recommit"):  # written files nothing references
         referenced = {Path(p).name for p in added_files(spec.table)}
         on_disk = {f.name for f in spec.table.glob("*.parquet")}
         assert on_disk - referenced, "the kill left no written, uncommitted file"
@@ -59,5 +76,5 @@ def test_kill_at_a_fault_point_then_restart(
 
     assert drain_in_process(spark, spec, tmp_path / "run2.log") == 0, (tmp_path / "run2.log").read_text()[-3000:]
     second = run_summary(tmp_path / "run2.log")
-    assert_exactly_once(spark, spec.table, produced)
+    assert_exactly_once(spark, spec.table, produced, where=f"topic = '{spec.topic}'")  # the foreign rows aside
     assert second["concurrent_claims"] == 0
