@@ -269,8 +269,7 @@ class DeltaWriter:
         # the transaction commits through the thread's active session: ours, so the version of its
         # commit lands in our session's conf (anything run in this thread meanwhile may have changed it)
         jvm.org.apache.spark.sql.SparkSession.setActiveSession(self.session._jsparkSession)
-        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.session._jsparkSession, self.table_path)
-        txn = delta_log.startTransaction(self._none, self._none)
+        txn = self._delta_log().startTransaction(self._none, self._none)
         if check is not None:
             check(int(txn.snapshot().version()))
         read_all = jvm.org.apache.spark.sql.catalyst.expressions.Literal.TrueLiteral()
@@ -287,10 +286,16 @@ class DeltaWriter:
     def _exists(self) -> bool:
         """Whether the table has its first commit (asked of the store until it has)."""
         if not self._created:
-            jvm = self._jvm
-            delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.session._jsparkSession, self.table_path)
-            self._created = bool(delta_log.update(False, self._none, self._none).version() >= 0)
+            self._created = bool(self._latest_snapshot().version() >= 0)
         return self._created
+
+    def _delta_log(self) -> Any:
+        """Delta's `DeltaLog` of the table (Delta caches one per path)."""
+        return self._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.session._jsparkSession, self.table_path)
+
+    def _latest_snapshot(self) -> Any:
+        """The table's latest snapshot (version -1 before its first commit), read from the store."""
+        return self._delta_log().update(False, self._none, self._none)
 
     def _prepare_schema(self, schema: StructType, merge_schema: bool) -> None:
         """Before a frame of a new shape: Delta's schema check on it, and its new columns committed.
@@ -302,9 +307,7 @@ class DeltaWriter:
         shape = schema.json()
         if shape == self._known_shape:
             return
-        jvm = self._jvm
-        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.session._jsparkSession, self.table_path)
-        table = StructType.fromJson(json.loads(delta_log.update(False, self._none, self._none).schema().json()))
+        table = StructType.fromJson(json.loads(self._latest_snapshot().schema().json()))
         if needs_schema_change(schema, table):
             empty = self.session.createDataFrame([], schema).write.format("delta").mode("append")
             empty.option("mergeSchema", str(merge_schema).lower()).save(self.table_path)
