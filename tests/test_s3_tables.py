@@ -22,7 +22,7 @@ from app.embedded.kafka_broker import EmbeddedKafka
 from app.embedded.s3_server import EmbeddedS3
 from app.embedded.sample_data import produce_json_events
 from app.pipeline import run_ingest
-from app.sink.writer_lease import LEASE_FILE
+from app.sink.writer_lease import LEASE_FILE, WriterLease
 from tests.job_runner import ROOT, JobSpec, drain_in_process, drain_job, kill_job, run_summary, start_job
 from tests.table_checks import assert_exactly_once
 
@@ -119,3 +119,27 @@ def test_a_second_job_on_the_same_s3_table_stops_at_start_and_a_taken_lease_stop
     assert drain_in_process(spark, spec, restart) == 0, restart.read_text()[-3000:]
     assert_exactly_once(spark, table, produced)  # type: ignore[arg-type]
     assert run_summary(restart)["dead_lettered"] == 0
+
+
+def test_a_writer_lease_lets_commits_through_from_the_moment_it_is_held(
+    spark: SparkSession, s3: EmbeddedS3, unique: str
+) -> None:
+    """A job commits right after it takes its lease (a restart with records waiting does), and at
+    any moment after: the lease never looks stale to its own holder while the renewals run. (Its
+    read-back once counted against it, and the first renewal came a full TTL/3 after that, so a
+    commit in between was refused as if another job might have taken over.)"""
+    lease = WriterLease(spark, f"{s3.bucket(f'lake-{unique}')}/events", "delta.table_path", LEASE_S, "g")
+    lease.acquire()
+    try:
+        deadline = time.monotonic() + 2 * LEASE_S
+        checks = 0
+        while time.monotonic() < deadline:
+            lease.check()  # raises LeaseLostError when stale
+            checks += 1
+            time.sleep(0.05)
+        assert checks > 100
+    finally:
+        lease.release()
+    jvm, hadoop = spark.sparkContext._jvm, spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    path = jvm.org.apache.hadoop.fs.Path(f"{lease.location}/{LEASE_FILE}")  # type: ignore[union-attr]
+    assert not path.getFileSystem(hadoop).exists(path)  # released: a successor starts at once

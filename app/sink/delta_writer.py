@@ -241,6 +241,8 @@ class DeltaWriter:
             *(self._none,) * 5,
         )
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            if self.before_commit is not None:
+                self.before_commit()  # again: writing the files took a while
             try:
                 txn.commit(actions, operation)
                 break

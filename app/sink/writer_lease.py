@@ -16,11 +16,14 @@ lease on each table it writes, a small JSON file at `<table>/_sharelake/writer-l
   one line naming the holder and the fix). If it is not, its holder died (a kill -9 of this same
   job, typically): take it over. A job that stops gracefully deletes its lease, so its successor
   starts at once; after a crash the successor waits one TTL.
-- **Keeping it.** A thread renews it every TTL/3, after reading it: if someone else's lease is
-  there, ours is lost. `check()` refuses a commit when the lease was lost or when our last renewal
-  is older than 2/3 of the TTL: a job another one may already have taken over from (it watched a
-  full TTL without a renewal) never commits. The refused commit's records are RELEASEd, as for
-  any failed write, and the job fails.
+- **Keeping it.** A thread renews it TTL/3 after the start of the last renewal (the first right
+  after taking it, whose read-back took `SETTLE_S`), after reading it: if someone else's lease is
+  there, ours is lost. A renewal due more than 2/3 of the TTL after the last one is not made
+  (someone may be about to take over): the lease is lost. `check()` refuses a commit when the
+  lease was lost or when our last renewal is older than 2/3 of the TTL: a job another one may
+  already have taken over from (it watched a full TTL without a renewal) never commits. The Delta
+  writer checks before it writes an append's files and again just before it commits them. The
+  refused commit's records are RELEASEd, as for any failed write, and the job fails.
 
 The file is a guard, not a lock: S3 (as used here) has no compare-and-set, so it rests on renewals
 arriving within the TTL and on a write landing within `SETTLE_S`. The README's Storage section says
@@ -168,7 +171,18 @@ class WriterLease:
     # -- run -----------------------------------------------------------------------------------------------
 
     def _renew_loop(self) -> None:
-        while not self._stop.wait(self.ttl_s / 3):
+        # on a schedule from the last renewal's start, not a fixed pause after it: the read-back
+        # that took the lease, and each renewal's own read and write, would otherwise age it
+        pause = 0.0  # after a failed renewal: try again this soon
+        while not self._stop.wait(max(pause, self.ttl_s / 3 - self._age())):
+            pause = 0.0
+            if self._age() > self.ttl_s * 2 / 3:
+                self._lost = (
+                    f"the writer lease of {self.location} went {self._age():.0f}s without a renewal "
+                    f"(TTL {self.ttl_s:.0f}s: the store refused the renewals, or this job stalled)"
+                )
+                log.error("%s: no more commits from this job", self._lost)
+                return
             try:
                 current = self._read()
                 if current is None or current.get("holder") != self.holder:
@@ -183,17 +197,22 @@ class WriterLease:
                 self._write()
             except Exception as e:  # noqa: BLE001 - a store hiccup: check() refuses commits once the lease ages
                 log.warning("%s: renewing the writer lease failed: %s", self.location, one_line(e, 200))
+                pause = WATCH_POLL_S
 
     def check(self) -> None:
         """Before a commit: raise LeaseLostError unless the lease is ours and fresh."""
         if self._lost is not None:
             raise LeaseLostError(f"{self._lost}: another job writes the table (or it was released by hand)")
-        age = time.monotonic() - (self._renewed_at or 0.0)
+        age = self._age()
         if age > self.ttl_s * 2 / 3:
             raise LeaseLostError(
                 f"the writer lease of {self.location} was last renewed {age:.0f}s ago (TTL {self.ttl_s:.0f}s): "
                 "another job may have taken over, so this one does not commit"
             )
+
+    def _age(self) -> float:
+        """Seconds since our last renewal began (since the epoch of the monotonic clock before the first)."""
+        return time.monotonic() - (self._renewed_at or 0.0)
 
     def release(self) -> None:
         """Stop renewing; delete the lease if it is still ours (the next job then starts at once)."""
