@@ -17,7 +17,7 @@ Delta's post-commit work done, Sharelake's own not begun), the same for the dead
 (before_dead_letter_commit, ...), before_repair (at start, about to delete duplicate rows an
 older version left), after_repair (that DELETE committed, not yet noted by its writer),
 after_accept (ACCEPTs committed to Kafka, foreachBatch not yet returned: Spark will re-run this
-batch id).
+batch id), before_lease_renewal (the S3 writer lease's renewal thread, about to renew).
 """
 
 from __future__ import annotations

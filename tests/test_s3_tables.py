@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from app import faults
 from app.config import ConfigError, load_config
 from app.embedded.kafka_broker import EmbeddedKafka
 from app.embedded.s3_server import EmbeddedS3
 from app.embedded.sample_data import produce_json_events
 from app.pipeline import run_ingest
-from app.sink.writer_lease import LEASE_FILE, WriterLease
+from app.sink.writer_lease import LEASE_FILE, LeaseLostError, WriterLease
 from tests.job_runner import ROOT, JobSpec, drain_in_process, drain_job, kill_job, run_summary, start_job
 from tests.table_checks import assert_exactly_once
 
@@ -143,3 +144,31 @@ def test_a_writer_lease_lets_commits_through_from_the_moment_it_is_held(
     jvm, hadoop = spark.sparkContext._jvm, spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
     path = jvm.org.apache.hadoop.fs.Path(f"{lease.location}/{LEASE_FILE}")  # type: ignore[union-attr]
     assert not path.getFileSystem(hadoop).exists(path)  # released: a successor starts at once
+
+
+def test_a_writer_lease_whose_renewals_stall_refuses_commits_and_names_the_stall(
+    spark: SparkSession, s3: EmbeddedS3, unique: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A renewal due later than 2/3 of the TTL (the job stalled: a long GC pause, a hung store
+    call) is not made: another job may be about to take the table over. Commits are refused from
+    the moment the lease is 2/3 TTL old, and once the late renewal comes due the lease is lost for
+    good, with a line naming the stall."""
+    lease = WriterLease(spark, f"{s3.bucket(f'lake-{unique}')}/events", "delta.table_path", LEASE_S, "g")
+    lease.acquire()
+    try:
+        lease.check()  # fresh
+        faults.reset()
+        monkeypatch.setenv(faults.ENV, f"delay@before_lease_renewal={LEASE_S * 5 / 6}")
+        refusals: list[str] = []
+        deadline = time.monotonic() + 3 * LEASE_S
+        while time.monotonic() < deadline and not any("without a renewal" in r for r in refusals):
+            try:
+                lease.check()
+            except LeaseLostError as e:
+                refusals.append(str(e))
+            time.sleep(0.1)
+    finally:
+        lease.release()
+    assert refusals, "the stalled lease still let commits through"
+    assert "was last renewed" in refusals[0], refusals[0]  # stale before the late renewal came due
+    assert "without a renewal" in refusals[-1] and "this job stalled" in refusals[-1], refusals[-1]

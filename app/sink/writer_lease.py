@@ -45,6 +45,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from app import faults
 from app.error_lines import ConfigError, one_line
 
 log = logging.getLogger(__name__)
@@ -176,6 +177,7 @@ class WriterLease:
         pause = 0.0  # after a failed renewal: try again this soon
         while not self._stop.wait(max(pause, self.ttl_s / 3 - self._age())):
             pause = 0.0
+            faults.hit("before_lease_renewal")  # a test stalls the renewals here
             if self._age() > self.ttl_s * 2 / 3:
                 self._lost = (
                     f"the writer lease of {self.location} went {self._age():.0f}s without a renewal "
