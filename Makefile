@@ -7,11 +7,13 @@ CACHE  := .cache
 VENV   := $(CACHE)/venv
 MVN    := mvn -q -B -Dmaven.repo.local=$(abspath $(CACHE))/m2
 PYTEST_ARGS ?=
+# the oldest Kafka broker Sharelake supports, resolved beside the current one for the floor test
+KAFKA_FLOOR := 4.2.2
 
 .PHONY: setup jars s3 demo test lint pytest clean
 setup: $(VENV)/.installed jars
 
-jars: $(CACHE)/jars/kafka/.resolved $(CACHE)/jars/spark/.resolved $(CACHE)/jars/bench/.resolved $(CACHE)/registry/.resolved
+jars: $(CACHE)/jars/kafka/.resolved $(CACHE)/jars/kafka-floor/.resolved-$(KAFKA_FLOOR) $(CACHE)/jars/spark/.resolved $(CACHE)/jars/bench/.resolved $(CACHE)/registry/.resolved
 
 $(VENV)/.installed: requirements.txt
 	@$(PYTHON) -c 'import sys; v=sys.version_info[:2]; sys.exit(0 if v==(3,11) else "sharelake needs Python 3.11, found %d.%d: set PYTHON=/path/to/python3.11" % v)'
@@ -26,6 +28,13 @@ $(VENV)/.installed: requirements.txt
 $(CACHE)/jars/kafka/.resolved: conf/maven/kafka-broker.pom.xml
 	rm -rf $(CACHE)/jars/kafka
 	$(MVN) -f $< dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(abspath $(CACHE))/jars/kafka
+	@touch $@
+
+# The oldest broker Sharelake supports (share groups are production-ready from Kafka 4.2): the same
+# pom at the newest 4.2.x (KAFKA_FLOOR, above), for the floor test (tests/test_broker_floor.py)
+$(CACHE)/jars/kafka-floor/.resolved-$(KAFKA_FLOOR): conf/maven/kafka-broker.pom.xml
+	rm -rf $(CACHE)/jars/kafka-floor
+	$(MVN) -f $< dependency:copy-dependencies -Dkafka.version=$(KAFKA_FLOOR) -DincludeScope=runtime -DoutputDirectory=$(abspath $(CACHE))/jars/kafka-floor
 	@touch $@
 
 # Delta Lake for Spark 4.2 and spark-avro: only those artifacts; Spark's own jars already hold the rest

@@ -12,6 +12,8 @@ from pathlib import Path
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CACHE_DIR = Path(os.environ.get("SHARELAKE_CACHE", PROJECT_ROOT / ".cache"))
 KAFKA_JARS = CACHE_DIR / "jars" / "kafka"
+# the oldest Kafka broker Sharelake supports (the newest 4.2.x), for the floor test
+KAFKA_FLOOR_JARS = CACHE_DIR / "jars" / "kafka-floor"
 SPARK_JARS = CACHE_DIR / "jars" / "spark"
 # Delta tables on S3: the S3A connector and the AWS SDK's S3 modules (`make s3`), on Spark's classpath when present
 S3_JARS = CACHE_DIR / "jars" / "s3"

@@ -149,6 +149,7 @@ class EmbeddedKafka:
     node_id: int = 1
     quorum: Quorum | None = None
     security: Security | None = None  # a SASL_SSL listener with ACLs instead of PLAINTEXT
+    jars: Path = KAFKA_JARS  # the Kafka release to run (KAFKA_FLOOR_JARS: the oldest supported)
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     port: int = field(default=0, init=False)
     controller_port: int = field(default=0, init=False)
@@ -282,7 +283,7 @@ class EmbeddedKafka:
         return path
 
     def _java(self, main: str, *args: str, heap: str = "256m") -> list[str]:
-        classpath = os.pathsep.join(str(j) for j in jars_in(KAFKA_JARS))
+        classpath = os.pathsep.join(str(j) for j in jars_in(self.jars))
         return [
             "java", f"-Xmx{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
