@@ -51,6 +51,16 @@ class KafkaConfig(_Section):
     # it; "unchanged" keeps the group's (2000 unless set). It bounds throughput: locks x partitions
     # per batch cycle.
     partition_max_record_locks: Annotated[int, Field(ge=100, le=MAX_RECORD_LOCKS)] | Literal["max", "unchanged"] = "max"
+    # The share group's own dead-letter topic (KIP-1191, brokers 4.4 and later). Set, the job sets
+    # the group's errors.deadletterqueue.topic.name at start, and the broker copies there each record
+    # it archives: the delivery limit reached (also while no job runs) and each REJECT. The topic must
+    # carry errors.deadletterqueue.group.enable=true (a missing one the job creates so) and start with
+    # the broker's errors.deadletterqueue.topic.name.prefix (default "dlq."). Unset: the group's
+    # setting is left as it is. Sharelake's dead-letter table stays the primary record (README).
+    broker_dead_letter_topic: str | None = Field(default=None, min_length=1)
+    # With it: also copy each record's key and value there (errors.deadletterqueue.copy.record.enable);
+    # off, the broker writes its __dlq.errors.* headers alone.
+    broker_dead_letter_copy_record: bool = True
     # Extra librdkafka settings for the share consumers (security.protocol, sasl.*, ...).
     client: dict[str, str | int | float | bool] = Field(default_factory=dict)
 
@@ -63,6 +73,13 @@ class KafkaConfig(_Section):
         if self.topics is not None and len(set(self.topics)) != len(self.topics):
             raise ValueError("kafka.topics names a topic twice")
         return self
+
+    @field_validator("broker_dead_letter_topic")
+    @classmethod
+    def _not_internal(cls, v: str | None) -> str | None:
+        if v is not None and v.startswith("__"):
+            raise ValueError("a dead-letter topic's name must not start with '__' (Kafka's internal topics)")
+        return v
 
     @property
     def subscribed(self) -> list[str]:

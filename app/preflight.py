@@ -16,18 +16,22 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
 from app.config import ConfigError, SharelakeConfig
+from app.consume.broker_dead_letter_topic import check_broker_dead_letter_topic
 from app.consume.group_settings import (
+    DELIVERY_LIMIT,
     apply_group_settings,
+    broker_lock_cap,
     desired_group_settings,
-    read_broker_lock_cap,
+    read_broker_settings,
+    read_group_settings,
     settled_group_settings,
+    with_broker_defaults,
 )
 from app.error_lines import one_line
 from app.sink.writer_lease import LEASE_FILE
 
 BROKER_TIMEOUT_S = 15.0  # how long start-up waits for a broker to answer
 PROBE_PREFIX = "_sharelake_write_probe"  # the file written (and deleted) to check a table path is writable
-DELIVERY_LIMIT = "share.delivery.count.limit"  # the group config (broker default 5)
 
 
 SPARK_CONNECT_MESSAGE = (
@@ -91,7 +95,7 @@ def security_problem(cfg: SharelakeConfig, errors: ClientErrors) -> ConfigError 
 class KafkaFacts:
     """What start-up learned of the broker: the group's effective settings, the broker's lock cap."""
 
-    group_settings: dict[str, str]
+    group_settings: dict[str, str]  # with the broker's values of those a 4.2 broker keeps there
     broker_lock_cap: int | None  # group.share.max.partition.max.record.locks, None if unreadable
     partitions: int  # of the subscribed topics, together
 
@@ -127,13 +131,15 @@ def check_kafka(admin: AdminClient, cfg: SharelakeConfig, errors: ClientErrors |
         if topic is None or topic.error is not None:
             raise ConfigError(f"{key}: no such topic on {k.bootstrap_servers}; create it or fix the name")
         partitions += len(topic.partitions)
-    cap = (
-        read_broker_lock_cap(admin, next(iter(metadata.brokers), 1)) if k.partition_max_record_locks == "max" else None
-    )
+    broker = read_broker_settings(admin, next(iter(metadata.brokers), 1))
+    cap = broker_lock_cap(broker) if k.partition_max_record_locks == "max" else None
     settings = desired_group_settings(k, cap)
     try:
+        if k.broker_dead_letter_topic is not None:  # before the settings: an old broker would refuse them
+            check_broker_dead_letter_topic(admin, k, metadata, read_group_settings(admin, k.group_id), broker)
         apply_group_settings(admin, k.group_id, settings)
-        return KafkaFacts(settled_group_settings(admin, k.group_id, settings), cap, partitions)
+        effective = with_broker_defaults(settled_group_settings(admin, k.group_id, settings), broker)
+        return KafkaFacts(effective, cap, partitions)
     except KafkaException as e:
         if e.args and isinstance(e.args[0], KafkaError) and e.args[0].code() in AUTHORIZATION:
             raise ConfigError(
@@ -145,7 +151,7 @@ def check_kafka(admin: AdminClient, cfg: SharelakeConfig, errors: ClientErrors |
         raise ConfigError(
             f"kafka.group_id = {k.group_id!r}: the broker refused the share-group settings ({keys}): "
             f"{one_line(e, 200)}; fix kafka.auto_offset_reset / kafka.record_lock_duration_ms / "
-            "kafka.partition_max_record_locks, or check the "
+            "kafka.partition_max_record_locks / kafka.broker_dead_letter_topic, or check the "
             "broker's group.share.* bounds and ACLs"
         ) from None
 

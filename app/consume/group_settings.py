@@ -4,7 +4,8 @@ Called once by `app.pipeline` at start. The group's `share.auto.offset.reset` de
 on the broker, which would silently skip every record produced before the group first existed, so
 the job sets it (unless configured `unchanged`). The in-flight record cap per partition bounds the
 throughput on few partitions (locks x partitions per batch cycle): by default the job raises it to
-what the broker allows (`read_broker_lock_cap`). The record lock duration can be set the same way.
+what the broker allows (`broker_lock_cap`). The record lock duration can be set the same way,
+and the group's broker-side dead-letter topic (checked first by `app.consume.broker_dead_letter_topic`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,15 @@ log = logging.getLogger(__name__)
 
 BROKER_LOCK_CAP = "group.share.max.partition.max.record.locks"  # the broker's bound on the group setting
 GROUP_LOCKS = "share.partition.max.record.locks"
+DELIVERY_LIMIT = "share.delivery.count.limit"  # the group config (broker default 5)
+# group config -> the broker config that is its value on brokers without the group config (4.2)
+BROKER_DEFAULTS = {
+    DELIVERY_LIMIT: "group.share.delivery.count.limit",
+    GROUP_LOCKS: "group.share.partition.max.record.locks",
+}
+# the group's broker-side dead-letter topic (KIP-1191, Kafka 4.4): app.consume.broker_dead_letter_topic
+DLQ_TOPIC = "errors.deadletterqueue.topic.name"
+DLQ_COPY_RECORD = "errors.deadletterqueue.copy.record.enable"
 
 
 def desired_group_settings(cfg: KafkaConfig, broker_lock_cap: int | None = None) -> dict[str, str]:
@@ -35,17 +45,32 @@ def desired_group_settings(cfg: KafkaConfig, broker_lock_cap: int | None = None)
         settings[GROUP_LOCKS] = str(min(MAX_RECORD_LOCKS, broker_lock_cap))
     elif isinstance(locks, int):
         settings[GROUP_LOCKS] = str(locks)
+    if cfg.broker_dead_letter_topic is not None:
+        settings[DLQ_TOPIC] = cfg.broker_dead_letter_topic
+        settings[DLQ_COPY_RECORD] = str(cfg.broker_dead_letter_copy_record).lower()
     return settings
 
 
-def read_broker_lock_cap(admin: AdminClient, broker_id: int, timeout_s: float = 30) -> int | None:
-    """The broker's BROKER_LOCK_CAP; None when it cannot be read (e.g. no DESCRIBE_CONFIGS on the cluster)."""
+def read_broker_settings(admin: AdminClient, broker_id: int, timeout_s: float = 30) -> dict[str, str]:
+    """One broker's configs; empty when they cannot be read (e.g. no DESCRIBE_CONFIGS on the cluster)."""
     try:
         (future,) = admin.describe_configs([ConfigResource(ResourceType.BROKER, str(broker_id))]).values()
-        entry = future.result(timeout=timeout_s).get(BROKER_LOCK_CAP)
-        return int(entry.value) if entry is not None and entry.value else None
-    except (KafkaException, ValueError):
-        return None
+        entries = future.result(timeout=timeout_s)
+    except KafkaException:
+        return {}
+    return {name: entry.value for name, entry in entries.items() if entry.value is not None}
+
+
+def broker_lock_cap(broker: dict[str, str]) -> int | None:
+    """The broker's BROKER_LOCK_CAP; None when unknown (unreadable, or a broker before it existed)."""
+    value = broker.get(BROKER_LOCK_CAP, "")
+    return int(value) if value.isdigit() else None
+
+
+def with_broker_defaults(group: dict[str, str], broker: dict[str, str]) -> dict[str, str]:
+    """The group's effective settings: on brokers before 4.3 the delivery limit and the in-flight
+    cap are broker configs only (BROKER_DEFAULTS), and the group lists neither."""
+    return {**{g: broker[b] for g, b in BROKER_DEFAULTS.items() if g not in group and b in broker}, **group}
 
 
 def apply_group_settings(admin: AdminClient, group_id: str, settings: dict[str, str], timeout_s: float = 30) -> None:
