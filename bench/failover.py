@@ -151,22 +151,28 @@ def run_failover(
     rate: int = 2_000,
     seed: int = 932,
     land_timeout_s: float = 240.0,
+    backlog: int = 0,
 ) -> FailoverRun:
     """Produce `records` at `rate`, kill and restart two nodes while the job ingests, stop the job.
 
-    The topic must exist. The job is stopped with SIGTERM once every produced record is in the
-    table (or after `land_timeout_s`); `job_rc` is its exit code.
+    The topic must exist. `backlog`: of the `records`, this many more are produced at once before
+    the steady rate starts, so the deaths fall while the job drains records Kafka has already
+    committed (a job that keeps up has none: every partition's dead replica is still in its ISR
+    until the fence, so no new record becomes readable anywhere, and every partition waits). The
+    job is stopped with SIGTERM once every produced record is in the table (or after
+    `land_timeout_s`); `job_rc` is its exit code.
     """
     rng = random.Random(seed)
     run = FailoverRun()
     errors: list[BaseException] = []
     job = start_job()
     try:
-        run.produced += produce_json_events(cluster.bootstrap, topic, FIRST)
+        first = FIRST + backlog
+        run.produced += produce_json_events(cluster.bootstrap, topic, first)
         deadline = time.monotonic() + 120
         while not data_commits(read_commits(table)) and time.monotonic() < deadline and job.poll() is None:
             time.sleep(0.2)
-        producer = produce_steadily(cluster.bootstrap, topic, records - FIRST, rate, FIRST, run, errors)
+        producer = produce_steadily(cluster.bootstrap, topic, records - first, rate, first, run, errors)
 
         for role in ("partition leader", "group coordinator"):
             time.sleep(rng.uniform(2.0, 6.0))
@@ -219,11 +225,11 @@ def run_failover(
 TARGET_STALL_S = 5.0
 
 
-def job_command(bootstrap: str, topic: str, group: str, table: Path) -> list[str]:
-    """The ingest job as users run it, continuous, on the run's topic, group and table."""
+def job_command(bootstrap: str, topic: str, group: str, table: Path, extra: tuple[str, ...] = ()) -> list[str]:
+    """The ingest job as users run it, continuous, on the run's topic, group and table (`extra`: more --set)."""
     sets = [
         f"kafka.bootstrap_servers={bootstrap}", f"kafka.topic={topic}", f"kafka.group_id={group}",
-        f"delta.table_path={table}", "run.mode=continuous",
+        f"delta.table_path={table}", "run.mode=continuous", *extra,
     ]  # fmt: skip
     cmd = [str(PROJECT_ROOT / "spark-submit.sh"), "jobs/ingest.py", "--config", "conf/local.toml"]
     for s in sets:
@@ -237,24 +243,41 @@ def run_ended(log: Path) -> dict[str, float]:
     return {k: float(v) for k, v in (kv.split("=") for kv in found[-1].split())} if found else {}
 
 
-def failover_phase(records: int, rate: int, work: Path, seed: int = 932) -> FailoverRun:
-    """The benchmark's phase: a fresh 3-node cluster, a 6-partition topic, the scenario above."""
+def failover_phase(
+    records: int,
+    rate: int,
+    work: Path,
+    seed: int = 932,
+    *,
+    fast_fencing: bool = True,
+    job_sets: tuple[str, ...] = (),
+    backlog: int = 0,
+) -> FailoverRun:
+    """The benchmark's phase: a fresh 3-node cluster, a 6-partition topic, the scenario above.
+
+    `fast_fencing` False: the cluster on Kafka's default fencing and quorum timeouts; `job_sets`:
+    more `--set` overrides of the job (e.g. pump.acknowledgement_commit=async)."""
     work.mkdir(parents=True, exist_ok=True)
     topic, group, table, log_path = "failover", "g-failover", work / "table", work / "job.log"
-    log.info("failover: 3-node cluster, %d records at %d records/s, two broker deaths", records, rate)
-    cluster = EmbeddedKafkaCluster(work / "cluster")
+    log.info(
+        "failover: 3-node cluster (%s fencing), %d records at %d records/s, two broker deaths; job %s",
+        "fast" if fast_fencing else "Kafka's default", records, rate, " ".join(job_sets) or "as configured",
+    )  # fmt: skip
+    cluster = EmbeddedKafkaCluster(work / "cluster", fast_fencing=fast_fencing)
 
     def start() -> subprocess.Popen[bytes]:
         with log_path.open("wb") as out:
             return subprocess.Popen(
-                job_command(cluster.bootstrap, topic, group, table), cwd=PROJECT_ROOT,
+                job_command(cluster.bootstrap, topic, group, table, job_sets), cwd=PROJECT_ROOT,
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
 
     try:
         with cluster:
             cluster.create_topic(topic, partitions=6)
-            run = run_failover(cluster, topic, group, table, start, records=records, rate=rate, seed=seed)
+            run = run_failover(
+                cluster, topic, group, table, start, records=records, rate=rate, seed=seed, backlog=backlog
+            )
     except Exception as e:
         log.exception("failover phase failed")
         run = FailoverRun(error=f"{e!r}")
@@ -333,12 +356,21 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--rate", type=int, default=2_000)
     ap.add_argument("--seed", type=int, default=932)
+    ap.add_argument("--backlog", type=int, default=0, help="of --records, produced at once before the steady rate")
+    ap.add_argument("--default-fencing", action="store_true", help="the cluster on Kafka's default fencing timeouts")
+    ap.add_argument("--set", action="append", default=[], dest="sets", help="a --set override of the job (repeatable)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stamp = time.strftime("%Y-%m-%d-%H%M%S")
-    run = failover_phase(args.records, args.rate, args.work_dir / stamp, args.seed)
+    fast = not args.default_fencing
+    run = failover_phase(
+        args.records, args.rate, args.work_dir / stamp, args.seed, fast_fencing=fast, job_sets=tuple(args.sets)
+    )
     report = RESULTS_DIR / f"{stamp}-failover.md"
-    report.write_text("\n".join([f"# Sharelake broker failover, {stamp}\n", *failover_section(run)]))
+    title = f"# Sharelake broker failover, {stamp}\n"
+    fencing = "fast (FAILOVER_SETTINGS)" if fast else "Kafka defaults"
+    setup = f"Cluster fencing: {fencing}; backlog {args.backlog:,}; job overrides: {' '.join(args.sets) or 'none'}.\n"
+    report.write_text("\n".join([title, setup, *failover_section(run)]))
     report.with_suffix(".json").write_text(json.dumps(failover_json(run), indent=2, default=str))
     print(f"failover: report written to {report}")
 

@@ -73,6 +73,8 @@ class EmbeddedKafkaCluster:
     extra_settings: dict[str, str] = field(default_factory=dict)
     heap: str = "512m"
     start_timeout_s: float = 120.0
+    # FAILOVER_SETTINGS (a dead node fenced after 1.5 s); False: Kafka's defaults (9 s), as users run it
+    fast_fencing: bool = True
     nodes: dict[int, EmbeddedKafka] = field(default_factory=dict, init=False)
 
     @property
@@ -179,4 +181,6 @@ class EmbeddedKafkaCluster:
             }
             saved.write_text(json.dumps(spec))
         ports = {int(i): (int(b), int(c)) for i, (b, c) in spec["ports"].items()}
-        return Quorum(spec["cluster_id"], ports, {**REPLICATED_SETTINGS, **FAILOVER_SETTINGS})
+        return Quorum(
+            spec["cluster_id"], ports, {**REPLICATED_SETTINGS, **(FAILOVER_SETTINGS if self.fast_fencing else {})}
+        )
