@@ -40,6 +40,11 @@ class KafkaConfig(_Section):
     # ... or several, each routed by its [topics.<name>] section into its own table
     topics: list[str] | None = None
     group_id: str
+    # "share" (default): a share group (KIP-932, brokers 4.2+): per-record acknowledgements, members
+    # beyond the partition count. "consumer": a classic consumer group, offsets committed after the
+    # Delta commit: order per partition, at most one member per partition, rebalances pause the group,
+    # no per-record RELEASE. The same tables, dedup, dead letters and replay (README: Group types).
+    group_type: Literal["share", "consumer"] = "share"
     # Set on the share group at start (IncrementalAlterConfigs on the GROUP resource).
     # The broker default is `latest`, which silently skips records produced before the group existed.
     auto_offset_reset: Literal["earliest", "latest", "unchanged"] = "earliest"
@@ -144,6 +149,10 @@ class PumpConfig(_Section):
     max_members: int | None = Field(default=None, ge=1, le=64)
     max_poll_records: int = Field(default=5000, ge=1)
     poll_timeout_ms: int = Field(default=200, ge=10)
+    # How a member sends a decided poll's acknowledgements: "sync" waits in commit_sync for the
+    # broker's answer before polling again; "async" sends them with commit_async and polls at once,
+    # the answers arriving in a later poll (README: Tuning, the failover measurements)
+    acknowledgement_commit: Literal["sync", "async"] = "sync"
     buffer_max_records: int = Field(default=50_000, ge=1)
 
     @model_validator(mode="after")

@@ -25,18 +25,18 @@ from importlib.metadata import version
 from typing import Any
 
 import confluent_kafka
-from confluent_kafka import AcknowledgeType, ShareConsumer
+from confluent_kafka import ShareConsumer
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from app.bridge.clock_stream import clock_session, clock_stream
 from app.bridge.record_buffer import RecordBuffer
-from app.config import MAX_RECORD_LOCKS, Route, SharelakeConfig
+from app.config import Route, SharelakeConfig
 from app.consume.elastic import ElasticSizer
-from app.consume.group_settings import BROKER_LOCK_CAP, GROUP_LOCKS
+from app.consume.group_client import GroupType, group_type
 from app.consume.member_pool import MemberPool
-from app.consume.share_member import ConsumerFactory
+from app.consume.share_group import ShareConsumerFactory
 from app.counters import collect
 from app.error_lines import one_line
 from app.metrics import ProgressListener, serve_metrics
@@ -60,9 +60,6 @@ from app.sink.writer_lease import WriterLease, hold_leases
 log = logging.getLogger(__name__)
 
 
-# The client has no RENEW yet; a future one lets a background cadence renew in-flight locks
-# (the seed's RENEW_ALL every lock x 0.4). Until then the batch cycle must stay under the lock.
-RENEW_SUPPORTED = hasattr(AcknowledgeType, "RENEW")
 DEFAULT_LOCK_MS = 30_000  # the broker's group.share.record.lock.duration.ms default
 
 
@@ -95,25 +92,6 @@ class RunSummary:
         return " ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in flat.items())
 
 
-def lock_note(cfg: SharelakeConfig, facts: KafkaFacts) -> str:
-    """What bounds the records in flight per partition, for the banner."""
-    locks = facts.group_settings.get(GROUP_LOCKS, "?")
-    wanted = cfg.kafka.partition_max_record_locks
-    cap = facts.broker_lock_cap
-    if wanted == "max" and cap is None:
-        return f"{locks} (the broker's {BROKER_LOCK_CAP} could not be read: kept the group's)"
-    if wanted == "max" and cap is not None and cap < MAX_RECORD_LOCKS:
-        return (
-            f"{locks}: the broker's cap {BROKER_LOCK_CAP} = {cap} binds; raising it toward "
-            f"{MAX_RECORD_LOCKS} lets more records per partition be in flight (throughput on few partitions)"
-        )
-    if wanted == "max":
-        return f"{locks} (the most Kafka allows)"
-    return (
-        f"{locks} ({'kept the group' + chr(39) + 's' if wanted == 'unchanged' else 'kafka.partition_max_record_locks'})"
-    )
-
-
 def route_note(route: Route) -> str:
     """One destination for the banner: topics -> table, payload (a registry's URL never holds credentials)."""
     table = route.table_path if route.table_name is None else f"{route.table_name} (at {route.table_path})"
@@ -133,15 +111,13 @@ def payload_note(p: FormatSettings) -> str:
     return note
 
 
-def log_banner(cfg: SharelakeConfig, facts: KafkaFacts, lock_ms: int) -> None:
+def log_banner(cfg: SharelakeConfig, facts: KafkaFacts, group: GroupType, lock_ms: int, members: int) -> None:
     """One block at start: versions, what is read, where it goes, and how."""
-    group_settings = facts.group_settings
     pump = cfg.pump
-    members = f"{pump.members}" if pump.lowest == pump.highest else f"{pump.members} ({pump.lowest}..{pump.highest})"
+    sized = f"{members}" if pump.lowest == pump.highest else f"{members} ({pump.lowest}..{pump.highest})"
     log.info(
         "Sharelake starting: pyspark %s, delta-spark %s, confluent-kafka %s (librdkafka %s)\n"
-        "  %s (%d partitions), share group %s (record lock %d ms, delivery limit %s; client RENEW %s)\n"
-        "  record locks per partition %s\n"
+        "  %s (%d partitions), %s\n"
         "  %s\n  dead letters %s\n"
         "  mode %s, members %s, max_poll_records %d, batch.max_records %d",
         version("pyspark"),
@@ -150,15 +126,11 @@ def log_banner(cfg: SharelakeConfig, facts: KafkaFacts, lock_ms: int) -> None:
         confluent_kafka.libversion()[0],
         ("topic " if len(cfg.kafka.subscribed) == 1 else "topics ") + ", ".join(cfg.kafka.subscribed),
         facts.partitions,
-        cfg.kafka.group_id,
-        lock_ms,
-        group_settings.get("share.delivery.count.limit", "?"),
-        "available" if RENEW_SUPPORTED else "not available: each poll must be decided within the lock",
-        lock_note(cfg, facts),
+        group.describe(cfg.kafka, facts.group_settings, facts.broker_lock_cap, lock_ms),
         "\n  ".join(route_note(r) for r in cfg.routes()),
         cfg.dead_letter_path if cfg.dead_letter_name is None else f"{cfg.dead_letter_name} (at {cfg.dead_letter_path})",
         cfg.run.mode,
-        members,
+        sized,
         pump.max_poll_records,
         cfg.batch.max_records,
     )
@@ -195,7 +167,7 @@ def run_ingest(
     spark: SparkSession,
     cfg: SharelakeConfig,
     stop_event: threading.Event | None = None,
-    consumer_factory: ConsumerFactory = ShareConsumer,
+    consumer_factory: ShareConsumerFactory = ShareConsumer,
     on_pool_started: Callable[[MemberPool], None] | None = None,
 ) -> RunSummary:
     """One run; `on_pool_started` lets a caller (a test) steer the member pool while it runs."""
@@ -204,7 +176,9 @@ def run_ingest(
     check_not_spark_connect(spark)
     client_errors = ClientErrors()
     admin = AdminClient({**cfg.kafka.client_config(), "error_cb": client_errors})  # type: ignore[dict-item]
-    facts = check_kafka(admin, cfg, client_errors)  # raises ConfigError: one line, exit code 2
+    positions: dict[tuple[str, int], int] = {}  # where the tables are: filled once they are opened, below
+    group = group_type(cfg.kafka, consumer_factory, lambda topic, partition: positions.get((topic, partition)))
+    facts = check_kafka(admin, cfg, group, client_errors)  # raises ConfigError: one line, exit code 2
     group_settings = facts.group_settings
     check_dead_letter_cap(cfg, group_settings)
     locate_tables(spark, cfg)  # tables by catalog name
@@ -213,11 +187,14 @@ def run_ingest(
     check_table_path(spark, cfg.dead_letter_path, key=cfg.dead_letter_key)
     # formats started (a bad schema or an unreachable registry raises ConfigError here), caches loaded
     destinations, dead = open_destinations(spark, cfg)
+    for table in (*(d.table for d in destinations), dead):
+        for key, offset in table.cache.next_offsets().items():
+            positions[key] = max(positions.get(key, 0), offset)
     leases = hold_writer_leases(spark, cfg, destinations, dead)  # S3: one job per table, else ConfigError
     lock_ms = int(group_settings.get("share.record.lock.duration.ms") or DEFAULT_LOCK_MS)
-    log_banner(cfg, facts, lock_ms)
     buffer = RecordBuffer(cfg.pump.buffer_max_records)
-    pool = MemberPool(cfg.kafka, cfg.pump, buffer, consumer_factory)
+    pool = MemberPool(cfg.kafka, cfg.pump, buffer, group, group.member_cap(facts.partitions))
+    log_banner(cfg, facts, group, lock_ms, pool.size)
     job_name = f"{cfg.run.app_name}/{cfg.kafka.group_id}@{socket.gethostname()}:{os.getpid()}"
     sink = DeltaSink(
         buffer,
@@ -270,12 +247,19 @@ def run_ingest(
         if cfg.metrics.prometheus_port
         else None
     )
-    sizer = ElasticSizer(pool, cfg.pump.lowest, cfg.pump.highest, lock_ms / 1000, lambda: sink.stats.last_cycle_s)
+    sizer = ElasticSizer(
+        pool,
+        pool.bounded(cfg.pump.lowest),
+        pool.bounded(cfg.pump.highest),
+        lock_ms / 1000,
+        lambda: sink.stats.last_cycle_s,
+    )
     _wait_for_first_trigger(query, QUERY_READY_TIMEOUT_S)  # the clock's first micro-batch, before any lock
     pool.start()
     members_at = time.monotonic()
     log.info(
-        "share group members started: %d (start-up took %.1fs, warm-up %.1fs)",
+        "%s members started: %d (start-up took %.1fs, warm-up %.1fs)",
+        group.noun,
         pool.size,
         members_at - started,
         warm_up_s,

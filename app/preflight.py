@@ -16,17 +16,8 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
 from app.config import ConfigError, SharelakeConfig
-from app.consume.broker_dead_letter_topic import check_broker_dead_letter_topic
-from app.consume.group_settings import (
-    DELIVERY_LIMIT,
-    apply_group_settings,
-    broker_lock_cap,
-    desired_group_settings,
-    read_broker_settings,
-    read_group_settings,
-    settled_group_settings,
-    with_broker_defaults,
-)
+from app.consume.group_client import GroupType
+from app.consume.group_settings import AUTHORIZATION, DELIVERY_LIMIT, broker_lock_cap, read_broker_settings
 from app.error_lines import one_line
 from app.sink.writer_lease import LEASE_FILE
 
@@ -49,13 +40,6 @@ def check_not_spark_connect(spark: SparkSession | None = None) -> None:
         remote = remote or type(spark).__module__.startswith("pyspark.sql.connect")
     if remote:
         raise ConfigError(SPARK_CONNECT_MESSAGE)
-
-
-AUTHORIZATION = (
-    KafkaError.GROUP_AUTHORIZATION_FAILED,
-    KafkaError.TOPIC_AUTHORIZATION_FAILED,
-    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
-)
 
 
 class ClientErrors:
@@ -95,13 +79,16 @@ def security_problem(cfg: SharelakeConfig, errors: ClientErrors) -> ConfigError 
 class KafkaFacts:
     """What start-up learned of the broker: the group's effective settings, the broker's lock cap."""
 
-    group_settings: dict[str, str]  # with the broker's values of those a 4.2 broker keeps there
+    group_settings: dict[str, str]  # a share group's, with the broker's values of those a 4.2 broker keeps there
     broker_lock_cap: int | None  # group.share.max.partition.max.record.locks, None if unreadable
     partitions: int  # of the subscribed topics, together
 
 
-def check_kafka(admin: AdminClient, cfg: SharelakeConfig, errors: ClientErrors | None = None) -> KafkaFacts:
-    """Broker reachable, topic present, group settings accepted; what the job needs to know of them.
+def check_kafka(
+    admin: AdminClient, cfg: SharelakeConfig, group: GroupType, errors: ClientErrors | None = None
+) -> KafkaFacts:
+    """Broker reachable, topic present, the group type's start-up done (a share group's settings
+    accepted); what the job needs to know of them.
 
     `errors`: the admin client's `error_cb`, to name an authentication or TLS failure."""
     k = cfg.kafka
@@ -133,27 +120,7 @@ def check_kafka(admin: AdminClient, cfg: SharelakeConfig, errors: ClientErrors |
         partitions += len(topic.partitions)
     broker = read_broker_settings(admin, next(iter(metadata.brokers), 1))
     cap = broker_lock_cap(broker) if k.partition_max_record_locks == "max" else None
-    settings = desired_group_settings(k, cap)
-    try:
-        if k.broker_dead_letter_topic is not None:  # before the settings: an old broker would refuse them
-            check_broker_dead_letter_topic(admin, k, metadata, read_group_settings(admin, k.group_id), broker)
-        apply_group_settings(admin, k.group_id, settings)
-        effective = with_broker_defaults(settled_group_settings(admin, k.group_id, settings), broker)
-        return KafkaFacts(effective, cap, partitions)
-    except KafkaException as e:
-        if e.args and isinstance(e.args[0], KafkaError) and e.args[0].code() in AUTHORIZATION:
-            raise ConfigError(
-                f"kafka.group_id = {k.group_id!r}: {user} is not authorized on the share group "
-                f"({e.args[0].str()}); grant it READ on the group, and DESCRIBE_CONFIGS and ALTER_CONFIGS when the "
-                "job sets group configs (README, Security)"
-            ) from None
-        keys = ", ".join(f"{name}={value}" for name, value in settings.items())
-        raise ConfigError(
-            f"kafka.group_id = {k.group_id!r}: the broker refused the share-group settings ({keys}): "
-            f"{one_line(e, 200)}; fix kafka.auto_offset_reset / kafka.record_lock_duration_ms / "
-            "kafka.partition_max_record_locks / kafka.broker_dead_letter_topic, or check the "
-            "broker's group.share.* bounds and ACLs"
-        ) from None
+    return KafkaFacts(group.prepare(admin, k, metadata, broker), cap, partitions)
 
 
 def check_dead_letter_cap(cfg: SharelakeConfig, group_settings: dict[str, str]) -> None:

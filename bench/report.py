@@ -28,6 +28,8 @@ WINDOWS = {
     "sharelake": "rows written / (last Delta commit - start of run_ingest, once the SparkSession is up): "
     "start-up checks, the warm-up (the group join runs during it) and the whole drain; not the JVM start, not the "
     "idle timeout that ends the run",
+    "sharelake-consumer-group": "as Sharelake's, the same job with kafka.group_type = consumer: a classic consumer "
+    "group, offsets committed to Kafka after each Delta commit, at most one member per partition",
     "spark-kafka-source": "rows in the table / (last Delta commit - the job's start, once the SparkSession is up): "
     "the same window as Sharelake's; Trigger.AvailableNow, consumer-group reads of the partitions (not a share group)",
     "share-consumer-drain": "records / (last record - first record), M threads, explicit ACCEPT per record and "

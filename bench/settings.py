@@ -29,6 +29,7 @@ class BenchSettings:
     members: int = 4  # Sharelake pump.members (its shipped default); also the plain drain's and perf tool's threads
     contenders: tuple[str, ...] = (
         "sharelake",
+        "sharelake-consumer-group",
         "spark-kafka-source",
         "share-consumer-drain",
         "perf-tool",

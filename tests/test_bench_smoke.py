@@ -17,7 +17,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CONTENDERS = {"sharelake", "spark-kafka-source", "share-consumer-drain", "perf-tool", "sink-ceiling"}
+CONTENDERS = {
+    "sharelake",
+    "sharelake-consumer-group",
+    "spark-kafka-source",
+    "share-consumer-drain",
+    "perf-tool",
+    "sink-ceiling",
+}
 LATENCY_CONTENDERS = {"sharelake", "spark-kafka-source"}
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from app.consume.member import MemberStats
 from app.consume.member_pool import PoolGauges
-from app.consume.share_member import MemberStats
 from app.counters import catalogue, collect, summed
 from app.pipeline import RunSummary
 from app.sink.dedup_table import TableStats

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 
 from app.embedded.kafka_broker import EmbeddedKafka
@@ -42,4 +43,21 @@ def test_ingest_lands_every_record_once_and_accepts_them(
     again = share_receive(broker, topic, f"{group}-other", seconds=60, expect=10_000, earliest=True)
     assert sorted(again) == sorted((p.partition, p.offset) for p in produced)
     # ... and all were ACCEPTed: the same group delivers nothing more (a sentinel produced now is all it gets)
+    assert nothing_left(broker, topic, group)
+
+
+def test_asynchronous_acknowledgement_commits_land_every_record_once_and_accept_them(
+    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """pump.acknowledgement_commit = "async": the members poll again without waiting for the broker's
+    answer; every answer still arrives (the callback logs any refusal) and nothing is left behind."""
+    topic, group = f"async-{unique}", f"sharelake-{unique}"
+    broker.create_topic(topic, partitions=3)
+    produced = produce_json_events(broker.bootstrap, topic, 10_000)
+    cfg = ingest_config(broker, topic, group, tmp_path / "table", "pump.acknowledgement_commit=async", idle_ms=2500)
+    summary = run_ingest(spark, cfg)
+
+    assert_exactly_once(spark, tmp_path / "table", produced)
+    assert summary.accepted == 10_000 and summary.released == 0 and summary.ack_errors == 0
+    assert "acknowledgements on" not in caplog.text
     assert nothing_left(broker, topic, group)

@@ -5,7 +5,7 @@ delivery count); `ROW_SCHEMA` adds what the write stamps on it (`ingested_at`, `
 main table's metadata columns (`app.sink.payload`) and the dead-letter table's record columns
 (`app.sink.dead_letter`) are derived from these.
 
-`poll_rows` is called by each share member (`app.consume.share_member`) right after its poll, in
+`poll_rows` is called by each group member (`app.consume.member`) right after its poll, in
 the member's own thread, so the Arrow build of the next batch runs while the current one writes;
 the Delta sink only concatenates the polls' tables and stamps them (`stamped`). Columns are built
 as whole lists and handed to Arrow in one go (no per-row Python objects reach Spark).

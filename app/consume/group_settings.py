@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
@@ -22,6 +22,12 @@ log = logging.getLogger(__name__)
 
 BROKER_LOCK_CAP = "group.share.max.partition.max.record.locks"  # the broker's bound on the group setting
 GROUP_LOCKS = "share.partition.max.record.locks"
+# the broker's answers that mean: the job's principal lacks an ACL
+AUTHORIZATION = (
+    KafkaError.GROUP_AUTHORIZATION_FAILED,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+)
 DELIVERY_LIMIT = "share.delivery.count.limit"  # the group config (broker default 5)
 # group config -> the broker config that is its value on brokers without the group config (4.2)
 BROKER_DEFAULTS = {

@@ -1,13 +1,14 @@
-"""One share-group member: a thread that exclusively owns one `confluent_kafka.ShareConsumer`.
+"""One group member: a thread that exclusively owns one Kafka client of the job's group type.
 
-Started and stopped by `app.consume.member_pool.MemberPool`. A started member subscribes at once
-(it joins the share group while the job warms up) and polls only after `start_polling`: a share
-consumer acquires records in poll(), never before. Its loop is the explicit-mode cycle:
+Started and stopped by `app.consume.member_pool.MemberPool`. The client (`GroupClient`, from
+`app.consume.group_client`'s seam: a share consumer or a classic consumer) is made in the thread.
+A started member subscribes at once (it joins the group while the job warms up) and polls only
+after `start_polling`: records are acquired in poll(), never before. Its loop is the explicit cycle:
 poll -> wrap the records in a `PollBatch`, build their Arrow rows (here, so that the next batch's
 rows are ready while the sink writes the current one) and put it in the RecordBuffer -> apply the AckCommands
 that deciders (the Delta sink, or shutdown) send for that batch -> once every record is
-acknowledged, `commit_sync` -> poll again. The consumer is never touched from another thread
-(it is not thread-safe); other threads only talk to the member through its command queue and flags.
+decided, commit -> poll again. The client is never touched from another thread (it is not
+thread-safe); other threads only talk to the member through its command queue and flags.
 """
 
 from __future__ import annotations
@@ -18,20 +19,17 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, ShareConsumer
+from confluent_kafka import KafkaError, KafkaException, Message
 
-from app.acknowledge import protocol
 from app.acknowledge.lifecycle import AckCommand, PollBatch
 from app.acknowledge.proof import Decision
 from app.bridge.arrow_rows import poll_rows
 from app.bridge.record_buffer import Poll, RecordBuffer
+from app.consume.group_client import GroupClient
 from app.counters import counter
 
 log = logging.getLogger(__name__)
-
-ConsumerFactory = Callable[[dict[str, Any]], ShareConsumer]
 
 
 @dataclass
@@ -47,7 +45,7 @@ class MemberStats:
         "acknowledgements the broker refused (the record lock had expired)", prometheus="expired_locks"
     )
     poll_errors: int = counter("polls that failed (retried with backoff)")
-    acks_s: float = counter("seconds from a poll's first acknowledgement to its commit_sync returning", default=0.0)
+    acks_s: float = counter("seconds from a poll's first acknowledgement to its commit returning", default=0.0)
     idle_s: float = counter(
         "seconds the member spent in poll waiting for records (or backing off)", name="member_idle_s", default=0.0
     )
@@ -57,23 +55,21 @@ class MemberStats:
     idle_since: float | None = None
 
 
-class ShareMember(threading.Thread):
+class Member(threading.Thread):
     def __init__(
         self,
         member_id: int,
-        consumer_config: dict[str, Any],
+        new_client: Callable[[], GroupClient],
         topics: list[str],
         buffer: RecordBuffer,
         poll_timeout_s: float,
-        consumer_factory: ConsumerFactory = ShareConsumer,
     ):
-        super().__init__(name=f"share-member-{member_id}", daemon=True)
+        super().__init__(name=f"group-member-{member_id}", daemon=True)
         self.member_id = member_id
-        self._config = consumer_config
+        self._new_client = new_client
         self._topics = topics
         self._buffer = buffer
         self._poll_timeout_s = poll_timeout_s
-        self._factory = consumer_factory
         self._commands: queue.Queue[AckCommand] = queue.Queue()
         self._current: PollBatch | None = None
         self._acked_in_current = 0
@@ -113,12 +109,12 @@ class ShareMember(threading.Thread):
 
     def run(self) -> None:
         try:
-            consumer = self._factory(self._config)
+            client = self._new_client()
         except BaseException as e:  # noqa: BLE001 - reported to the pool
             self.failure = e
             return
         try:
-            consumer.subscribe(self._topics)
+            client.subscribe(self._topics)
             while not self._polling.wait(0.1):
                 if self._stop_polling.is_set():
                     break
@@ -128,25 +124,26 @@ class ShareMember(threading.Thread):
                         break
                     if not self._polling.wait(0.1):  # paused: a dependency of the sink is down
                         continue
-                    self._poll_once(consumer)
+                    self._poll_once(client)
                 else:
-                    self._serve_current(consumer)
+                    self._serve_current(client)
         except BaseException as e:
             self.failure = e
             log.exception("member %d failed", self.member_id)
         finally:
             if self._current is not None:  # dying with records: never leave them hanging silently
                 self._current.release_undecided()
-                self._drain_commands(consumer)
+                self._drain_commands(client)
+                self._commit(client)
             try:
-                consumer.close()  # commits pending acknowledgements and leaves the group
+                client.close()  # leaves the group
             except KafkaException as e:
                 log.warning("member %d close: %s", self.member_id, e)
 
-    def _poll_once(self, consumer: ShareConsumer) -> None:
+    def _poll_once(self, client: GroupClient) -> None:
         poll_started = time.monotonic()
         try:
-            messages = consumer.poll(self._poll_timeout_s)
+            messages = client.poll(self._poll_timeout_s)
         except KafkaException as e:  # librdkafka reconnects by itself; back off while it does
             self.stats.poll_errors += 1
             self._failed_polls += 1
@@ -182,7 +179,7 @@ class ShareMember(threading.Thread):
                 batch.release_undecided()
                 return
 
-    def _serve_current(self, consumer: ShareConsumer) -> None:
+    def _serve_current(self, client: GroupClient) -> None:
         assert self._current is not None
         if self._abandon.is_set():
             self._current.release_undecided()
@@ -190,27 +187,27 @@ class ShareMember(threading.Thread):
             cmd = self._commands.get(timeout=0.1)
         except queue.Empty:
             return
-        self._apply(consumer, cmd)
-        self._drain_commands(consumer)
+        self._apply(client, cmd)
+        self._drain_commands(client)
         if self._acked_in_current == len(self._current):
-            self._commit(consumer)
+            self._commit(client)
             self.stats.acks_s += time.perf_counter() - self._acks_started
             self._current.acks_committed.set()
             self._current = None
 
-    def _drain_commands(self, consumer: ShareConsumer) -> None:
+    def _drain_commands(self, client: GroupClient) -> None:
         while True:
             try:
-                self._apply(consumer, self._commands.get_nowait())
+                self._apply(client, self._commands.get_nowait())
             except queue.Empty:
                 return
 
-    def _apply(self, consumer: ShareConsumer, cmd: AckCommand) -> None:
+    def _apply(self, client: GroupClient, cmd: AckCommand) -> None:
         if cmd.batch is not self._current:
             raise RuntimeError(f"member {self.member_id}: command for a poll it no longer holds")
         if self._acked_in_current == 0:
             self._acks_started = time.perf_counter()
-        self.stats.ack_errors += protocol.acknowledge(consumer, cmd, self.member_id)
+        self.stats.ack_errors += client.acknowledge(cmd)
         self._acked_in_current += len(cmd.indices)
         n = len(cmd.indices)
         if cmd.decision is Decision.ACCEPT:
@@ -220,5 +217,5 @@ class ShareMember(threading.Thread):
         else:
             self.stats.rejected += n
 
-    def _commit(self, consumer: ShareConsumer) -> None:
-        self.stats.ack_errors += protocol.commit(consumer, self.member_id)
+    def _commit(self, client: GroupClient) -> None:
+        self.stats.ack_errors += client.commit()

@@ -1,4 +1,4 @@
-"""The pool of share-group members in the driver: M threads, each owning one ShareConsumer.
+"""The pool of group members in the driver: M threads, each owning one Kafka client of the group type.
 
 Built and driven by `app.pipeline`. More members keep more polls in flight: while the records of
 one member are being written by the running micro-batch, the others keep polling and fill the
@@ -18,13 +18,11 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
-
-from confluent_kafka import ShareConsumer
 
 from app.bridge.record_buffer import RecordBuffer
 from app.config import KafkaConfig, PumpConfig
-from app.consume.share_member import ConsumerFactory, MemberStats, ShareMember
+from app.consume.group_client import GroupType
+from app.consume.member import Member, MemberStats
 from app.counters import gauge, summed
 
 log = logging.getLogger(__name__)
@@ -36,19 +34,9 @@ IDLE_CLOSE_S = 5.0  # how long a stop waits for the members without records to c
 class PoolGauges:
     """The pool's and buffer's state now (see app.counters)."""
 
-    members_active: int = gauge("share-group members polling")
+    members_active: int = gauge("group members polling")
     buffer_records: int = gauge("records waiting in the buffer")
     buffer_capacity: int = gauge("the buffer's bound (pump.buffer_max_records)")
-
-
-def consumer_config(kafka: KafkaConfig, pump: PumpConfig, member_id: int) -> dict[str, Any]:
-    return {
-        **kafka.client_config(),
-        "group.id": kafka.group_id,
-        "client.id": f"sharelake-{kafka.group_id}-{member_id}",
-        "share.acknowledgement.mode": "explicit",
-        "max.poll.records": pump.max_poll_records,
-    }
 
 
 class MemberPool:
@@ -57,36 +45,37 @@ class MemberPool:
         kafka: KafkaConfig,
         pump: PumpConfig,
         buffer: RecordBuffer,
-        consumer_factory: ConsumerFactory = ShareConsumer,
+        group: GroupType,
+        max_members: int | None = None,
     ):
         self.buffer = buffer
         self._kafka = kafka
         self._pump = pump
-        self._factory = consumer_factory
+        self._group = group
         self._lock = threading.Lock()
         self._next_id = 0
-        self.members: list[ShareMember] = []  # active: polling
-        self.retired: list[ShareMember] = []  # stopped polling (by a shrink); counted in totals
-        for _ in range(pump.members):
+        self.members: list[Member] = []  # active: polling
+        self.retired: list[Member] = []  # stopped polling (by a shrink); counted in totals
+        self.cap = max_members  # the group type's bound (a consumer group: its partitions), None: none
+        for _ in range(self.bounded(pump.members)):
             self.members.append(self._new_member())
         self._started = False
         self._polling = False
         self._paused = False  # by pause_polling, until resume_polling
 
-    def _new_member(self) -> ShareMember:
+    def _new_member(self) -> Member:
         i = self._next_id
         self._next_id += 1
-        return ShareMember(
+        return Member(
             i,
-            consumer_config(self._kafka, self._pump, i),
+            lambda: self._group.client(self._kafka, self._pump, i),
             self._kafka.subscribed,
             self.buffer,
             self._pump.poll_timeout_ms / 1000,
-            self._factory,
         )
 
     def join_group(self) -> None:
-        """Start the members: they subscribe and join the share group, and acquire nothing yet."""
+        """Start the members: they subscribe and join the group, and acquire nothing yet."""
         with self._lock:
             self._started = True
             for m in self.members:
@@ -105,8 +94,13 @@ class MemberPool:
     def size(self) -> int:
         return len(self.members)
 
+    def bounded(self, n: int) -> int:
+        """`n` members, at most the group type's cap."""
+        return n if self.cap is None else max(1, min(n, self.cap))
+
     def resize(self, n: int) -> None:
-        """Grow to / shrink to `n` active members, while the stream runs."""
+        """Grow to / shrink to `n` active members (at most the cap), while the stream runs."""
+        n = self.bounded(n)
         with self._lock:
             while len(self.members) < n:
                 m = self._new_member()
@@ -121,7 +115,7 @@ class MemberPool:
                 self.retired.append(m)
         log.info("member pool resized to %d", len(self.members))
 
-    def _all(self) -> list[ShareMember]:
+    def _all(self) -> list[Member]:
         with self._lock:
             return [*self.members, *self.retired]
 

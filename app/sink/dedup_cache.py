@@ -130,6 +130,10 @@ class DedupCache:
         r = self._ranges.get(key)
         return r.contains_many(offsets) if r is not None else np.zeros(len(offsets), dtype=np.bool_)
 
+    def next_offsets(self) -> dict[PartitionKey, int]:
+        """Per partition, the offset after the highest one the table holds (of the commits loaded)."""
+        return {key: last + 1 for key, r in self._ranges.items() if (last := r.last) is not None}
+
     def size(self) -> int:
         """Ranges held (the cache's memory)."""
         return sum(len(r) for r in self._ranges.values())

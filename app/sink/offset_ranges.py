@@ -63,6 +63,11 @@ class OffsetRanges:
     def add(self, offset: int) -> None:
         self.add_range(offset, offset)
 
+    @property
+    def last(self) -> int | None:
+        """The highest offset held; None when empty."""
+        return self._ends[-1] if self._ends else None
+
     def update(self, other: OffsetRanges) -> None:
         for s, e in other:
             self.add_range(s, e)

@@ -128,15 +128,17 @@ def memory_details(peak: MemoryPeak) -> dict[str, float]:
     return {"jvm_rss_mib": peak.jvm_mib, "python_rss_mib": peak.python_mib, "tree_rss_mib": peak.total_mib}
 
 
-def result_of(ctx: RunContext, job: SharelakeJob, code: int, expect_exit: tuple[int, ...] = (0,)) -> RunResult:
+def result_of(
+    ctx: RunContext, job: SharelakeJob, code: int, expect_exit: tuple[int, ...] = (0,), name: str = NAME
+) -> RunResult:
     """The RunResult of a finished job, from its exit code, log and table."""
     parsed = parse_job_log(job.log)
     if code not in expect_exit:
         why = "timed out" if code == -9 else f"exit code {code}"
-        return failed(ctx, NAME, f"{why}: {tail(job.log, 8)}", job.log)
+        return failed(ctx, name, f"{why}: {tail(job.log, 8)}", job.log)
     commits = data_commits(read_commits(job.table))
     if parsed.started is None or not parsed.summary or not commits:
-        return failed(ctx, NAME, f"no run summary in the log or no commit in the table: {tail(job.log, 8)}", job.log)
+        return failed(ctx, name, f"no run summary in the log or no commit in the table: {tail(job.log, 8)}", job.log)
     window = commits[-1].timestamp_ms / 1000 - parsed.started
     details = {
         **parsed.summary,
@@ -145,7 +147,7 @@ def result_of(ctx: RunContext, job: SharelakeJob, code: int, expect_exit: tuple[
         "data_commits": float(len(commits)),
     }
     rows = int(parsed.summary.get("rows_written", 0))
-    return RunResult(NAME, ctx.phase, ctx.partitions, ctx.members, True, rows, window, "", job.table, job.log, details)
+    return RunResult(name, ctx.phase, ctx.partitions, ctx.members, True, rows, window, "", job.table, job.log, details)
 
 
 def run_sharelake(ctx: RunContext) -> RunResult:

@@ -1,0 +1,190 @@
+"""The share group type (`kafka.group_type = "share"`, the default): per-record acknowledgements.
+
+Behind `app.consume.group_client`'s seam. At start, `ShareGroupType.prepare` sets the group configs
+the job owns (app.consume.group_settings) after checking the broker-side dead-letter topic
+(app.consume.broker_dead_letter_topic). Each member's `ShareGroupClient` holds one
+`ShareConsumer` in explicit mode: every record of a poll must be acknowledged before the next poll;
+`acknowledge` applies one AckCommand (each of its records with the command's ACCEPT, RELEASE or
+REJECT), `commit` sends the poll's acknowledgements with `commit_sync` once all are applied. With
+`pump.acknowledgement_commit = "async"` they go with `commit_async` instead and the member polls
+again at once; the broker's per-partition results come back inside a later poll, to the commit
+callback (a refused partition is an ack error: its records come back and are deduplicated).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import AcknowledgeType, KafkaError, KafkaException, Message, ShareConsumer, TopicPartition
+from confluent_kafka.admin import AdminClient, ClusterMetadata
+
+from app.acknowledge.lifecycle import AckCommand
+from app.acknowledge.proof import Decision
+from app.config import MAX_RECORD_LOCKS, ConfigError, KafkaConfig, PumpConfig
+from app.consume.broker_dead_letter_topic import check_broker_dead_letter_topic
+from app.consume.group_client import GroupClient, GroupType
+from app.consume.group_settings import (
+    AUTHORIZATION,
+    BROKER_LOCK_CAP,
+    DELIVERY_LIMIT,
+    GROUP_LOCKS,
+    apply_group_settings,
+    broker_lock_cap,
+    desired_group_settings,
+    read_group_settings,
+    settled_group_settings,
+    with_broker_defaults,
+)
+from app.error_lines import one_line
+
+log = logging.getLogger(__name__)
+
+ACK_TYPES: Mapping[Decision, AcknowledgeType] = {
+    Decision.ACCEPT: AcknowledgeType.ACCEPT,
+    Decision.RELEASE: AcknowledgeType.RELEASE,
+    Decision.REJECT: AcknowledgeType.REJECT,
+}
+
+ShareConsumerFactory = Callable[[dict[str, Any]], ShareConsumer]
+
+# The client has no RENEW yet; a future one lets a background cadence renew in-flight locks
+# (the seed's RENEW_ALL every lock x 0.4). Until then the batch cycle must stay under the lock.
+RENEW_SUPPORTED = hasattr(AcknowledgeType, "RENEW")
+
+
+def share_consumer_config(kafka: KafkaConfig, pump: PumpConfig, member_id: int) -> dict[str, Any]:
+    return {
+        **kafka.client_config(),
+        "group.id": kafka.group_id,
+        "client.id": f"sharelake-{kafka.group_id}-{member_id}",
+        "share.acknowledgement.mode": "explicit",
+        "max.poll.records": pump.max_poll_records,
+    }
+
+
+class ShareGroupType(GroupType):
+    name = "share"
+    noun = "share group"
+
+    def __init__(self, factory: ShareConsumerFactory = ShareConsumer):
+        self._factory = factory
+
+    def prepare(
+        self, admin: AdminClient, k: KafkaConfig, metadata: ClusterMetadata, broker: dict[str, str]
+    ) -> dict[str, str]:
+        user = k.client.get("sasl.username", "(the client's principal)")
+        cap = broker_lock_cap(broker) if k.partition_max_record_locks == "max" else None
+        settings = desired_group_settings(k, cap)
+        try:
+            if k.broker_dead_letter_topic is not None:  # before the settings: an old broker would refuse them
+                check_broker_dead_letter_topic(admin, k, metadata, read_group_settings(admin, k.group_id), broker)
+            apply_group_settings(admin, k.group_id, settings)
+            return with_broker_defaults(settled_group_settings(admin, k.group_id, settings), broker)
+        except KafkaException as e:
+            if e.args and isinstance(e.args[0], KafkaError) and e.args[0].code() in AUTHORIZATION:
+                raise ConfigError(
+                    f"kafka.group_id = {k.group_id!r}: {user} is not authorized on the share group "
+                    f"({e.args[0].str()}); grant it READ on the group, and DESCRIBE_CONFIGS and ALTER_CONFIGS when "
+                    "the job sets group configs (README, Security)"
+                ) from None
+            keys = ", ".join(f"{name}={value}" for name, value in settings.items())
+            raise ConfigError(
+                f"kafka.group_id = {k.group_id!r}: the broker refused the share-group settings ({keys}): "
+                f"{one_line(e, 200)}; fix kafka.auto_offset_reset / kafka.record_lock_duration_ms / "
+                "kafka.partition_max_record_locks / kafka.broker_dead_letter_topic, or check the "
+                "broker's group.share.* bounds and ACLs"
+            ) from None
+
+    def client(self, kafka: KafkaConfig, pump: PumpConfig, member_id: int) -> GroupClient:
+        consumer = self._factory(share_consumer_config(kafka, pump, member_id))
+        return ShareGroupClient(consumer, member_id, pump.acknowledgement_commit == "async")
+
+    def member_cap(self, partitions: int) -> int | None:
+        return None  # more members than partitions share them
+
+    def describe(self, k: KafkaConfig, settings: dict[str, str], broker_lock_cap: int | None, lock_ms: int) -> str:
+        renew = "available" if RENEW_SUPPORTED else "not available: each poll must be decided within the lock"
+        return (
+            f"share group {k.group_id} (record lock {lock_ms} ms, delivery limit "
+            f"{settings.get(DELIVERY_LIMIT, '?')}; client RENEW {renew})\n"
+            f"  record locks per partition {lock_note(k, settings, broker_lock_cap)}"
+        )
+
+
+def lock_note(k: KafkaConfig, settings: dict[str, str], cap: int | None) -> str:
+    """What bounds the records in flight per partition, for the banner."""
+    locks = settings.get(GROUP_LOCKS, "?")
+    wanted = k.partition_max_record_locks
+    if wanted == "max" and cap is None:
+        return f"{locks} (the broker's {BROKER_LOCK_CAP} could not be read: kept the group's)"
+    if wanted == "max" and cap is not None and cap < MAX_RECORD_LOCKS:
+        return (
+            f"{locks}: the broker's cap {BROKER_LOCK_CAP} = {cap} binds; raising it toward "
+            f"{MAX_RECORD_LOCKS} lets more records per partition be in flight (throughput on few partitions)"
+        )
+    if wanted == "max":
+        return f"{locks} (the most Kafka allows)"
+    return (
+        f"{locks} ({'kept the group' + chr(39) + 's' if wanted == 'unchanged' else 'kafka.partition_max_record_locks'})"
+    )
+
+
+class ShareGroupClient(GroupClient):
+    def __init__(self, consumer: ShareConsumer, member_id: int, commit_async: bool):
+        self._consumer = consumer
+        self._member_id = member_id
+        self._async = commit_async
+        self._refused_later = 0  # counted by the commit callback, inside a poll
+        if commit_async:
+            consumer.set_acknowledgement_commit_callback(self._on_commit)
+
+    def subscribe(self, topics: list[str]) -> None:
+        self._consumer.subscribe(topics)
+
+    def poll(self, timeout_s: float) -> Sequence[Message]:
+        return list(self._consumer.poll(timeout_s))
+
+    def acknowledge(self, cmd: AckCommand) -> int:
+        ack_type = ACK_TYPES[cmd.decision]
+        refused = self._take_refused()
+        for i in cmd.indices:
+            try:
+                self._consumer.acknowledge(cmd.batch.records[i], ack_type)
+            except KafkaException as e:
+                refused += 1
+                log.warning("member %d acknowledge failed: %s", self._member_id, e)
+        return refused
+
+    def commit(self) -> int:
+        try:
+            if self._async:
+                self._consumer.commit_async()
+                return self._take_refused()
+            results = self._consumer.commit_sync()
+        except KafkaException as e:
+            log.warning("member %d commit failed: %s", self._member_id, e)
+            return 1
+        refused = 0
+        for tp, err in results.items():
+            if err is not None:
+                refused += 1
+                log.warning(
+                    "member %d: acknowledgements on %s/%s failed: %s", self._member_id, tp.topic, tp.partition, err
+                )
+        return refused
+
+    def close(self) -> None:
+        self._consumer.close()  # commits pending acknowledgements and leaves the group
+
+    def _on_commit(self, offsets: dict[TopicPartition, set[int]], error: KafkaException | None) -> None:
+        if error is None:
+            return
+        self._refused_later += max(1, len(offsets))
+        where = ", ".join(f"{tp.topic}/{tp.partition}" for tp in offsets) or "?"
+        log.warning("member %d: acknowledgements on %s failed: %s", self._member_id, where, error)
+
+    def _take_refused(self) -> int:
+        refused, self._refused_later = self._refused_later, 0
+        return refused
