@@ -66,40 +66,63 @@ def replay_dead_letters(
         "topic", "partition", "offset"
     )
 
-    producer = Producer(
-        {**cfg.kafka.client_config(), "enable.idempotence": True, "message.max.bytes": MAX_MESSAGE_BYTES}
-    )
-    failures: list[KafkaError] = []
-
-    def on_delivery(err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            failures.append(err)
-
+    producer = Republisher(cfg)
     keys: list[tuple[str, int, int]] = []
     topics: set[str] = set()
     for r in selected.toLocalIterator():  # one Spark partition at a time: bounded driver memory
         target = to_topic or r["topic"]
-        origin = f"{r['topic']}/{r['partition']}/{r['offset']}".encode()
-        headers = [(h["key"], h["value"]) for h in (r["headers"] or [])] + [(REPLAY_HEADER, origin)]
-        while True:
-            try:
-                producer.produce(target, key=r["key"], value=r["value"], headers=headers, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.1)
-        producer.poll(0)
+        headers = [(h["key"], h["value"]) for h in (r["headers"] or [])]
+        producer.send(target, r["key"], r["value"], headers, (r["topic"], int(r["partition"]), int(r["offset"])))
         keys.append((r["topic"], int(r["partition"]), int(r["offset"])))
         topics.add(target)
-    remaining = producer.flush(120)
-    if failures or remaining:
-        raise ReplayError(
-            f"{len(failures)} records failed to publish ({failures[:1]}), {remaining} undelivered: nothing was "
-            "marked replayed; fix the cause and run the replay again"
-        )
+    producer.finish("nothing was marked replayed")
     if keys:
         _mark_replayed(spark, path, keys, to_topic)
     log.info("replayed %d dead-letter records to %s", len(keys), ", ".join(sorted(topics)) or "-")
     return ReplayResult(len(keys), tuple(sorted(topics)))
+
+
+class Republisher:
+    """An idempotent producer that sends records back with a REPLAY_HEADER naming where each came from.
+
+    Shared by both replays (the dead-letter table's, here, and the broker dead-letter topic's,
+    app.replay_broker_topic); `finish` waits for every delivery and raises ReplayError if any failed."""
+
+    def __init__(self, cfg: SharelakeConfig):
+        self._producer = Producer(
+            {**cfg.kafka.client_config(), "enable.idempotence": True, "message.max.bytes": MAX_MESSAGE_BYTES}
+        )
+        self._failures: list[KafkaError] = []
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, str | bytes | None]],
+        origin: tuple[str, int, int],
+    ) -> None:
+        marked = [*headers, (REPLAY_HEADER, "/".join(str(x) for x in origin).encode())]
+        while True:
+            try:
+                self._producer.produce(topic, key=key, value=value, headers=marked, on_delivery=self._delivered)
+                break
+            except BufferError:
+                self._producer.poll(0.1)
+        self._producer.poll(0)
+
+    def finish(self, consequence: str) -> None:
+        """Wait for every delivery; ReplayError naming `consequence` (what was therefore not done) if any failed."""
+        remaining = self._producer.flush(120)
+        if self._failures or remaining:
+            raise ReplayError(
+                f"{len(self._failures)} records failed to publish ({self._failures[:1]}), {remaining} undelivered: "
+                f"{consequence}; fix the cause and run the replay again"
+            )
+
+    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self._failures.append(err)
 
 
 def _mark_replayed(spark: SparkSession, path: str, keys: list[tuple[str, int, int]], to_topic: str | None) -> None:

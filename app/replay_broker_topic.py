@@ -19,11 +19,11 @@ import logging
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from app.config import ConfigError, SharelakeConfig
 from app.consume.broker_dead_letter_topic import HEADER_PREFIX, ArchivedRecord
-from app.replay import MAX_MESSAGE_BYTES, REPLAY_HEADER, ReplayError, ReplayResult
+from app.replay import ReplayError, ReplayResult, Republisher
 
 log = logging.getLogger(__name__)
 
@@ -163,31 +163,9 @@ def _original(source: Consumer, origin: ArchivedRecord) -> Message | None:
 
 
 def _publish(cfg: SharelakeConfig, records: list[Republish], to_topic: str | None) -> int:
-    producer = Producer(
-        {**cfg.kafka.client_config(), "enable.idempotence": True, "message.max.bytes": MAX_MESSAGE_BYTES}
-    )
-    failures: list[KafkaError] = []
-
-    def on_delivery(err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            failures.append(err)
-
+    producer = Republisher(cfg)
     for r in records:
         o = r.origin
-        headers = [*r.headers, (REPLAY_HEADER, f"{o.topic}/{o.partition}/{o.offset}".encode())]
-        while True:
-            try:
-                producer.produce(
-                    to_topic or o.topic, key=r.key, value=r.value, headers=headers, on_delivery=on_delivery
-                )
-                break
-            except BufferError:
-                producer.poll(0.1)
-        producer.poll(0)
-    remaining = producer.flush(120)
-    if failures or remaining:
-        raise ReplayError(
-            f"{len(failures)} records failed to publish ({failures[:1]}), {remaining} undelivered: the broker "
-            "dead-letter topic's replay offsets were not committed; fix the cause and run the replay again"
-        )
+        producer.send(to_topic or o.topic, r.key, r.value, r.headers, (o.topic, o.partition, o.offset))
+    producer.finish("the broker dead-letter topic's replay offsets were not committed")
     return len(records)
