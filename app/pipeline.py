@@ -111,10 +111,19 @@ def payload_note(p: FormatSettings) -> str:
     return note
 
 
-def log_banner(cfg: SharelakeConfig, facts: KafkaFacts, group: GroupType, lock_ms: int, members: int) -> None:
+def log_banner(cfg: SharelakeConfig, facts: KafkaFacts, group: GroupType, lock_ms: int, pool: MemberPool) -> None:
     """One block at start: versions, what is read, where it goes, and how."""
     pump = cfg.pump
-    sized = f"{members}" if pump.lowest == pump.highest else f"{members} ({pump.lowest}..{pump.highest})"
+    members = pool.size
+    sized = (
+        f"{members}"
+        if pump.lowest == pump.highest
+        else f"{members} ({pool.bounded(pump.lowest)}..{pool.bounded(pump.highest)})"
+    )
+    if pool.cap is not None and pump.highest > pool.cap:
+        sized += (
+            f" (pump.members capped at the {pool.cap} partitions: a {group.noun} gives each partition to one member)"
+        )
     log.info(
         "Sharelake starting: pyspark %s, delta-spark %s, confluent-kafka %s (librdkafka %s)\n"
         "  %s (%d partitions), %s\n"
@@ -194,7 +203,7 @@ def run_ingest(
     lock_ms = int(group_settings.get("share.record.lock.duration.ms") or DEFAULT_LOCK_MS)
     buffer = RecordBuffer(cfg.pump.buffer_max_records)
     pool = MemberPool(cfg.kafka, cfg.pump, buffer, group, group.member_cap(facts.partitions))
-    log_banner(cfg, facts, group, lock_ms, pool.size)
+    log_banner(cfg, facts, group, lock_ms, pool)
     job_name = f"{cfg.run.app_name}/{cfg.kafka.group_id}@{socket.gethostname()}:{os.getpid()}"
     sink = DeltaSink(
         buffer,

@@ -16,6 +16,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer
 from pyspark.sql import SparkSession
 
@@ -53,7 +54,7 @@ def consumer_group_has_nothing_left(broker: KafkaBrokers, topic: str, group: str
 
 
 def test_a_consumer_group_lands_every_record_once_and_moves_past_poison(
-    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
+    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     topic, group = f"cg-{unique}", f"g-{unique}"
     broker.create_topic(topic, partitions=3)
@@ -62,6 +63,7 @@ def test_a_consumer_group_lands_every_record_once_and_moves_past_poison(
     good += produce_json_events(broker.bootstrap, topic, 3000, start=3000)
     settings = (CONSUMER, "payload.format=json", "payload.schema=id long, user string", "pump.members=8")
     summary = run_ingest(spark, ingest_config(broker, topic, group, tmp_path / "t", *settings))
+    assert "members 3 (pump.members capped at the 3 partitions" in caplog.text  # the banner says so
 
     rows = spark.read.format("delta").load(str(tmp_path / "t")).select("partition", "offset")
     assert sorted((r[0], r[1]) for r in rows.collect()) == sorted((p.partition, p.offset) for p in good)
