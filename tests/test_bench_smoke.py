@@ -16,15 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from bench.settings import BenchSettings
+
 ROOT = Path(__file__).resolve().parent.parent
-CONTENDERS = {
-    "sharelake",
-    "sharelake-consumer-group",
-    "spark-kafka-source",
-    "share-consumer-drain",
-    "perf-tool",
-    "sink-ceiling",
-}
+CONTENDERS = set(BenchSettings().contenders)  # every contender the benchmark runs by default
 LATENCY_CONTENDERS = {"sharelake", "spark-kafka-source"}
 
 
