@@ -15,14 +15,42 @@ setup: $(VENV)/.installed jars
 
 jars: $(CACHE)/jars/kafka/.resolved $(CACHE)/jars/kafka-floor/.resolved-$(KAFKA_FLOOR) $(CACHE)/jars/spark/.resolved $(CACHE)/jars/bench/.resolved $(CACHE)/registry/.resolved
 
-$(VENV)/.installed: requirements.txt
+# the checkout's venv: runtime, test and bench packages, and Sharelake itself installed editable (the
+# `sharelake` command; no path tricks: every import of `app` is the installed package's)
+$(VENV)/.installed: requirements.txt requirements-dev.txt requirements-bench.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; v=sys.version_info[:2]; sys.exit(0 if v==(3,11) else "sharelake needs Python 3.11, found %d.%d: set PYTHON=/path/to/python3.11" % v)'
 	@command -v java >/dev/null || { echo "sharelake needs Java 17: apt-get install openjdk-17-jdk-headless"; exit 1; }
 	@command -v mvn >/dev/null || { echo "sharelake needs Maven: apt-get install maven"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -r requirements.txt
+	$(VENV)/bin/pip install -q -r requirements-dev.txt -r requirements-bench.txt
+	$(VENV)/bin/pip install -q --no-deps -e .
 	@touch $@
+
+# The wheel (app/ only) and the runtime environment a cluster runs: a venv with requirements.txt and
+# the wheel, nothing of the tests or the bench. `make runtime-pack` packs it for YARN (spark.archives).
+WHEEL = $(CACHE)/dist/sharelake-$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)-py3-none-any.whl
+RUNTIME := $(CACHE)/runtime
+.PHONY: dist runtime-env runtime-pack
+dist: $(WHEEL)
+$(WHEEL): $(VENV)/.installed pyproject.toml requirements.txt $(shell find app -name '*.py')
+	rm -f $(CACHE)/dist/sharelake-*.whl
+	$(VENV)/bin/pip wheel -q --no-deps -w $(CACHE)/dist .
+	rm -rf build
+	@test -f $@
+
+runtime-env: $(RUNTIME)/.installed
+$(RUNTIME)/.installed: $(WHEEL)
+	rm -rf $(RUNTIME)
+	$(PYTHON) -m venv $(RUNTIME)
+	$(RUNTIME)/bin/pip install -q --upgrade pip
+	$(RUNTIME)/bin/pip install -q -r requirements.txt
+	$(RUNTIME)/bin/pip install -q --no-deps $(WHEEL)
+	@touch $@
+
+runtime-pack: $(CACHE)/dist/sharelake-runtime.tar.gz
+$(CACHE)/dist/sharelake-runtime.tar.gz: $(RUNTIME)/.installed
+	$(VENV)/bin/venv-pack -q -f -p $(RUNTIME) -o $@
 
 # Kafka broker + tools, for the embedded broker (its own JVM classpath)
 $(CACHE)/jars/kafka/.resolved: conf/maven/kafka-broker.pom.xml
@@ -64,14 +92,14 @@ $(CACHE)/jars/s3-server/.resolved: conf/maven/s3-server.pom.xml
 	@touch $@
 
 demo: setup
-	$(VENV)/bin/python jobs/demo.py
+	$(VENV)/bin/python -m devkit.demo
 
 lint: setup
-	$(VENV)/bin/ruff check app jobs tests bench
-	$(VENV)/bin/ruff format --check app jobs tests bench
-	$(VENV)/bin/mypy app jobs bench
+	$(VENV)/bin/ruff check app jobs tests bench devkit
+	$(VENV)/bin/ruff format --check app jobs tests bench devkit
+	$(VENV)/bin/mypy app jobs bench devkit
 
-pytest: setup s3
+pytest: setup s3 runtime-env
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 test: lint pytest

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Submit a Sharelake job with the project's venv, the Delta jars and the app package.
+# Submit a Sharelake job from this checkout: its venv's spark-submit, the Delta jars, the profile's properties.
 #
 #   ./spark-submit.sh [--profile local|standalone|yarn|k8s] [--master URL] [--deploy-mode client|cluster]
-#                     [--dry-run] jobs/ingest.py --config conf/local.toml [job args]
+#                     [--dry-run] jobs/sharelake.py ingest --config conf/local.toml [args]
 #
 # --profile picks the target (default local): it reads conf/spark/<profile>.properties when present
-# (--properties-file) and, for every cluster target, ships the app package as a zip (--py-files).
+# (--properties-file). The code runs from an installed Sharelake, never from this tree's files:
+#   local, standalone  the venv's (SHARELAKE_VENV, default .cache/venv: Sharelake installed editable;
+#                      `make runtime-env` builds .cache/runtime, the wheel and the runtime pins only);
+#   yarn               the packed runtime venv (`make runtime-pack`), shipped with spark.archives;
+#   k8s                the container image's (pip install -r requirements.txt sharelake-*.whl).
 # --master defaults to $SPARK_MASTER, else local[2] (local) or what the profile needs.
 # --deploy-mode cluster (YARN, Kubernetes; Python cannot run in standalone cluster mode) ships the
 # --config file with --files and passes its base name to the job.
@@ -14,7 +18,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cache="${SHARELAKE_CACHE:-$root/.cache}"
-venv="$cache/venv"
+venv="${SHARELAKE_VENV:-$cache/venv}"
 profile="local"
 master="${SPARK_MASTER:-}"
 deploy_mode="client"
@@ -49,6 +53,11 @@ if [ ! -x "$venv/bin/spark-submit" ] || ! ls "$cache"/jars/spark/*.jar >/dev/nul
   echo "sharelake: not set up yet: run 'make setup' (venv, pinned packages, jars under $cache)" >&2
   exit 2
 fi
+archive="$cache/dist/sharelake-runtime.tar.gz"
+if [ "$profile" = yarn ] && [ "$dry_run" = 0 ] && [ ! -f "$archive" ]; then
+  echo "sharelake: --profile yarn ships the packed runtime venv $archive: run 'make runtime-pack' first" >&2
+  exit 2
+fi
 # the S3A connector too once `make s3` fetched it (tables on s3a://)
 jars="$(ls "$cache"/jars/spark/*.jar "$cache"/jars/s3/*.jar 2>/dev/null | paste -sd, -)"
 job="$1"; shift
@@ -56,7 +65,6 @@ job_args=("$@")
 
 export PYSPARK_PYTHON="$venv/bin/python" PYSPARK_DRIVER_PYTHON="$venv/bin/python"
 export SHARELAKE_SUBMITTED=1
-export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 extra=()
 case "$master" in
   local*)
@@ -66,18 +74,13 @@ case "$master" in
     extra+=(--conf spark.databricks.delta.snapshotPartitions=4 --conf spark.sql.shuffle.partitions=4)
     ;;
 esac
-if [ "$profile" != local ]; then
-  # the app package for the driver (cluster mode) and executors: a zip built from the working tree
-  mkdir -p "$cache/dist"
-  (cd "$root" && "$venv/bin/python" -c 'import sys, zipfile, pathlib
-with zipfile.ZipFile(sys.argv[1], "w", zipfile.ZIP_DEFLATED) as z:
-    for p in sorted(pathlib.Path("app").rglob("*.py")):
-        z.write(p)' "$cache/dist/sharelake-app.zip")
-  extra+=(--py-files "$cache/dist/sharelake-app.zip")
-fi
 if [ "$profile" = standalone ]; then
   # executors on the same machines as this venv (a standalone cluster started from it)
   extra+=(--conf "spark.pyspark.python=$venv/bin/python")
+fi
+if [ "$profile" = yarn ]; then
+  # the runtime venv (requirements.txt and the wheel) unpacked as ./environment in every container
+  extra+=(--conf "spark.archives=$archive#environment")
 fi
 if [ -f "$root/conf/spark/$profile.properties" ]; then
   extra+=(--properties-file "$root/conf/spark/$profile.properties")

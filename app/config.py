@@ -1,6 +1,6 @@
 """Job configuration: a TOML file from conf/ plus `--set section.key=value` overrides, validated.
 
-Called by the jobs (`jobs/ingest.py`, `jobs/demo.py`) and the tests. Validation is pydantic's:
+Called by the jobs (`jobs/ingest.py`, `devkit/demo.py`) and the tests. Validation is pydantic's:
 unknown keys, wrong types and missing required keys all fail. `load_config` turns the first
 problem into a `ConfigError` whose one-line message names the key and the fix; the jobs print it
 and exit with code 2. Every key is documented in `conf/local.toml`.

@@ -1,6 +1,6 @@
 """Wires one ingest run: group settings -> member pool -> RecordBuffer -> clock query -> DeltaSink.
 
-Called by `jobs/ingest.py` (spark-submit) and by the tests in-process. `run_ingest` blocks until
+Called by `sharelake ingest` (`app.commands.ingest`) and by the tests in-process. `run_ingest` blocks until
 the run ends: in `until-drained` mode when the backlog is drained, in `continuous` mode when
 `stop_event` is set (SIGTERM/SIGINT in the job). It then stops gracefully: members stop polling,
 the running micro-batch finishes and ACCEPTs, polls never written are RELEASEd, every member
@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from importlib.metadata import version
+from pathlib import Path
 from typing import Any
 
 import confluent_kafka
@@ -40,15 +41,7 @@ from app.consume.share_group import ShareConsumerFactory
 from app.counters import collect
 from app.error_lines import one_line
 from app.metrics import ProgressListener, serve_metrics
-from app.preflight import (
-    ClientErrors,
-    KafkaFacts,
-    check_dead_letter_cap,
-    check_kafka,
-    check_not_spark_connect,
-    check_table_path,
-)
-from app.sink.catalog_tables import locate_tables
+from app.preflight import ClientErrors, KafkaFacts, check_start
 from app.sink.dedup_table import DedupTable
 from app.sink.delta_sink import DeltaSink
 from app.sink.destinations import Destination, open_destinations
@@ -125,10 +118,12 @@ def log_banner(cfg: SharelakeConfig, facts: KafkaFacts, group: GroupType, lock_m
             f" (pump.members capped at the {pool.cap} partitions: a {group.noun} gives each partition to one member)"
         )
     log.info(
-        "Sharelake starting: pyspark %s, delta-spark %s, confluent-kafka %s (librdkafka %s)\n"
+        "Sharelake %s starting (from %s): pyspark %s, delta-spark %s, confluent-kafka %s (librdkafka %s)\n"
         "  %s (%d partitions), %s\n"
         "  %s\n  dead letters %s\n"
         "  mode %s, members %s, max_poll_records %d, batch.max_records %d",
+        version("sharelake"),
+        Path(__file__).parent,
         version("pyspark"),
         version("delta-spark"),
         confluent_kafka.version(),
@@ -182,18 +177,12 @@ def run_ingest(
     """One run; `on_pool_started` lets a caller (a test) steer the member pool while it runs."""
     stop_event = stop_event or threading.Event()
     started = time.monotonic()
-    check_not_spark_connect(spark)
     client_errors = ClientErrors()
     admin = AdminClient({**cfg.kafka.client_config(), "error_cb": client_errors})  # type: ignore[dict-item]
     positions: dict[tuple[str, int], int] = {}  # where the tables are: filled once they are opened, below
     group = group_type(cfg.kafka, consumer_factory, lambda topic, partition: positions.get((topic, partition)))
-    facts = check_kafka(admin, cfg, group, client_errors)  # raises ConfigError: one line, exit code 2
+    facts = check_start(spark, cfg, admin, group, client_errors)  # raises ConfigError: one line, exit code 2
     group_settings = facts.group_settings
-    check_dead_letter_cap(cfg, group_settings)
-    locate_tables(spark, cfg)  # tables by catalog name
-    for route in cfg.routes():
-        check_table_path(spark, route.table_path, key=route.key)
-    check_table_path(spark, cfg.dead_letter_path, key=cfg.dead_letter_key)
     # formats started (a bad schema or an unreachable registry raises ConfigError here), caches loaded
     destinations, dead = open_destinations(spark, cfg)
     for table in (*(d.table for d in destinations), dead):

@@ -1,6 +1,7 @@
 """Start-up checks of the resources the config names: broker, topic, share-group settings, table path.
 
-Called by `app.pipeline.run_ingest` before any member polls. Each problem raises `ConfigError`
+Called by `app.pipeline.run_ingest` before any member polls, and by `sharelake check` alone
+(`check_start` with `apply=False`: the same checks, changing nothing on the broker). Each problem raises `ConfigError`
 with one line naming the key or the resource and the fix; the job prints it and exits with code 2.
 Messages never include `kafka.client` values (they hold credentials).
 """
@@ -19,6 +20,7 @@ from app.config import ConfigError, SharelakeConfig
 from app.consume.group_client import GroupType
 from app.consume.group_settings import AUTHORIZATION, DELIVERY_LIMIT, broker_lock_cap, read_broker_settings
 from app.error_lines import one_line
+from app.sink.catalog_tables import locate_tables
 from app.sink.writer_lease import LEASE_FILE
 
 BROKER_TIMEOUT_S = 15.0  # how long start-up waits for a broker to answer
@@ -85,12 +87,13 @@ class KafkaFacts:
 
 
 def check_kafka(
-    admin: AdminClient, cfg: SharelakeConfig, group: GroupType, errors: ClientErrors | None = None
+    admin: AdminClient, cfg: SharelakeConfig, group: GroupType, errors: ClientErrors | None = None, apply: bool = True
 ) -> KafkaFacts:
     """Broker reachable, topic present, the group type's start-up done (a share group's settings
     accepted); what the job needs to know of them.
 
-    `errors`: the admin client's `error_cb`, to name an authentication or TLS failure."""
+    `errors`: the admin client's `error_cb`, to name an authentication or TLS failure; `apply=False`
+    (`sharelake check`): change nothing on the broker."""
     k = cfg.kafka
     errors = errors or ClientErrors()
     user = k.client.get("sasl.username", "(the client's principal)")
@@ -120,7 +123,7 @@ def check_kafka(
         partitions += len(topic.partitions)
     broker = read_broker_settings(admin, next(iter(metadata.brokers), 1))
     cap = broker_lock_cap(broker) if k.partition_max_record_locks == "max" else None
-    return KafkaFacts(group.prepare(admin, k, metadata, broker), cap, partitions)
+    return KafkaFacts(group.prepare(admin, k, metadata, broker, apply), cap, partitions)
 
 
 def check_dead_letter_cap(cfg: SharelakeConfig, group_settings: dict[str, str]) -> None:
@@ -174,3 +177,23 @@ def check_table_path(spark: SparkSession, table_path: str, key: str = "delta.tab
         raise ConfigError(
             f"{key} = {table_path!r}: not writable ({one_line(e, 200)}); fix the path or its permissions"
         ) from None
+
+
+def check_start(
+    spark: SparkSession,
+    cfg: SharelakeConfig,
+    admin: AdminClient,
+    group: GroupType,
+    errors: ClientErrors,
+    apply: bool = True,
+) -> KafkaFacts:
+    """Every start-up check but the formats' (`app.sink.destinations` starts those): the broker and the
+    group (`check_kafka`), the dead-letter cap, the tables by catalog name, each table path."""
+    check_not_spark_connect(spark)
+    facts = check_kafka(admin, cfg, group, errors, apply)  # raises ConfigError: one line, exit code 2
+    check_dead_letter_cap(cfg, facts.group_settings)
+    locate_tables(spark, cfg)  # tables by catalog name
+    for route in cfg.routes():
+        check_table_path(spark, route.table_path, key=route.key)
+    check_table_path(spark, cfg.dead_letter_path, key=cfg.dead_letter_key)
+    return facts

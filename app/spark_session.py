@@ -1,20 +1,22 @@
 """Builds (or joins) the SparkSession with Delta Lake and the Arrow path switched on.
 
-Called by the jobs and the test fixture. Under `spark-submit.sh` the session already has the Delta
-jars (and the S3A ones when `make s3` fetched them) from `--jars`; from plain Python (tests, local
-runs) the jars come from the Maven-resolved cache. `extra_conf` is the job's `[spark_conf]`
-section. Python workers must run the project's interpreter (`PYSPARK_PYTHON`), or they pick the
-system Python and fail on missing pyarrow.
+Called by the `sharelake` subcommands and the test fixture. Under spark-submit the session already
+has its jars (`--jars`, `--packages`, or a cluster image's). Started from plain Python (`sharelake
+ingest` in a terminal or a scheduler, the tests) it takes the jars of the folders in `SHARELAKE_JARS`
+(a checkout's `make jars` fills them), else it has Spark resolve `RUNTIME_PACKAGES` from Maven
+Central once (Ivy's cache keeps them). `extra_conf` is the job's `[spark_conf]` section. Python
+workers must run the job's interpreter (`PYSPARK_PYTHON`), or they pick the system Python and fail
+on missing pyarrow.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from importlib.metadata import version
+from pathlib import Path
 
 from pyspark.sql import SparkSession
-
-from app.paths import S3_JARS, SPARK_JARS, jars_in
 
 DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -30,6 +32,24 @@ DEFAULT_CONF = {
 }
 
 
+# what the Sharelake jobs need beside Spark's own jars: the same artifacts as conf/maven/spark-jars.pom.xml
+RUNTIME_PACKAGES = (
+    f"io.delta:delta-spark_4.2_2.13:{version('delta-spark')}",
+    f"org.apache.spark:spark-avro_2.13:{version('pyspark')}",
+)
+
+
+def jar_conf() -> dict[str, str]:
+    """Where a session started from plain Python gets its jars; nothing under spark-submit."""
+    if os.environ.get("SHARELAKE_SUBMITTED") or os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return {}  # spark-submit started the JVM with its jars
+    folders = [Path(f) for f in os.environ.get("SHARELAKE_JARS", "").split(os.pathsep) if f]
+    jars = [str(jar) for folder in folders for jar in sorted(folder.glob("*.jar"))]
+    if jars:
+        return {"spark.jars": ",".join(jars)}
+    return {"spark.jars.packages": ",".join(RUNTIME_PACKAGES)}
+
+
 def build_spark(app_name: str, master: str | None = None, extra_conf: dict[str, str] | None = None) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -37,9 +57,8 @@ def build_spark(app_name: str, master: str | None = None, extra_conf: dict[str, 
     if master:
         builder = builder.master(master)
     conf = {**DEFAULT_CONF, **(extra_conf or {})}
-    if not os.environ.get("SHARELAKE_SUBMITTED"):  # spark-submit.sh passes the jars with --jars
-        jars = [*jars_in(SPARK_JARS), *sorted(S3_JARS.glob("*.jar"))]
-        conf.setdefault("spark.jars", ",".join(str(j) for j in jars))
+    for key, value in jar_conf().items():
+        conf.setdefault(key, value)
     for k, v in conf.items():
         builder = builder.config(k, v)
     return builder.getOrCreate()

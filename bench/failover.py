@@ -37,12 +37,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from app.embedded.kafka_cluster import EmbeddedKafkaCluster
-from app.embedded.sample_data import Produced, produce_json_events
-from app.paths import PROJECT_ROOT
 from bench.delta_log import Commit, data_commits, read_commits, rows_in
 from bench.figures import md_table
 from bench.settings import RESULTS_DIR
+from devkit.kafka_cluster import EmbeddedKafkaCluster
+from devkit.paths import PROJECT_ROOT
+from devkit.sample_data import Produced, produce_json_events
 
 log = logging.getLogger(__name__)
 

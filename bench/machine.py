@@ -15,8 +15,8 @@ from pathlib import Path
 import confluent_kafka
 import psutil
 
-from app.paths import KAFKA_JARS
 from bench.settings import BENCH_JARS
+from devkit.paths import KAFKA_JARS
 
 
 def _pkg(name: str) -> str:

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from app.paths import CACHE_DIR, PROJECT_ROOT
+from devkit.paths import CACHE_DIR, PROJECT_ROOT
 
 BENCH_DIR = PROJECT_ROOT / "bench"
 RESULTS_DIR = BENCH_DIR / "results"

@@ -15,6 +15,7 @@ measured record) the p50, p99 and max are kept too, to show a catch-up tail. For
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from pyspark.sql import functions as F
 
 from app.spark_session import build_spark
 from bench.delta_log import added_files, read_commits, relative_data_path
+from devkit.paths import jars_env
 
 VERIFY_CONF = {
     "spark.ui.enabled": "false",
@@ -76,6 +78,7 @@ class Latency:
 
 
 def open_spark() -> SparkSession:
+    os.environ.setdefault("SHARELAKE_JARS", jars_env())  # the checkout's jars
     return build_spark("sharelake-bench-verify", "local[2]", VERIFY_CONF)
 
 

@@ -2,7 +2,7 @@
 broker takes them (a backlog) or at a fixed rate (the latency phase).
 
 Called by `bench.run` (topics for the throughput, scaling and memory phases) and `bench.latency`
-(the offered load). Unlike `app.embedded.sample_data`, nothing is kept per record, so millions of
+(the offered load). Unlike `devkit.sample_data`, nothing is kept per record, so millions of
 records cost no memory; the broker's delivery reports are only counted.
 """
 

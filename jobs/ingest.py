@@ -1,63 +1,12 @@
-"""spark-submit entry point: ingest one share group's topic into a Delta table.
+"""spark-submit entry point of `sharelake ingest`, kept for existing schedules (jobs/sharelake.py runs any
+subcommand).
 
-    ./spark-submit.sh jobs/ingest.py --config conf/local.toml [--set section.key=value ...] [--summary]
-
-Exit codes: 0 the run ended as asked (drained, or stopped by SIGTERM/SIGINT after a graceful
-drain); 1 the run failed (a member or the streaming query died; nothing undecided was ACCEPTed);
-2 the configuration is wrong (one line on stderr names the key and the fix); 143 (or 130 for
-SIGINT) under spark-submit when the signal reached the driver JVM: the JVM reports the signal,
-after the same graceful drain (app/shutdown.py).
+./spark-submit.sh jobs/ingest.py --config conf/local.toml [--set section.key=value ...]
 """
 
-from __future__ import annotations
-
-import logging
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the app package, in local runs
-
-from app.config import ConfigError
-from app.job_cli import config_failure, job_config, job_parser, start_logging
-from app.pipeline import IngestError, run_ingest
-from app.preflight import check_not_spark_connect
-from app.shutdown import GracefulShutdown
-from app.spark_session import build_spark
-from app.table_summary import print_tables_summary
-
-log = logging.getLogger("sharelake.ingest")
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = job_parser(__doc__)
-    parser.add_argument("--summary", action="store_true", help="print a summary of the Delta table at the end")
-    args = parser.parse_args(argv)
-    start_logging()
-    try:
-        cfg = job_config(args)
-        check_not_spark_connect()  # before a session is built: under Spark Connect it would be remote
-    except ConfigError as e:
-        return config_failure(e)
-    spark = build_spark(cfg.run.app_name, extra_conf=cfg.spark_conf)
-    shutdown = GracefulShutdown(cfg.run.stop_timeout_s)
-    shutdown.install(spark)
-    try:
-        summary = run_ingest(spark, cfg, shutdown.stop_requested)
-        log.info("run ended: %s", summary.line())
-    except ConfigError as e:
-        return config_failure(e)
-    except IngestError as e:
-        log.error("run failed: %s", e)
-        return 1
-    finally:
-        shutdown.done()  # the JVM may be waiting in its shutdown hook: let it go on
-    if shutdown.stop_requested.is_set():
-        return 0
-    if args.summary:
-        print_tables_summary(spark, [r.table_path for r in cfg.routes()], cfg.dead_letter_path)
-    spark.stop()
-    return 0
-
+from app.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["ingest", *sys.argv[1:]]))

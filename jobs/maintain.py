@@ -1,57 +1,12 @@
-"""spark-submit entry point: OPTIMIZE, then VACUUM, every table an ingest config writes; then exit.
+"""spark-submit entry point of `sharelake maintain`, kept for existing schedules (jobs/sharelake.py runs any
+subcommand).
 
-    ./spark-submit.sh jobs/maintain.py --config conf/local.toml [--set maintenance.vacuum_retain_hours=168]
-
-Schedule it beside the ingest job (hourly or daily; it is safe while the job writes): the ingest
-commits once per micro-batch, each with its own small files, and this compacts them and deletes
-what no version within `maintenance.vacuum_retain_hours` needs (README: Table health). Tables of
-the config that do not exist yet are skipped. Exit codes: 0 every table done (one line each), 1 a
-table failed (the others were still done), 2 the configuration is wrong (one line on stderr).
+./spark-submit.sh jobs/maintain.py --config conf/local.toml [--set section.key=value ...]
 """
 
-from __future__ import annotations
-
-import logging
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the app package, in local runs
-
-from app.config import ConfigError
-from app.error_lines import one_line
-from app.job_cli import config_failure, job_config, job_parser, start_logging
-from app.maintenance import maintain_table
-from app.sink.catalog_tables import locate_tables
-from app.spark_session import build_spark
-
-log = logging.getLogger("sharelake.maintain")
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = job_parser(__doc__).parse_args(argv)
-    start_logging()
-    try:
-        cfg = job_config(args)
-    except ConfigError as e:
-        return config_failure(e)
-    spark = build_spark(f"{cfg.run.app_name}-maintain", extra_conf=cfg.spark_conf)
-    try:
-        locate_tables(spark, cfg)
-    except ConfigError as e:
-        return config_failure(e)
-    m, failed = cfg.maintenance, 0
-    for location in cfg.table_locations():
-        try:
-            result = maintain_table(
-                spark, location, m.vacuum_retain_hours, optimize=m.optimize, vacuum=m.vacuum, vacuum_mode=m.vacuum_mode
-            )
-        except Exception as e:  # noqa: BLE001 - the next table is still maintained; exit 1 at the end
-            log.error("%s: maintenance failed: %s", location, one_line(e, 300))
-            failed += 1
-            continue
-        log.info("%s", f"{location}: no table yet, skipped" if result is None else result.line())
-    return 1 if failed else 0  # the session is left to the process's end (a scheduler's shared one lives on)
-
+from app.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["maintain", *sys.argv[1:]]))

@@ -8,7 +8,7 @@ pytest session's temp dir; a failing test shows the broker's log tail. A real sc
 from __future__ import annotations
 
 import logging
-import sys
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,16 +16,17 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from app.embedded.kafka_broker import EmbeddedKafka  # noqa: E402
-from app.embedded.s3_server import EmbeddedS3  # noqa: E402
-from app.embedded.schema_registry import EmbeddedSchemaRegistry  # noqa: E402
-from app.spark_session import build_spark  # noqa: E402
-from tests.table_checks import DownstreamStream  # noqa: E402
+from app.spark_session import build_spark
+from devkit.kafka_broker import EmbeddedKafka
+from devkit.paths import PROJECT_ROOT as ROOT
+from devkit.paths import jars_env
+from devkit.s3_server import EmbeddedS3
+from devkit.schema_registry import EmbeddedSchemaRegistry
+from tests.table_checks import DownstreamStream
 
 logging.getLogger("py4j").setLevel(logging.WARNING)
+# the checkout's jars for every session the tests start, in-process and in `sharelake` subprocesses
+os.environ.setdefault("SHARELAKE_JARS", jars_env())
 
 TEST_SPARK_CONF = {
     "spark.ui.enabled": "false",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from app.config import SharelakeConfig, load_config
-from app.embedded.kafka_broker import KafkaBrokers
+from devkit.kafka_broker import KafkaBrokers
 
 
 def ingest_config(

@@ -20,9 +20,9 @@ from pyspark.sql import SparkSession
 
 from app import faults as fault_points
 from app.config import load_config
-from app.embedded.kafka_broker import KafkaBrokers
-from app.embedded.s3_server import EmbeddedS3
 from app.pipeline import run_ingest
+from devkit.kafka_broker import KafkaBrokers
+from devkit.s3_server import EmbeddedS3
 
 ROOT = Path(__file__).resolve().parent.parent
 

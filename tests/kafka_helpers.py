@@ -8,8 +8,8 @@ import uuid
 from confluent_kafka import ShareConsumer
 
 from app.consume.group_settings import apply_group_settings
-from app.embedded.kafka_broker import KafkaBrokers
-from app.embedded.sample_data import produce_records
+from devkit.kafka_broker import KafkaBrokers
+from devkit.sample_data import produce_records
 
 
 def share_receive(

@@ -10,7 +10,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
-from app.embedded.sample_data import Produced
+from devkit.sample_data import Produced
 
 KEY_COLUMNS = StructType(
     [

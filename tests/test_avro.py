@@ -24,8 +24,9 @@ from pyspark.sql import SparkSession
 
 from app import faults
 from app.config import ConfigError
-from app.embedded.kafka_broker import EmbeddedKafka
-from app.embedded.sample_data import (
+from app.pipeline import run_ingest
+from devkit.kafka_broker import EmbeddedKafka
+from devkit.sample_data import (
     EVENT_AVRO_SCHEMA,
     EVENT_AVRO_SCHEMA_V2,
     Produced,
@@ -33,8 +34,7 @@ from app.embedded.sample_data import (
     event_record,
     produce_records,
 )
-from app.embedded.schema_registry import EmbeddedSchemaRegistry
-from app.pipeline import run_ingest
+from devkit.schema_registry import EmbeddedSchemaRegistry
 from tests.ingest_config import ingest_config
 from tests.job_runner import JobSpec, run_job, run_summary
 from tests.kafka_helpers import nothing_left

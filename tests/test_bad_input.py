@@ -18,12 +18,12 @@ from pyspark.sql import SparkSession
 
 from app import faults
 from app.config import SharelakeConfig
-from app.embedded.kafka_broker import EmbeddedKafka
-from app.embedded.sample_data import produce_json_events, produce_records
 from app.pipeline import run_ingest
 from app.replay import replay_dead_letters
 from app.sink.commit_log import DeltaCommitLog
 from app.sink.dedup_cache import DedupCache
+from devkit.kafka_broker import EmbeddedKafka
+from devkit.sample_data import produce_json_events, produce_records
 from tests.ingest_config import ingest_config
 from tests.job_runner import JobSpec
 from tests.kafka_helpers import nothing_left

@@ -21,11 +21,11 @@ from pyspark.sql import SparkSession
 
 from app.config import ConfigError
 from app.consume.broker_dead_letter_topic import TOPIC_ACCEPTS, ArchivedRecord
-from app.embedded.kafka_broker import EmbeddedKafka, KafkaBrokers
-from app.embedded.sample_data import produce_json_events, produce_records
 from app.pipeline import run_ingest
 from app.replay import REPLAY_HEADER
 from app.replay_broker_topic import replay_broker_dead_letters
+from devkit.kafka_broker import EmbeddedKafka, KafkaBrokers
+from devkit.sample_data import produce_json_events, produce_records
 from tests.ingest_config import ingest_config
 from tests.kafka_helpers import nothing_left
 

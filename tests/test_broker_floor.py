@@ -19,10 +19,10 @@ from pyspark.sql import SparkSession
 
 from app.config import ConfigError
 from app.consume.group_settings import DELIVERY_LIMIT, read_group_settings
-from app.embedded.kafka_broker import EmbeddedKafka
-from app.embedded.sample_data import produce_json_events, produce_records
-from app.paths import KAFKA_FLOOR_JARS
 from app.pipeline import run_ingest
+from devkit.kafka_broker import EmbeddedKafka
+from devkit.paths import KAFKA_FLOOR_JARS
+from devkit.sample_data import produce_json_events, produce_records
 from tests.ingest_config import ingest_config
 from tests.job_runner import JobSpec, drain_in_process, drain_job, run_summary
 from tests.kafka_helpers import nothing_left

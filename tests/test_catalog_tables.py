@@ -14,9 +14,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from app.config import ConfigError, load_config
-from app.embedded.kafka_broker import EmbeddedKafka
-from app.embedded.sample_data import produce_json_events, produce_records
 from app.pipeline import run_ingest
+from devkit.kafka_broker import EmbeddedKafka
+from devkit.sample_data import produce_json_events, produce_records
 from tests.job_runner import ROOT, JobSpec, drain_in_process
 from tests.table_checks import KEY_COLUMNS
 

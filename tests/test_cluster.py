@@ -1,33 +1,42 @@
-"""A real Spark cluster: a standalone master and worker started from the pip-installed pyspark.
+"""A real Spark cluster running Sharelake from its installed wheel: a standalone master and worker.
 
-The package ships no start-master script, so both are started with `spark-class`. The ingest job
-is submitted in client mode (standalone cluster mode does not take Python applications) through
-`./spark-submit.sh --profile standalone`, so the Delta writes run in a separate executor JVM on
-the worker. The `--dry-run` checks show what each profile adds to the spark-submit command.
+The runtime environment (`make runtime-env`: a venv with requirements.txt and the wheel only) holds
+pyspark, whose package ships no start-master script, so both are started with its `spark-class`. The
+ingest job is submitted in client mode (standalone cluster mode does not take Python applications)
+through `./spark-submit.sh --profile standalone` with that venv, from a directory outside the
+checkout and with a copy of the entry point, so nothing of the tree's `app/` can be imported: the
+job's banner names the installed package it ran from. The Delta writes run in a separate executor
+JVM on the worker. The `--dry-run` checks show what each profile adds to the spark-submit command.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
-from app.embedded.kafka_broker import EmbeddedKafka, free_port
-from app.embedded.sample_data import produce_json_events
+from devkit.kafka_broker import EmbeddedKafka, free_port
+from devkit.paths import CACHE_DIR
+from devkit.sample_data import produce_json_events
 from tests.job_runner import ROOT
 from tests.table_checks import assert_exactly_once
 
-SPARK_CLASS = ROOT / ".cache" / "venv" / "bin" / "spark-class"
+RUNTIME = CACHE_DIR / "runtime"  # `make runtime-env`
+SPARK_CLASS = RUNTIME / "bin" / "spark-class"
 SUBMIT = str(ROOT / "spark-submit.sh")
 
 
 def dry_run(*args: str) -> list[str]:
-    out = subprocess.run([SUBMIT, *args, "--dry-run", "jobs/ingest.py", "--config", "conf/local.toml"], **RUN)
+    out = subprocess.run(
+        [SUBMIT, *args, "--dry-run", "jobs/sharelake.py", "ingest", "--config", "conf/local.toml"], **RUN
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.split()
 
@@ -37,11 +46,14 @@ RUN: dict[str, object] = {"capture_output": True, "text": True, "timeout": 60, "
 
 def test_profiles_build_the_spark_submit_command() -> None:
     local = dry_run()
-    assert local[local.index("--master") + 1] == "local\\[2\\]" and "--py-files" not in local
+    assert local[local.index("--master") + 1] == "local\\[2\\]"
     standalone = dry_run("--profile", "standalone", "--master", "spark://h:7077")
-    assert "--py-files" in standalone and any(a.endswith("conf/spark/standalone.properties") for a in standalone)
+    assert any(a.endswith("conf/spark/standalone.properties") for a in standalone)
     yarn = dry_run("--profile", "yarn", "--deploy-mode", "cluster")
     assert yarn[yarn.index("--master") + 1] == "yarn" and yarn[yarn.index("--deploy-mode") + 1] == "cluster"
+    # the code travels installed, never as files of this tree: the packed runtime venv on YARN
+    assert any(a.endswith("dist/sharelake-runtime.tar.gz#environment") for a in yarn)
+    assert not any("--py-files" in cmd or "PYTHONPATH" in " ".join(cmd) for cmd in (local, standalone, yarn))
     assert yarn[yarn.index("--files") + 1] == "conf/local.toml" and yarn[-1] == "local.toml"
     refused = subprocess.run([SUBMIT, "--profile", "standalone", "--master", "spark://h:1", "--deploy-mode",
                               "cluster", "jobs/ingest.py"], **RUN)  # fmt: skip
@@ -87,24 +99,33 @@ def standalone_cluster(tmp_path: Path) -> Iterator[tuple[str, Path]]:
             f.close()
 
 
-def test_ingest_on_a_standalone_cluster_with_executor_jvms(
+def test_ingest_on_a_standalone_cluster_from_the_installed_wheel(
     broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str, standalone_cluster: tuple[str, Path]
 ) -> None:
     master_url, work = standalone_cluster
     topic = f"cluster-{unique}"
     broker.create_topic(topic, partitions=2)
     produced = produce_json_events(broker.bootstrap, topic, 2000)
+    elsewhere = tmp_path / "elsewhere"  # the job's working directory and entry point: not the checkout
+    elsewhere.mkdir()
+    entry = shutil.copy(ROOT / "jobs" / "sharelake.py", elsewhere / "sharelake_job.py")
+    config = shutil.copy(ROOT / "conf" / "local.toml", elsewhere / "job.toml")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run(
-        [SUBMIT, "--profile", "standalone", "--master", master_url, "jobs/ingest.py", "--config", "conf/local.toml",
+        [SUBMIT, "--profile", "standalone", "--master", master_url, str(entry), "ingest", "--config", str(config),
          "--set", f"kafka.bootstrap_servers={broker.bootstrap}", "--set", f"kafka.topic={topic}",
          "--set", f"kafka.group_id=g-{unique}", "--set", f"delta.table_path={tmp_path / 'table'}",
          "--set", "run.mode=available-now", "--set", "run.idle_timeout_ms=4000"],
-        capture_output=True, text=True, timeout=400, cwd=ROOT, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+        capture_output=True, text=True, timeout=400, cwd=elsewhere,
+        env={**env, "SPARK_LOCAL_IP": "127.0.0.1", "SHARELAKE_VENV": str(RUNTIME)},
     )  # fmt: skip
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
     assert_exactly_once(spark, tmp_path / "table", produced)
-    # the writes ran in an executor JVM the worker launched for this application
+    # the driver ran the wheel installed in the runtime venv
+    installed = RUNTIME / "lib" / "python3.11" / "site-packages" / "app"
+    assert f"Sharelake {version('sharelake')} starting (from {installed})" in output, output[-4000:]
+    # the writes ran in an executor JVM the worker launched for this application, with the runtime venv's Python
     executor_logs = list(work.glob("app-*/*/stderr"))
     assert executor_logs, f"no executor ran on the worker: {list(work.rglob('*'))[:20]}"
     assert any("Executor" in p.read_text(errors="replace") for p in executor_logs)

@@ -35,13 +35,13 @@ from app.acknowledge.proof import RecordState
 from app.bridge.arrow_rows import poll_rows
 from app.bridge.record_buffer import Poll, RecordBuffer
 from app.config import BatchConfig
-from app.embedded.sample_data import Produced
 from app.sink.commit_log import user_metadata_json
 from app.sink.dedup_table import micros
 from app.sink.delta_sink import DeltaSink
 from app.sink.destinations import Destination, dead_letter_table, main_table
 from app.sink.formats.raw import RawFormat, RawSettings
 from app.sink.offset_ranges import BatchOffsets, OffsetRanges
+from devkit.sample_data import Produced
 from tests.table_checks import assert_exactly_once
 from tests.test_dedup_cache import holds
 from tests.test_lifecycle import state_of

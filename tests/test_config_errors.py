@@ -15,8 +15,8 @@ from pyspark.sql import SparkSession
 
 from app import preflight
 from app.config import ConfigError
-from app.embedded.kafka_broker import EmbeddedKafka, free_port
 from app.pipeline import run_ingest
+from devkit.kafka_broker import EmbeddedKafka, free_port
 from tests.ingest_config import ingest_config
 from tests.job_runner import ROOT
 

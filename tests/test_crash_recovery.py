@@ -12,9 +12,9 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from app.embedded.kafka_broker import EmbeddedKafka
-from app.embedded.sample_data import produce_json_events
 from bench.delta_log import added_files
+from devkit.kafka_broker import EmbeddedKafka
+from devkit.sample_data import produce_json_events
 from tests.job_runner import JobSpec, drain_in_process, drain_job, run_summary
 from tests.maintenance_loop import Maintenance
 from tests.table_checks import assert_exactly_once

@@ -17,8 +17,8 @@ import pytest
 from confluent_kafka import Consumer
 from pyspark.sql import SparkSession
 
-from app.embedded.kafka_cluster import EmbeddedKafkaCluster, group_partition
 from bench.failover import run_failover
+from devkit.kafka_cluster import EmbeddedKafkaCluster, group_partition
 from tests.job_runner import JobSpec, run_summary, start_job
 from tests.kafka_helpers import nothing_left
 from tests.table_checks import assert_exactly_once, dead_letter_rows

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.embedded.kafka_broker import EmbeddedKafka
-from app.embedded.sample_data import produce_json_events
 from app.pipeline import run_ingest
+from devkit.kafka_broker import EmbeddedKafka
+from devkit.sample_data import produce_json_events
 from tests.ingest_config import ingest_config
 from tests.kafka_helpers import nothing_left, share_receive
 from tests.table_checks import assert_exactly_once

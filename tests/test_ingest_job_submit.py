@@ -7,8 +7,8 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from app.embedded.kafka_broker import EmbeddedKafka
-from app.embedded.sample_data import produce_json_events
+from devkit.kafka_broker import EmbeddedKafka
+from devkit.sample_data import produce_json_events
 
 ROOT = Path(__file__).resolve().parent.parent
 

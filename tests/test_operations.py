@@ -20,10 +20,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from app.consume.member_pool import MemberPool
-from app.embedded.kafka_broker import EmbeddedKafka, free_port
-from app.embedded.sample_data import Produced, produce_json_events
 from app.pipeline import run_ingest
 from app.sink.delta_sink import PHASES
+from devkit.kafka_broker import EmbeddedKafka, free_port
+from devkit.sample_data import Produced, produce_json_events
 from tests.ingest_config import ingest_config
 from tests.job_runner import ROOT
 from tests.table_checks import assert_exactly_once

@@ -20,9 +20,9 @@ from confluent_kafka import AcknowledgeType, Message, ShareConsumer
 from pyspark.sql import SparkSession
 
 from app import faults
-from app.embedded.kafka_broker import EmbeddedKafka
-from app.embedded.sample_data import produce_json_events
 from app.pipeline import run_ingest
+from devkit.kafka_broker import EmbeddedKafka
+from devkit.sample_data import produce_json_events
 from tests.ingest_config import ingest_config
 from tests.job_runner import JobSpec, drain_in_process, drain_job, run_summary
 from tests.kafka_helpers import nothing_left

@@ -19,8 +19,9 @@ from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
 from app.config import ConfigError, SharelakeConfig, load_config
-from app.embedded.kafka_broker import EmbeddedKafka
-from app.embedded.sample_data import (
+from app.pipeline import run_ingest
+from devkit.kafka_broker import EmbeddedKafka
+from devkit.sample_data import (
     EVENT_AVRO_SCHEMA,
     EVENT_SCHEMA,
     avro_values,
@@ -28,8 +29,7 @@ from app.embedded.sample_data import (
     event_value,
     produce_records,
 )
-from app.embedded.schema_registry import EmbeddedSchemaRegistry
-from app.pipeline import run_ingest
+from devkit.schema_registry import EmbeddedSchemaRegistry
 from tests.kafka_helpers import nothing_left
 
 KEY_SCHEMA = {

@@ -15,8 +15,9 @@ from chispa import assert_df_equality
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from app.embedded.kafka_broker import EmbeddedKafka
-from app.embedded.sample_data import (
+from app.sink.destinations import counter_prefix
+from devkit.kafka_broker import EmbeddedKafka
+from devkit.sample_data import (
     EVENT_AVRO_SCHEMA,
     EVENT_SCHEMA,
     Produced,
@@ -25,8 +26,7 @@ from app.embedded.sample_data import (
     produce_json_events,
     produce_records,
 )
-from app.embedded.schema_registry import EmbeddedSchemaRegistry
-from app.sink.destinations import counter_prefix
+from devkit.schema_registry import EmbeddedSchemaRegistry
 from tests.job_runner import JobSpec, run_job, run_summary
 from tests.kafka_helpers import nothing_left
 

@@ -19,11 +19,11 @@ from pyspark.sql import SparkSession
 
 from app import faults
 from app.config import ConfigError, load_config
-from app.embedded.kafka_broker import EmbeddedKafka
-from app.embedded.s3_server import EmbeddedS3
-from app.embedded.sample_data import produce_json_events
 from app.pipeline import run_ingest
 from app.sink.writer_lease import LEASE_FILE, LeaseLostError, WriterLease
+from devkit.kafka_broker import EmbeddedKafka
+from devkit.s3_server import EmbeddedS3
+from devkit.sample_data import produce_json_events
 from tests.job_runner import ROOT, JobSpec, drain_in_process, drain_job, kill_job, run_summary, start_job
 from tests.table_checks import assert_exactly_once
 

@@ -19,8 +19,8 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from app.embedded.kafka_broker import free_port
-from app.embedded.schema_registry import EmbeddedSchemaRegistry, runner_jar
+from devkit.kafka_broker import free_port
+from devkit.schema_registry import EmbeddedSchemaRegistry, runner_jar
 
 ORDER_V1 = {
     "type": "record",

@@ -1,6 +1,6 @@
 """SASL_SSL with SCRAM-SHA-512, TLS certificates made at test time, and the standard authorizer with ACLs.
 
-One secured embedded broker for the module (`app.embedded.security`): `admin` is its only super
+One secured embedded broker for the module (`devkit.security`): `admin` is its only super
 user; the job's principal gets exactly the ACLs the README lists (READ on the topic and the share
 group, DESCRIBE_CONFIGS and ALTER_CONFIGS on the group because the job sets group configs). The
 job reads its password from an environment variable (`env:NAME`), never from the command line, and
@@ -18,9 +18,9 @@ import pytest
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
 from pyspark.sql import SparkSession
 
-from app.embedded.kafka_broker import EmbeddedKafka
-from app.embedded.sample_data import produce_json_events
-from app.embedded.security import Security, make_tls
+from devkit.kafka_broker import EmbeddedKafka
+from devkit.sample_data import produce_json_events
+from devkit.security import Security, make_tls
 from tests.job_runner import JobSpec, run_job
 from tests.kafka_helpers import nothing_left
 from tests.table_checks import assert_exactly_once

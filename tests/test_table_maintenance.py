@@ -21,9 +21,9 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from app.embedded.kafka_broker import EmbeddedKafka
-from app.embedded.sample_data import Produced, produce_json_events
 from bench.delta_log import added_files, data_commits, longest_open_write_s, read_commits
+from devkit.kafka_broker import EmbeddedKafka
+from devkit.sample_data import Produced, produce_json_events
 from jobs import maintain
 from tests.job_runner import ROOT, JobSpec, kill_job, run_summary, start_job
 from tests.kafka_helpers import nothing_left

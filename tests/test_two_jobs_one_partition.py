@@ -18,8 +18,8 @@ from pathlib import Path
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from app.embedded.kafka_broker import EmbeddedKafka
-from app.embedded.sample_data import Produced, produce_json_events
+from devkit.kafka_broker import EmbeddedKafka
+from devkit.sample_data import Produced, produce_json_events
 from tests.job_runner import JobSpec, run_summary, start_job
 from tests.maintenance_loop import Maintenance
 from tests.table_checks import DownstreamStream, assert_exactly_once

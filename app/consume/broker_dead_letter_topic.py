@@ -73,13 +73,14 @@ def check_broker_dead_letter_topic(
     metadata: ClusterMetadata,
     group_settings: dict[str, str],
     broker: dict[str, str],
+    create: bool = True,
 ) -> None:
     """The broker supports it, the name is one the broker writes to, and the topic accepts dead letters.
 
     `group_settings`: the group's described configs, before the job changes them (a broker before
     4.4 does not list DLQ_TOPIC); `broker`: a broker's configs, empty when unreadable. A missing
     topic is created with TOPIC_ACCEPTS on (the job's principal needs CREATE on it), unless the
-    broker creates such topics itself.
+    broker creates such topics itself or `create` is off (`sharelake check`).
     """
     name = k.broker_dead_letter_topic
     assert name is not None
@@ -98,7 +99,8 @@ def check_broker_dead_letter_topic(
     if name not in metadata.topics:
         if broker.get(BROKER_AUTO_CREATE) == "true":
             return  # the broker creates it, marked, on the first dead letter
-        _create(admin, k, name)
+        if create:
+            _create(admin, k, name)
         return
     accepts = _topic_setting(admin, k, name, TOPIC_ACCEPTS)
     if accepts != "true":

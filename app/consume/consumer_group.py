@@ -59,7 +59,7 @@ class ConsumerGroupType(GroupType):
         self._positions = positions
 
     def prepare(
-        self, admin: AdminClient, k: KafkaConfig, metadata: ClusterMetadata, broker: dict[str, str]
+        self, admin: AdminClient, k: KafkaConfig, metadata: ClusterMetadata, broker: dict[str, str], apply: bool = True
     ) -> dict[str, str]:
         if k.broker_dead_letter_topic is not None:
             raise ConfigError(

@@ -60,10 +60,11 @@ class GroupType(ABC):
 
     @abstractmethod
     def prepare(
-        self, admin: AdminClient, k: KafkaConfig, metadata: ClusterMetadata, broker: dict[str, str]
+        self, admin: AdminClient, k: KafkaConfig, metadata: ClusterMetadata, broker: dict[str, str], apply: bool = True
     ) -> dict[str, str]:
         """At start, before any member joins: apply the settings the job owns; the group's effective
-        settings. Raises ConfigError (one line) on what would go wrong later."""
+        settings. Raises ConfigError (one line) on what would go wrong later. `apply=False`
+        (`sharelake check`): the same checks, changing nothing; the group's settings as they are."""
 
     @abstractmethod
     def client(self, kafka: KafkaConfig, pump: PumpConfig, member_id: int) -> GroupClient: ...

@@ -72,14 +72,18 @@ class ShareGroupType(GroupType):
         self._factory = factory
 
     def prepare(
-        self, admin: AdminClient, k: KafkaConfig, metadata: ClusterMetadata, broker: dict[str, str]
+        self, admin: AdminClient, k: KafkaConfig, metadata: ClusterMetadata, broker: dict[str, str], apply: bool = True
     ) -> dict[str, str]:
         user = k.client.get("sasl.username", "(the client's principal)")
         cap = broker_lock_cap(broker) if k.partition_max_record_locks == "max" else None
         settings = desired_group_settings(k, cap)
         try:
             if k.broker_dead_letter_topic is not None:  # before the settings: an old broker would refuse them
-                check_broker_dead_letter_topic(admin, k, metadata, read_group_settings(admin, k.group_id), broker)
+                check_broker_dead_letter_topic(
+                    admin, k, metadata, read_group_settings(admin, k.group_id), broker, create=apply
+                )
+            if not apply:
+                return with_broker_defaults(read_group_settings(admin, k.group_id), broker)
             apply_group_settings(admin, k.group_id, settings)
             return with_broker_defaults(settled_group_settings(admin, k.group_id, settings), broker)
         except KafkaException as e:

@@ -21,11 +21,11 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.paths import PROJECT_ROOT
 from bench.contenders.base import RunContext, RunResult, failed, log_time, stop_group, tail
 from bench.delta_log import data_commits, mean_commit_interval_s, read_commits
 from bench.procmem import MemoryPeak, TreeSampler
 from bench.workload import SCHEMA_DDL
+from devkit.paths import PROJECT_ROOT
 
 NAME = "sharelake"
 JSON_PAYLOAD = ("payload.format=json", f"payload.schema={SCHEMA_DDL}")  # the workload's values

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.paths import PROJECT_ROOT
 from bench.contenders.base import RunContext, RunResult, delta_job_result, run_logged
 from bench.workload import SCHEMA_DDL
+from devkit.paths import PROJECT_ROOT
 
 NAME = "sink-ceiling"
 JOB = PROJECT_ROOT / "bench" / "spark_jobs" / "sink_ceiling.py"
@@ -37,5 +37,7 @@ def run_sink_ceiling(ctx: RunContext) -> RunResult:
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
     table, log = ctx.run_dir / "table", ctx.run_dir / "sink-ceiling.log"
     batch_rows = ctx.batch_rows if ctx.batch_rows > 0 else DEFAULT_BATCH_ROWS
-    code = run_logged(sink_ceiling_command(ctx, table, batch_rows), log, ctx.settings.run_timeout_s)
+    # the job imports the bench's workload module: the checkout on its path (app itself is installed)
+    env = {"PYTHONPATH": str(PROJECT_ROOT)}
+    code = run_logged(sink_ceiling_command(ctx, table, batch_rows), log, ctx.settings.run_timeout_s, env)
     return delta_job_result(ctx, NAME, code, log, table, {"batch_rows": float(batch_rows)})

@@ -21,7 +21,6 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.paths import PROJECT_ROOT, jars_in
 from bench.contenders.base import (
     RunContext,
     RunResult,
@@ -35,6 +34,7 @@ from bench.contenders.base import (
 from bench.delta_log import data_commits, mean_commit_interval_s, read_commits, rows_in
 from bench.settings import BENCH_JARS
 from bench.workload import SCHEMA_DDL
+from devkit.paths import PROJECT_ROOT, jars_in
 
 NAME = "spark-kafka-source"
 JOB = PROJECT_ROOT / "bench" / "spark_jobs" / "kafka_source_to_delta.py"

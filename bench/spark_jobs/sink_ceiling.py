@@ -16,20 +16,16 @@ It prints `bench-finished: <epoch seconds>` once the writer is closed.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import uuid
 from datetime import UTC, datetime
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the app and bench packages
 
 import pyarrow as pa
 from pyspark.sql import Observation
 from pyspark.sql import functions as F
 
 from app.bridge.arrow_rows import RECORD_SCHEMA, stamped
-from app.job_cli import start_logging
+from app.cli import start_logging
 from app.sink.commit_log import user_metadata_json
 from app.sink.dedup_table import micros
 from app.sink.delta_writer import DeltaWriter

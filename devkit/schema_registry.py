@@ -23,8 +23,8 @@ import uuid
 from pathlib import Path
 from types import TracebackType
 
-from app.embedded.kafka_broker import free_port
-from app.paths import REGISTRY_DIR
+from devkit.kafka_broker import free_port
+from devkit.paths import REGISTRY_DIR
 
 CCOMPAT_PATH = "/apis/ccompat/v7"
 

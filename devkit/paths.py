@@ -1,7 +1,8 @@
-"""Where the project keeps what it installs: the git-ignored cache and the jar folders.
+"""Where the checkout keeps what `make setup` installs: the git-ignored cache and its jar folders.
 
-Called by the Spark session builder, the embedded broker and the jobs; `make jars` fills the
-folders named here from the Maven poms under conf/maven/.
+Used by the embedded services, the demo, the tests and the bench (never by the runtime package:
+an installed Sharelake finds its jars through spark-submit's `--jars`, `SHARELAKE_JARS`, or Maven
+Central, see `app.spark_session`). `make jars` fills the folders named here from conf/maven/.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ S3_JARS = CACHE_DIR / "jars" / "s3"
 S3_SERVER_JARS = CACHE_DIR / "jars" / "s3-server"
 # the unpacked Apicurio Registry distribution (a runner jar and its lib/), for the embedded schema registry
 REGISTRY_DIR = CACHE_DIR / "registry"
+# the checkout's venv (pinned runtime, test and bench packages; Sharelake installed editable)
+VENV_BIN = CACHE_DIR / "venv" / "bin"
 
 
 def jars_in(folder: Path) -> list[Path]:
@@ -29,3 +32,8 @@ def jars_in(folder: Path) -> list[Path]:
     if not jars:
         raise FileNotFoundError(f"no jars in {folder}: run `make jars` (Maven resolves them once)")
     return jars
+
+
+def jars_env() -> str:
+    """`SHARELAKE_JARS` for a job started from this checkout: the jar folders `make jars` / `make s3` filled."""
+    return os.pathsep.join(str(f) for f in (SPARK_JARS, S3_JARS) if f.is_dir())

@@ -1,7 +1,7 @@
 """An embedded Apache Kafka node (KRaft, combined broker+controller, share groups on).
 
-Called by `jobs/demo.py`, the pytest session fixture and `bench/`, alone as a single-node broker,
-and by `app.embedded.kafka_cluster` as one node of a replicated cluster. It runs the Kafka jars
+Called by `devkit/demo.py`, the pytest session fixture and `bench/`, alone as a single-node broker,
+and by `devkit.kafka_cluster` as one node of a replicated cluster. It runs the Kafka jars
 that `make jars` resolved from Maven Central (no Docker, no download at run time): it formats KRaft
 storage once (`--standalone` alone, the cluster's static voters in a cluster), starts `kafka.Kafka`
 on loopback ports, waits until the broker answers, and stops (or kills) only the process it
@@ -26,8 +26,8 @@ from typing import Protocol
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from app.embedded.security import Security
-from app.paths import KAFKA_JARS, jars_in
+from devkit.paths import KAFKA_JARS, jars_in
+from devkit.security import Security
 
 # Settings every embedded node runs with, alone or in a cluster: quick group joins and the shortest
 # lock allowed, so tests can use short record locks on their groups.

@@ -20,15 +20,13 @@ import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from tqdm import tqdm
 
-from tqdm import tqdm  # noqa: E402
-
-from app.embedded.kafka_broker import EmbeddedKafka  # noqa: E402
-from app.embedded.sample_data import (  # noqa: E402
+from devkit.kafka_broker import EmbeddedKafka
+from devkit.paths import CACHE_DIR
+from devkit.paths import PROJECT_ROOT as ROOT
+from devkit.sample_data import (
     EVENT_AVRO_SCHEMA,
     EVENT_AVRO_SCHEMA_V2,
     EVENT_SCHEMA,
@@ -39,8 +37,7 @@ from app.embedded.sample_data import (  # noqa: E402
     produce_poison_records,
     produce_records,
 )
-from app.embedded.schema_registry import EmbeddedSchemaRegistry  # noqa: E402
-from app.paths import CACHE_DIR  # noqa: E402
+from devkit.schema_registry import EmbeddedSchemaRegistry
 
 TOPIC = "demo-events"
 AVRO_TOPIC = "demo-avro-events"

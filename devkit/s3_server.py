@@ -28,8 +28,8 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
-from app.embedded.kafka_broker import free_port
-from app.paths import S3_SERVER_JARS
+from devkit.kafka_broker import free_port
+from devkit.paths import S3_SERVER_JARS
 
 ACCESS_KEY = "sharelake-test"
 SECRET_KEY = "sharelake-test-secret"  # a throwaway credential of a loopback test server

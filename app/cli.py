@@ -1,0 +1,97 @@
+"""The `sharelake` command: one entry point, a subcommand per task (ingest, replay-dead-letters,
+maintain, check, status, version).
+
+Installed as a console script by the package (`pip install sharelake-*.whl` gives `sharelake`), and
+called by the thin spark-submit entry points in `jobs/` (`jobs/sharelake.py ingest ...`), so a
+subcommand runs the same from a terminal, a scheduler or spark-submit on YARN and Kubernetes. Each
+subcommand is one module of `app.commands` (its arguments and its `run`). Every subcommand that
+reads a config takes `--config` and `--set`; a bad config (any `ConfigError`) ends it with one line
+on stderr, `sharelake: <the key and the fix>`, and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from importlib import import_module
+from typing import Protocol
+
+from app.config import ConfigError, SharelakeConfig, load_config
+
+CONFIG_ERROR_EXIT = 2
+
+
+class Command(Protocol):
+    """What a module of `app.commands` holds."""
+
+    HELP: str
+
+    def configure(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
+
+
+# subcommand -> its module under app.commands (imported when chosen: `sharelake version` starts no JVM)
+COMMANDS = {
+    "ingest": "ingest",
+    "replay-dead-letters": "replay",
+    "maintain": "maintain",
+    "check": "check",
+    "status": "status",
+    "version": "version",
+}
+
+
+def command(name: str) -> Command:
+    module: Command = import_module(f"app.commands.{COMMANDS[name]}")
+    return module
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="sharelake", description=__doc__.split("\n\n")[0].replace("\n", " "))
+    subs = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMANDS:
+        cmd = command(name)
+        sub = subs.add_parser(name, help=cmd.HELP, description=cmd.HELP)
+        cmd.configure(sub)
+    return top
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--config` and `--set`, for every subcommand that reads a config."""
+    parser.add_argument("--config", required=True, help="TOML config file (see conf/local.toml)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a key")
+
+
+def job_config(args: argparse.Namespace) -> SharelakeConfig:
+    """The config named by `--config`, with the `--set` overrides (ConfigError when it is wrong)."""
+    return load_config(args.config, args.set)
+
+
+def config_failure(e: ConfigError) -> int:
+    """Report a ConfigError as the one line the user reads; the exit code to return."""
+    print(f"sharelake: {e}", file=sys.stderr, flush=True)
+    return CONFIG_ERROR_EXIT
+
+
+def start_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    # the schema registry client's HTTP library logs every request at INFO
+    for name in ("httpx", "httpx2", "httpcore", "httpcore2"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    start_logging()
+    try:
+        return command(args.command).run(args)
+    except ConfigError as e:
+        return config_failure(e)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

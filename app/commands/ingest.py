@@ -1,0 +1,50 @@
+"""`sharelake ingest`: read the share group's topics into their Delta tables (the streaming job).
+
+Exit codes: 0 the run ended as asked (drained, or stopped by SIGTERM/SIGINT after a graceful
+drain); 1 the run failed (a member or the streaming query died; nothing undecided was ACCEPTed);
+2 the configuration is wrong (one line on stderr names the key and the fix); 143 (or 130 for
+SIGINT) under spark-submit when the signal reached the driver JVM: the JVM reports the signal,
+after the same graceful drain (app/shutdown.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from app.cli import add_config_arguments, job_config
+from app.pipeline import IngestError, run_ingest
+from app.preflight import check_not_spark_connect
+from app.shutdown import GracefulShutdown
+from app.spark_session import build_spark
+from app.table_summary import print_tables_summary
+
+HELP = "ingest the share group's topics into Delta tables (until drained, or until stopped)"
+log = logging.getLogger("sharelake.ingest")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_config_arguments(parser)
+    parser.add_argument("--summary", action="store_true", help="print a summary of the Delta tables at the end")
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = job_config(args)
+    check_not_spark_connect()  # before a session is built: under Spark Connect it would be remote
+    spark = build_spark(cfg.run.app_name, extra_conf=cfg.spark_conf)
+    shutdown = GracefulShutdown(cfg.run.stop_timeout_s)
+    shutdown.install(spark)
+    try:
+        summary = run_ingest(spark, cfg, shutdown.stop_requested)
+        log.info("run ended: %s", summary.line())
+    except IngestError as e:
+        log.error("run failed: %s", e)
+        return 1
+    finally:
+        shutdown.done()  # the JVM may be waiting in its shutdown hook: let it go on
+    if shutdown.stop_requested.is_set():
+        return 0
+    if args.summary:
+        print_tables_summary(spark, [r.table_path for r in cfg.routes()], cfg.dead_letter_path)
+    spark.stop()
+    return 0
