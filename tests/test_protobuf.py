@@ -16,6 +16,7 @@ import struct
 import urllib.request
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +29,16 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, ti
 from google.protobuf.message import Message
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_type
 
 from app.embedded.kafka_broker import EmbeddedKafka
 from app.embedded.sample_data import produce_records
 from app.embedded.schema_registry import EmbeddedSchemaRegistry
 from app.pipeline import run_ingest
-from app.sink.formats.base import DependencyUnavailable, RegistrySettings
-from app.sink.formats.protobuf import ProtobufFormat, ProtobufSettings
+from app.sink.formats.base import PARSED, DependencyUnavailable, RegistrySettings
+from app.sink.formats.protobuf import ProtobufFormat, ProtobufSettings, _Shape
+from app.sink.formats.protobuf_decode import DecodePlan, Writer, decode_values
+from app.sink.formats.protobuf_schemas import message_at, writer_schema
 from tests.ingest_config import ingest_config
 from tests.kafka_helpers import nothing_left
 
@@ -187,6 +191,47 @@ def test_protobuf_versions_and_bad_records_land_exactly_once_each_where_it_belon
     assert {(p.partition, p.offset) for p in bad} == {(r["partition"], r["offset"]) for r in parked}
     assert summary.dead_lettered == len(bad_values) and summary.released == 0
     assert nothing_left(broker, topic, group)
+
+
+def test_protobuf_types_land_as_spark_types_and_an_empty_body_reads_as_the_defaults() -> None:
+    """Enums by name, uint64 as decimal(20,0), maps, nested messages; no registry or Spark job needed."""
+    file = descriptor_pb2.FileDescriptorProto(name="types.proto", package="types", syntax="proto3")
+    color = file.enum_type.add(name="Color")
+    color.value.add(name="RED", number=0)
+    color.value.add(name="BLUE", number=1)
+    inner = file.message_type.add(name="Inner")
+    inner.field.add(name="q", number=1, type=FIELD.TYPE_INT32, label=FIELD.LABEL_OPTIONAL)
+    message = file.message_type.add(name="M")
+    message.field.add(name="c", number=1, type=FIELD.TYPE_ENUM, type_name=".types.Color", label=FIELD.LABEL_OPTIONAL)
+    message.field.add(name="big", number=2, type=FIELD.TYPE_UINT64, label=FIELD.LABEL_OPTIONAL)
+    entry = message.nested_type.add(name="AttrsEntry")
+    entry.options.map_entry = True
+    entry.field.add(name="key", number=1, type=FIELD.TYPE_STRING, label=FIELD.LABEL_OPTIONAL)
+    entry.field.add(name="value", number=2, type=FIELD.TYPE_INT32, label=FIELD.LABEL_OPTIONAL)
+    attrs = ".types.M.AttrsEntry"
+    message.field.add(name="attrs", number=3, type=FIELD.TYPE_MESSAGE, type_name=attrs, label=FIELD.LABEL_REPEATED)
+    message.field.add(
+        name="inner", number=4, type=FIELD.TYPE_MESSAGE, type_name=".types.Inner", label=FIELD.LABEL_OPTIONAL
+    )
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    cls = message_factory.GetMessageClass(pool.FindMessageTypeByName("types.M"))
+    writer = Writer((file.SerializeToString(),), "types.M")
+    assert message_at(writer.files, (1,)) == "types.M"  # indexes [1]: the file's second message
+    shape = _Shape({})
+    assert shape.admit((7, (1,)), writer.name, writer_schema(writer)) is None
+    assert shape.spark_type().simpleString() == (
+        "struct<c:string,big:decimal(20,0),attrs:map<string,int>,inner:struct<q:int>>"
+    )
+    full = cls(c=1, big=2**64 - 1, attrs={"a": 1}, inner={"q": 5})
+    header = b"\x00" + struct.pack(">I", 7) + b"\x02\x02"  # schema id 7, indexes [1]
+    values = pa.array([header + full.SerializeToString(), header], pa.binary())
+    plan = DecodePlan({(7, (1,)): writer}, to_arrow_type(shape.spark_type(), timezone="UTC"))
+    decoded = decode_values(plan, values).field(PARSED).to_pylist()
+    assert decoded == [
+        {"c": "BLUE", "big": Decimal(2**64 - 1), "attrs": [("a", 1)], "inner": {"q": 5}},
+        {"c": "RED", "big": Decimal(0), "attrs": [], "inner": None},  # proto3: unset scalars read as defaults
+    ]
 
 
 def test_a_registry_that_does_not_answer_is_an_outage_not_the_records_fault(

@@ -19,7 +19,7 @@ int32 reads into a table's bigint and a float into a double. A field whose type 
 column's type is refused, nested messages included (a nested message that gains a field is a new
 type of its column).
 
-**In Spark**, inside the one write job: a `mapInArrow` over the batch's rows
+**In Spark**, inside the one write job: a scalar Arrow UDF over the value column
 (`app.sink.formats.protobuf_decode`) decodes each body with ptars (Rust, into Arrow columns) and
 flags the bodies that do not decode (`protobuf_decode_failed`). Spark's own `from_protobuf`
 (spark-protobuf) is not served for Spark 4.2 from Maven Central.
@@ -27,7 +27,6 @@ flags the bodies that do not decode (`protobuf_decode_failed`). Spark's own `fro
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -35,7 +34,7 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 from pydantic import model_validator
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_type, to_arrow_type
 from pyspark.sql.types import BooleanType, DataType, StringType, StructField, StructType
@@ -50,10 +49,11 @@ from app.sink.formats.base import (
     PARSED,
     BadRecord,
     BatchRead,
+    ColumnRead,
     FormatSettings,
     PayloadFormat,
 )
-from app.sink.formats.protobuf_decode import DecodePlan, Writer, decode_batches
+from app.sink.formats.protobuf_decode import DecodePlan, Writer, decode_values
 from app.sink.formats.protobuf_schemas import SchemaProblem, message_at, schema_files, writer_schema
 from app.sink.formats.protobuf_wire import Headers, message_path, wire_headers
 from app.sink.formats.registry import SchemaRegistry
@@ -63,6 +63,7 @@ log = logging.getLogger(__name__)
 # a narrower writer type that reads into the table's wider column (Spark's names)
 PROMOTIONS = {("int", "bigint"), ("float", "double")}
 MessageKey = tuple[int, tuple[int, ...]]  # (schema id, message indexes)
+DECODED = "_decoded"  # the decode's struct: PARSED, BAD and the error class and message
 
 
 class ProtobufSettings(FormatSettings):
@@ -140,30 +141,35 @@ class _Shape:
         return StructType([StructField(n, t, nullable=True) for n, t in self.fields.items()])
 
 
-class _ProtobufRead(BatchRead):
-    """The Spark read of one batch: a `mapInArrow` that decodes each body into the shape."""
+class _ProtobufRead(ColumnRead):
+    """The Spark read of one batch: a scalar Arrow UDF over `value` that decodes each body into the
+    shape and names each bad one (only the values travel to Spark's Python workers)."""
 
     def __init__(self, plan: DecodePlan, shape: StructType):
-        self._plan, self._shape = plan, shape
-
-    def parse(self, df: DataFrame) -> DataFrame:
-        out = StructType(
+        result = StructType(
             [
-                *df.schema.fields,
-                StructField(PARSED, self._shape, True),
+                StructField(PARSED, shape, True),
                 StructField(BAD, BooleanType(), True),
                 StructField(ERROR_CLASS, StringType(), True),
                 StructField(ERROR_MESSAGE, StringType(), True),
             ]
         )
-        return df.mapInArrow(functools.partial(decode_batches, self._plan), out)
 
-    def classify(self, df: DataFrame) -> DataFrame:
-        return self.parse(df)  # the decode names each bad row's class already
+        def decode_batch(values: pa.Array) -> pa.Array:
+            return decode_values(plan, values)
 
-    def main_rows(self, parsed: DataFrame) -> DataFrame:
+        decode = F.arrow_udf(decode_batch, result)  # scalar: its type hints say so
+        # non-deterministic to the optimizer: else it pushes the filter on BAD below the projection
+        # and runs the decode twice (once for the filter, once for the columns)
+        decode = decode.asNondeterministic()
+        decoded = F.col(DECODED)
         metadata = [F.col(c) for c in METADATA_COLUMNS if c != "value"]
-        return parsed.select(*metadata, *(F.col(PARSED)[n].alias(n) for n in self._shape.fieldNames()))
+        super().__init__(
+            {DECODED: decode(F.col("value")), PARSED: decoded[PARSED], BAD: decoded[BAD]},
+            decoded[ERROR_CLASS],
+            decoded[ERROR_MESSAGE],
+            [*metadata, *(F.col(PARSED)[n].alias(n) for n in shape.fieldNames())],
+        )
 
 
 class ProtobufFormat(PayloadFormat):
@@ -218,7 +224,7 @@ class ProtobufFormat(PayloadFormat):
         key = (tuple(sorted(writers)), len(self._shape.fields))
         if self._last is None or self._last[0] != key:
             shape = self._shape.spark_type()
-            plan = DecodePlan("value", writers, to_arrow_type(shape, timezone="UTC"))
+            plan = DecodePlan(writers, to_arrow_type(shape, timezone="UTC"))
             self._last = (key, _ProtobufRead(plan, shape))
         return bad, self._last[1]
 

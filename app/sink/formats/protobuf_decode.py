@@ -1,12 +1,13 @@
-"""The Protobuf decode that runs inside Spark: Arrow batches in, the parsed struct and verdicts out.
+"""The Protobuf decode that runs inside Spark: wire-format values in, the parsed struct and verdicts out.
 
-Called by Spark's Python workers through `DataFrame.mapInArrow` (the read of one batch is built by
-`app.sink.formats.protobuf`). Per Arrow batch: the wire headers (`protobuf_wire`, vectorised), then
-per (schema id, message indexes) one call to ptars, which parses the bodies straight into Arrow
-columns in Rust (no per-record Python). A body that does not parse fails the whole call, so the
-bodies of a failed call are halved until each bad one stands alone (`protobuf_decode_failed`); the
-good ones are decoded in as few calls as that allows. Each writer's columns are then laid into the
-table's shape: a field the writer lacks reads null, a narrower number is widened.
+Called by Spark's Python workers as a scalar Arrow UDF over the `value` column (the read of one
+batch is built by `app.sink.formats.protobuf`; only the values travel to Python). Per Arrow batch:
+the wire headers (`protobuf_wire`, vectorised), then per (schema id, message indexes) one call to
+ptars, which parses the bodies straight into Arrow columns in Rust (no per-record Python). A body
+that does not parse fails the whole call, so the bodies of a failed call are halved until each bad
+one stands alone (`protobuf_decode_failed`); the good ones are decoded in as few calls as that
+allows. Each writer's columns are then laid into the table's shape: a field the writer lacks reads
+null, a narrower number is widened.
 
 Spark has no Protobuf reader of its own here: `spark-protobuf` (`from_protobuf`) is not served for
 Spark 4.2 from Maven Central.
@@ -15,7 +16,6 @@ Spark 4.2 from Maven Central.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +45,6 @@ class Writer:
 class DecodePlan:
     """What the workers need for one batch: each (schema id, message indexes)'s writer, the shape."""
 
-    column: str  # the column holding wire-format values
     writers: dict[tuple[int, tuple[int, ...]], Writer]
     shape: pa.StructType  # the parsed struct, as Spark expects it back
 
@@ -108,10 +107,11 @@ def laid_out(struct: pa.StructArray | pa.RecordBatch, shape: pa.StructType) -> p
     return pa.StructArray.from_arrays(columns, fields=list(shape), mask=mask)
 
 
-def decode_batch(plan: DecodePlan, batch: pa.RecordBatch) -> pa.RecordBatch:
-    """`batch` with PARSED, BAD, ERROR_CLASS and ERROR_MESSAGE."""
-    values = batch.column(plan.column)
-    n = batch.num_rows
+def decode_values(plan: DecodePlan, values: pa.Array) -> pa.StructArray:
+    """Per wire-format value: PARSED (the shape), BAD, ERROR_CLASS and ERROR_MESSAGE, as one struct."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    n = len(values)
     headers = wire_headers(values)
     valid = values.is_valid().to_numpy(zero_copy_only=False) if n else np.ones(0, np.bool_)
     readable = valid & headers.framed & headers.indexes_ok & (headers.ids >= 0)
@@ -152,15 +152,7 @@ def decode_batch(plan: DecodePlan, batch: pa.RecordBatch) -> pa.RecordBatch:
     placed.append(missing)
     order = np.concatenate(placed)
     parsed = pa.concat_arrays(pieces).take(pa.array(np.argsort(order, kind="stable")))
-    return (
-        batch.append_column(PARSED, parsed)
-        .append_column(BAD, pa.array(bad))
-        .append_column(ERROR_CLASS, pa.array(classes, pa.string()))
-        .append_column(ERROR_MESSAGE, pa.array(messages, pa.string()))
+    return pa.StructArray.from_arrays(
+        [parsed, pa.array(bad), pa.array(classes, pa.string()), pa.array(messages, pa.string())],
+        names=[PARSED, BAD, ERROR_CLASS, ERROR_MESSAGE],
     )
-
-
-def decode_batches(plan: DecodePlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The function `mapInArrow` runs (bound to `plan` with functools.partial)."""
-    for batch in batches:
-        yield decode_batch(plan, batch)

@@ -37,12 +37,23 @@ class Headers:
     body_start: npt.NDArray[np.int64]  # offset of the body within the value
 
     def message_keys(self, rows: npt.NDArray[np.bool_]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        """The distinct (schema id, depth, indexes..., body start) of `rows`, each row's position among them."""
-        keys = np.column_stack([self.ids, self.depth, self.indexes, self.body_start])[rows]
-        if keys.shape[0] == 0:
-            return np.zeros((0, 3 + MAX_DEPTH), np.int64), np.zeros(0, np.int64)
-        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
-        return unique, inverse.reshape(-1)
+        """The distinct (schema id, depth, indexes..., body start) of `rows`, each row's position among them.
+
+        Column by column (1-d `np.unique`, then the codes made dense again so they stay below the
+        row count): `np.unique(axis=0)` sorts the rows as opaque bytes, a hundred times slower."""
+        depth = int(self.depth[rows].max()) if rows.any() else 0
+        columns = [self.ids, self.depth, *self.indexes.T[:depth], self.body_start]
+        code = np.zeros(int(rows.sum()), dtype=np.int64)
+        for column in columns:
+            values, of_row = np.unique(column[rows], return_inverse=True)
+            code = code * len(values) + of_row.reshape(-1)
+            _, code = np.unique(code, return_inverse=True)
+            code = code.reshape(-1)
+        if code.size == 0:
+            return np.zeros((0, 3 + MAX_DEPTH), np.int64), code
+        _, first = np.unique(code, return_index=True)
+        keys = np.column_stack([self.ids, self.depth, self.indexes, self.body_start])[rows][first]
+        return keys, code
 
 
 def message_path(key: npt.NDArray[np.int64]) -> tuple[int, tuple[int, ...], int]:
