@@ -47,6 +47,7 @@ from app.sink.delta_sink import DeltaSink
 from app.sink.destinations import Destination, open_destinations
 from app.sink.formats.avro import AvroSettings
 from app.sink.formats.base import FormatSettings
+from app.sink.formats.protobuf import ProtobufSettings
 from app.sink.warm_up import warm_up
 from app.sink.writer_lease import WriterLease, hold_leases
 
@@ -98,6 +99,8 @@ def payload_note(p: FormatSettings) -> str:
     note = p.format
     if isinstance(p, AvroSettings):
         note = f"avro, writer schemas from {registry or 'payload.avro_schema'}"
+    if isinstance(p, ProtobufSettings):
+        note = f"protobuf, writer schemas from {registry}"
     if p.key_format != "raw":
         keys = f"{p.key_format} keys"
         note += f", {keys}" + (f" (schemas from {registry})" if p.key_format == "avro" and p.format != "avro" else "")

@@ -43,6 +43,10 @@ def test_overrides_are_typed_and_win() -> None:
         ([*REQUIRED, "payload.format=xml"], "config key payload.format = 'xml': not a payload format; use one of raw"),
         ([*REQUIRED, "payload.format=avro"], "config key payload: payload.format = 'avro' needs payload.registry.url"),
         (
+            [*REQUIRED, "payload.format=protobuf"],
+            "config key payload: payload.format = 'protobuf' reads the Confluent wire format: set payload.registry.url",
+        ),
+        (
             [*REQUIRED, "payload.format=avro", "payload.registry.url=http://user:pw@registry:8081"],
             "payload.registry.url holds credentials: move them to payload.registry.basic_auth_user",
         ),

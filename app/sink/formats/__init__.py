@@ -17,11 +17,14 @@ from app.sink.formats.avro import AvroFormat, AvroSettings
 from app.sink.formats.base import FormatSettings, PayloadFormat
 from app.sink.formats.json import JsonFormat, JsonSettings
 from app.sink.formats.keys import KeyedFormat, key_reader
+from app.sink.formats.protobuf import ProtobufFormat, ProtobufSettings
 from app.sink.formats.raw import RawFormat, RawSettings
 from app.sink.formats.registry import SchemaRegistry
 from app.sink.formats.text import TextFormat, TextSettings
 
-FORMATS: dict[str, type[PayloadFormat]] = {f.name: f for f in (RawFormat, TextFormat, JsonFormat, AvroFormat)}
+FORMATS: dict[str, type[PayloadFormat]] = {
+    f.name: f for f in (RawFormat, TextFormat, JsonFormat, AvroFormat, ProtobufFormat)
+}
 
 
 def _format_of(value: Any) -> str:
@@ -34,7 +37,8 @@ PayloadSettings = Annotated[
     Annotated[RawSettings, Tag("raw")]
     | Annotated[TextSettings, Tag("text")]
     | Annotated[JsonSettings, Tag("json")]
-    | Annotated[AvroSettings, Tag("avro")],
+    | Annotated[AvroSettings, Tag("avro")]
+    | Annotated[ProtobufSettings, Tag("protobuf")],
     Discriminator(_format_of),
 ]
 

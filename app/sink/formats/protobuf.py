@@ -1,0 +1,327 @@
+"""`payload.format = "protobuf"`: Protobuf messages in the Confluent wire format, with a schema registry.
+
+Called through the format seam by the Delta sink (`read` per batch, on the driver), by the job's
+start-up (`start`) and, after a registry outage, by the sink's retry (`probe`).
+
+A value is magic byte 0, a 4-byte big-endian schema id, the message indexes (which message of the
+schema's file), then the Protobuf body (`app.sink.formats.protobuf_wire`). Per batch, on the driver
+(numpy over the Arrow value column, no per-record Python): each value's header (`not_wire_format`:
+shorter than 5 bytes or magic byte not 0; `bad_message_index`: the indexes are cut short, or point at
+no message of the schema); each schema id not seen before is fetched from the registry once for the
+life of the job (`unknown_schema_id` on a 404) and turned into descriptors
+(`app.sink.formats.protobuf_schemas`); each (id, message) is admitted to the table's shape, or not
+(`schema_incompatible`). A registry that does not answer, or refuses us, raises
+`RegistryUnavailableError`: never the record's fault, the batch is RELEASEd and retried.
+
+**The table's shape** grows with the writer messages, by field name: a field a new writer adds joins
+it as a nullable column (`mergeSchema` adds it to the table), a field a writer lacks reads null, an
+int32 reads into a table's bigint and a float into a double. A field whose type would change a
+column's type is refused, nested messages included (a nested message that gains a field is a new
+type of its column).
+
+**In Spark**, inside the one write job: a scalar Arrow UDF over the value column
+(`app.sink.formats.protobuf_decode`) decodes each body with ptars (Rust, into Arrow columns) and
+flags the bodies that do not decode (`protobuf_decode_failed`). Spark's own `from_protobuf`
+(spark-protobuf) is not served for Spark 4.2 from Maven Central.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+from pydantic import model_validator
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_type, to_arrow_type
+from pyspark.sql.types import BooleanType, DataType, StringType, StructField, StructType
+
+from app.error_lines import one_line
+from app.sink.formats.avro import field_types, table_schema
+from app.sink.formats.base import (
+    BAD,
+    ERROR_CLASS,
+    ERROR_MESSAGE,
+    METADATA_COLUMNS,
+    PARSED,
+    BadRecord,
+    BatchRead,
+    ColumnRead,
+    FormatSettings,
+    PayloadFormat,
+)
+from app.sink.formats.protobuf_decode import DecodePlan, Writer, decode_values
+from app.sink.formats.protobuf_schemas import SchemaProblem, message_at, schema_files, writer_schema
+from app.sink.formats.protobuf_wire import Headers, message_path, wire_headers
+from app.sink.formats.registry import SchemaRegistry
+
+log = logging.getLogger(__name__)
+
+# a narrower writer type that reads into the table's wider column (Spark's names)
+PROMOTIONS = {("int", "bigint"), ("float", "double")}
+MessageKey = tuple[int, tuple[int, ...]]  # (schema id, message indexes)
+DECODED = "_decoded"  # the decode's struct: PARSED, BAD and the error class and message
+
+
+class ProtobufSettings(FormatSettings):
+    format: Literal["protobuf"] = "protobuf"
+
+    @model_validator(mode="after")
+    def _needs_a_registry(self) -> ProtobufSettings:
+        if self.registry is None:
+            raise ValueError("payload.format = 'protobuf' reads the Confluent wire format: set payload.registry.url")
+        return self
+
+
+def _spark_ready(kind: pa.DataType) -> pa.DataType:
+    """`kind` with the Arrow types Spark lacks replaced: unsigned integers by wider signed ones
+    (uint64 by decimal(20, 0)), any timestamp by microseconds UTC."""
+    if pa.types.is_struct(kind):
+        return pa.struct([f.with_type(_spark_ready(f.type)) for f in kind])
+    if pa.types.is_map(kind):
+        return pa.map_(_spark_ready(kind.key_type), kind.item_field.with_type(_spark_ready(kind.item_type)))
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return pa.list_(kind.value_field.with_type(_spark_ready(kind.value_type)))
+    if pa.types.is_uint64(kind):
+        return pa.decimal128(20, 0)
+    if pa.types.is_unsigned_integer(kind):
+        return pa.int64()
+    if pa.types.is_timestamp(kind):
+        return pa.timestamp("us", tz="UTC")
+    return kind
+
+
+def spark_type(kind: pa.DataType) -> DataType:
+    """The Spark type of an Arrow column ptars decodes (unsupported ones raise)."""
+    return from_arrow_type(_spark_ready(kind), prefer_timestamp_ntz=False)
+
+
+class _Shape:
+    """The table's payload columns: the union of the admitted writers' fields, by name."""
+
+    def __init__(self, table_types: dict[str, str]):
+        self.fields: dict[str, DataType] = {}
+        self.table_types = dict(table_types)  # the table's columns from earlier runs (Spark type names)
+
+    def admit(self, key: MessageKey, name: str, columns: pa.Schema) -> str | None:
+        """None when the writer's fields fit (the shape may grow), else why not."""
+        sid = key[0]
+        clash = sorted(f.name for f in columns if f.name.lower() in METADATA_COLUMNS or f.name.startswith("_"))
+        if clash:
+            return (
+                f"field(s) {', '.join(clash)} of {name} (schema id {sid}) collide with Sharelake's own "
+                f"columns ({', '.join(METADATA_COLUMNS)}, or a leading underscore)"
+            )
+        added: dict[str, DataType] = {}
+        for column in columns:
+            try:
+                got = spark_type(column.type)
+            except Exception as e:  # noqa: BLE001 - a type Spark cannot hold
+                return f"field {column.name} of {name} (schema id {sid}): {one_line(e, 160)}"
+            want = self.fields.get(column.name)
+            want_name = want.simpleString() if want is not None else self.table_types.get(column.name)
+            if want_name is not None and want_name != got.simpleString():
+                if (got.simpleString(), want_name) in PROMOTIONS:
+                    continue
+                return (
+                    f"field {column.name} is {want_name} in the table, {got.simpleString()} in {name} "
+                    f"(schema id {sid}): the column's type cannot change"
+                )
+            if want is None:
+                added[column.name] = got
+        if added:
+            self.fields |= added
+            log.info("writer %s (schema id %d) adds column(s) %s", name, sid, ", ".join(added))
+        return None
+
+    def spark_type(self) -> StructType:
+        return StructType([StructField(n, t, nullable=True) for n, t in self.fields.items()])
+
+
+class _ProtobufRead(ColumnRead):
+    """The Spark read of one batch: a scalar Arrow UDF over `value` that decodes each body into the
+    shape and names each bad one (only the values travel to Spark's Python workers)."""
+
+    def __init__(self, plan: DecodePlan, shape: StructType):
+        result = StructType(
+            [
+                StructField(PARSED, shape, True),
+                StructField(BAD, BooleanType(), True),
+                StructField(ERROR_CLASS, StringType(), True),
+                StructField(ERROR_MESSAGE, StringType(), True),
+            ]
+        )
+
+        def decode_batch(values: pa.Array) -> pa.Array:
+            return decode_values(plan, values)
+
+        decode = F.arrow_udf(decode_batch, result)  # scalar: its type hints say so
+        # non-deterministic to the optimizer: else it pushes the filter on BAD below the projection
+        # and runs the decode twice (once for the filter, once for the columns)
+        decode = decode.asNondeterministic()
+        decoded = F.col(DECODED)
+        metadata = [F.col(c) for c in METADATA_COLUMNS if c != "value"]
+        super().__init__(
+            {DECODED: decode(F.col("value")), PARSED: decoded[PARSED], BAD: decoded[BAD]},
+            decoded[ERROR_CLASS],
+            decoded[ERROR_MESSAGE],
+            [*metadata, *(F.col(PARSED)[n].alias(n) for n in shape.fieldNames())],
+        )
+
+
+class ProtobufFormat(PayloadFormat):
+    name = "protobuf"
+    error_classes = (
+        "not_wire_format",
+        "unknown_schema_id",
+        "bad_message_index",
+        "protobuf_decode_failed",
+        "schema_incompatible",
+    )
+    merge_schema = True  # a writer message may add columns
+
+    def __init__(self, settings: ProtobufSettings, registry: Any = None):
+        super().__init__(settings)
+        self.registry: Any = registry
+        self._shape: _Shape | None = None
+        self._files: dict[int, tuple[bytes, ...] | BadRecord] = {}  # per schema id: its files, or why not
+        self._writers: dict[MessageKey, Writer | BadRecord] = {}  # per (id, indexes): admitted, or why not
+        self._last: tuple[tuple[Any, ...], _ProtobufRead] | None = None
+
+    def start(self, spark: SparkSession, table_path: str) -> None:
+        if self._shape is not None:
+            return
+        if self.registry is None:
+            assert self.settings.registry is not None
+            self.registry = SchemaRegistry(self.settings.registry)
+            self.registry.check()
+        self._shape = _Shape(field_types(table_schema(spark, table_path), METADATA_COLUMNS))
+
+    def probe(self) -> None:
+        if self.registry is not None:
+            self.registry.probe()
+
+    def read(self, rows: pa.Table) -> tuple[list[BadRecord], BatchRead]:
+        assert self._shape is not None, "ProtobufFormat.start() first"
+        values = rows.column("value")
+        headers = wire_headers(values)
+        bad = [
+            BadRecord(
+                i, "not_wire_format", "not in the Confluent wire format (shorter than 5 bytes, or magic byte not 0)"
+            )
+            for i in np.flatnonzero(~headers.framed).tolist()
+        ]
+        cut = headers.framed & ~headers.indexes_ok
+        bad += [
+            BadRecord(i, "bad_message_index", "the message indexes after the schema id are cut short or negative")
+            for i in np.flatnonzero(cut).tolist()
+        ]
+        readable = headers.framed & headers.indexes_ok & (headers.ids >= 0)
+        writers = self._verdicts(headers, readable, bad)
+        key = (tuple(sorted(writers)), len(self._shape.fields))
+        if self._last is None or self._last[0] != key:
+            shape = self._shape.spark_type()
+            plan = DecodePlan(writers, to_arrow_type(shape, timezone="UTC"))
+            self._last = (key, _ProtobufRead(plan, shape))
+        return bad, self._last[1]
+
+    def _verdicts(self, headers: Headers, readable: np.ndarray, bad: list[BadRecord]) -> dict[MessageKey, Writer]:
+        """The writer of each (id, indexes) of the batch; the rows of refused ones join `bad`."""
+        keys, group_of = headers.message_keys(readable)
+        rows = np.flatnonzero(readable)
+        writers: dict[MessageKey, Writer] = {}
+        for g, raw in enumerate(keys):
+            sid, path, _ = message_path(raw)
+            verdict = self._writer((sid, path))  # RegistryUnavailableError: the batch is retried
+            if isinstance(verdict, Writer):
+                writers[(sid, path)] = verdict
+                continue
+            bad += [BadRecord(i, verdict.error_class, verdict.message) for i in rows[group_of == g].tolist()]
+        return writers
+
+    def _writer(self, key: MessageKey) -> Writer | BadRecord:
+        if key in self._writers:
+            return self._writers[key]
+        sid, path = key
+        files = self._schema(sid)
+        if isinstance(files, BadRecord):
+            return files  # not kept per message: the id's verdict is
+        assert self._shape is not None
+        try:
+            writer = Writer(files, message_at(files, path))
+        except SchemaProblem as e:
+            verdict: Writer | BadRecord = BadRecord(-1, "bad_message_index", f"schema id {sid}: {e}")
+        else:
+            problem = self._shape.admit(key, writer.name, writer_schema(writer))
+            verdict = writer if problem is None else BadRecord(-1, "schema_incompatible", problem)
+        self._writers[key] = verdict
+        return verdict
+
+    def _schema(self, sid: int) -> tuple[bytes, ...] | BadRecord:
+        if sid in self._files:
+            return self._files[sid]
+        found = self.registry.writer_schema(sid)  # RegistryUnavailableError: the batch is retried
+        verdict: tuple[bytes, ...] | BadRecord
+        if found is None:
+            verdict = BadRecord(-1, "unknown_schema_id", f"schema id {sid} is not in the registry {self.registry.url}")
+        elif found[1] == "references":
+            verdict = BadRecord(
+                -1,
+                "schema_incompatible",
+                f"schema id {sid} uses schema references (imports of other subjects): not resolved",
+            )
+        elif found[1] not in (None, "PROTOBUF"):
+            verdict = BadRecord(
+                -1, "schema_incompatible", f"schema id {sid} is a {found[1]} schema, not a Protobuf one"
+            )
+        else:
+            try:
+                verdict = schema_files(found[0])
+            except SchemaProblem as e:
+                verdict = BadRecord(-1, "schema_incompatible", f"schema id {sid}: {e}")
+        self._files[sid] = verdict
+        return verdict
+
+    def sample_values(self, count: int) -> Sequence[bytes | None]:
+        """Values of the warm-up message (`warm_up_twin`): `count - 1` that decode, one that does not."""
+        return [WARM_UP_HEADER + WARM_UP_BODY] * (count - 1) + [WARM_UP_HEADER + b"\x12\x09warm"]
+
+    def warm_up_twin(self) -> PayloadFormat:
+        """A reader of one built-in message, on no registry: it warms the decode's code path."""
+        assert isinstance(self.settings, ProtobufSettings)
+        twin = ProtobufFormat(self.settings, WarmUpRegistry())
+        twin._shape = _Shape({})
+        return twin
+
+
+WARM_UP_ID = 2**31 - 1
+WARM_UP_HEADER = bytes([0]) + WARM_UP_ID.to_bytes(4, "big") + b"\x00"  # message indexes [0]
+WARM_UP_BODY = b"\x08\x01\x12\x07warm-up"  # id = 1, name = "warm-up"
+
+
+def _warm_up_schema() -> str:
+    import base64
+
+    from google.protobuf import descriptor_pb2
+
+    field = descriptor_pb2.FieldDescriptorProto
+    file = descriptor_pb2.FileDescriptorProto(name="sharelake_warm_up.proto", package="sharelake", syntax="proto3")
+    message = file.message_type.add(name="WarmUp")
+    message.field.add(name="id", number=1, type=field.TYPE_INT64, label=field.LABEL_OPTIONAL)
+    message.field.add(name="name", number=2, type=field.TYPE_STRING, label=field.LABEL_OPTIONAL)
+    return base64.b64encode(file.SerializeToString()).decode()
+
+
+class WarmUpRegistry:
+    """The warm-up's registry: knows only the built-in message (the warm-up must not need the network)."""
+
+    url = "(warm-up)"
+
+    def writer_schema(self, schema_id: int) -> tuple[str, str | None] | None:
+        return (_warm_up_schema(), "PROTOBUF") if schema_id == WARM_UP_ID else None
+
+    def probe(self) -> None:
+        return None
