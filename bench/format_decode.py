@@ -28,12 +28,12 @@ from google.protobuf.message import Message
 from pyspark.sql import SparkSession
 
 from app.bridge.arrow_rows import ROW_SCHEMA
-from app.embedded.sample_data import EVENT_AVRO_SCHEMA, avro_values, event_record
-from app.embedded.schema_registry import EmbeddedSchemaRegistry
 from app.sink.formats.avro import AvroFormat, AvroSettings
 from app.sink.formats.base import PayloadFormat, RegistrySettings
 from app.sink.formats.protobuf import ProtobufFormat, ProtobufSettings
 from app.spark_session import build_spark
+from devkit.sample_data import EVENT_AVRO_SCHEMA, avro_values, event_record
+from devkit.schema_registry import EmbeddedSchemaRegistry
 
 
 def event_class() -> type[Message]:

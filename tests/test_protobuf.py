@@ -31,14 +31,14 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_type
 
-from app.embedded.kafka_broker import EmbeddedKafka
-from app.embedded.sample_data import produce_records
-from app.embedded.schema_registry import EmbeddedSchemaRegistry
 from app.pipeline import run_ingest
 from app.sink.formats.base import PARSED, DependencyUnavailable, RegistrySettings
 from app.sink.formats.protobuf import ProtobufFormat, ProtobufSettings, _Shape
 from app.sink.formats.protobuf_decode import DecodePlan, Writer, decode_values
 from app.sink.formats.protobuf_schemas import message_at, writer_schema
+from devkit.kafka_broker import EmbeddedKafka
+from devkit.sample_data import produce_records
+from devkit.schema_registry import EmbeddedSchemaRegistry
 from tests.ingest_config import ingest_config
 from tests.kafka_helpers import nothing_left
 

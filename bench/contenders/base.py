@@ -17,6 +17,7 @@ from pathlib import Path
 
 from bench.delta_log import data_commits, read_commits, rows_in
 from bench.settings import BenchSettings
+from devkit.paths import PROJECT_ROOT
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,11 @@ def log_time(line: str) -> float | None:
     if m is None:
         return None
     return datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+# the bench's own spark-submit jobs (bench/spark_jobs/) import the bench package from the checkout
+# (Sharelake's `app` is installed in the venv): its environment puts the checkout on their path
+BENCH_JOB_ENV = {"PYTHONPATH": str(PROJECT_ROOT)}
 
 
 def run_logged(cmd: list[str], log: Path, timeout_s: float, env: dict[str, str] | None = None) -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.contenders.base import RunContext, RunResult, delta_job_result, run_logged
+from bench.contenders.base import BENCH_JOB_ENV, RunContext, RunResult, delta_job_result, run_logged
 from bench.workload import SCHEMA_DDL
 from devkit.paths import PROJECT_ROOT
 
@@ -37,7 +37,5 @@ def run_sink_ceiling(ctx: RunContext) -> RunResult:
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
     table, log = ctx.run_dir / "table", ctx.run_dir / "sink-ceiling.log"
     batch_rows = ctx.batch_rows if ctx.batch_rows > 0 else DEFAULT_BATCH_ROWS
-    # the job imports the bench's workload module: the checkout on its path (app itself is installed)
-    env = {"PYTHONPATH": str(PROJECT_ROOT)}
-    code = run_logged(sink_ceiling_command(ctx, table, batch_rows), log, ctx.settings.run_timeout_s, env)
+    code = run_logged(sink_ceiling_command(ctx, table, batch_rows), log, ctx.settings.run_timeout_s, BENCH_JOB_ENV)
     return delta_job_result(ctx, NAME, code, log, table, {"batch_rows": float(batch_rows)})

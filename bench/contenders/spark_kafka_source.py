@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.contenders.base import (
+    BENCH_JOB_ENV,
     RunContext,
     RunResult,
     delta_job_result,
@@ -52,7 +53,7 @@ def submit_command(ctx: RunContext, job: Path, table: Path, *extra: str) -> tupl
         "--checkpoint", str(ctx.run_dir / "checkpoint"), "--schema", SCHEMA_DDL, *extra,
     ]  # fmt: skip
     dist = os.pathsep.join(p for p in (os.environ.get("SPARK_DIST_CLASSPATH"), classpath) if p)
-    return cmd, {"SPARK_DIST_CLASSPATH": dist}
+    return cmd, {"SPARK_DIST_CLASSPATH": dist, **BENCH_JOB_ENV}
 
 
 def run_spark_kafka_source(ctx: RunContext) -> RunResult:
