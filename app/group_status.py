@@ -19,15 +19,18 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from delta.tables import DeltaTable
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from app.config import SharelakeConfig
+from app.error_lines import ConfigError, one_line
 from app.java_admin import ADMIN_TIMEOUT_MS, close_admin, create_admin
 from app.sink.catalog_tables import locate_tables
 from app.sink.commit_log import parse_user_metadata
 
 HISTORY_DEPTH = 100  # commits of a table's history searched for its last Sharelake commit
+NO_SUCH_GROUP = "does not exist"  # the state of a group the broker does not know (no member ever joined)
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,7 @@ class GroupState:
     """What the broker says about the group: its state, members and partitions."""
 
     group_id: str
-    state: str  # STABLE, EMPTY, DEAD (no such group), ...
+    state: str  # the broker's: Stable, Empty, ...; NO_SUCH_GROUP when it does not exist
     members: list[Member]
     partitions: list[PartitionState]
 
@@ -126,7 +129,18 @@ def read_group_state(spark: SparkSession, admin: Any, group_id: str) -> GroupSta
     assert jvm is not None
     ms = jvm.java.util.concurrent.TimeUnit.MILLISECONDS
     groups = jvm.java.util.Collections.singletonList(group_id)
-    described = admin.describeShareGroups(groups).describedGroups().get(group_id).get(ADMIN_TIMEOUT_MS, ms)
+    try:
+        described = admin.describeShareGroups(groups).describedGroups().get(group_id).get(ADMIN_TIMEOUT_MS, ms)
+    except Py4JJavaError as e:
+        cause = e.java_exception.getCause()
+        if cause is None or cause.getClass().getSimpleName() != "GroupIdNotFoundException":
+            raise
+        if "not a share group" in str(cause.getMessage()):
+            raise ConfigError(
+                f"kafka.group_id = {group_id!r} is not a share group: the status reads share groups "
+                "(a consumer group: kafka-consumer-groups.sh --describe)"
+            ) from None
+        return GroupState(group_id, NO_SUCH_GROUP, [], [])
     members = []
     for m in jvm.java.util.ArrayList(described.members()):
         assigned = sorted((str(tp.topic()), int(tp.partition())) for tp in m.assignment().topicPartitions())
@@ -158,10 +172,23 @@ def last_sharelake_commit(spark: SparkSession, table: str, now: float | None = N
 
 
 def read_group_status(spark: SparkSession, cfg: SharelakeConfig) -> GroupStatus:
-    """The group of `cfg` (members, partitions) and the last Sharelake commit of each of its tables."""
+    """The group of `cfg` (members, partitions) and the last Sharelake commit of each of its tables.
+
+    ConfigError (one line) when the group is not a share group or the broker does not answer."""
+    if cfg.kafka.group_type != "share":
+        raise ConfigError(
+            'kafka.group_type = "consumer": the status reads share groups (a consumer group: '
+            "kafka-consumer-groups.sh --describe)"
+        )
     admin = create_admin(spark, cfg.kafka.client_config())
     try:
         group = read_group_state(spark, admin, cfg.kafka.group_id)
+    except Py4JJavaError as e:
+        raise ConfigError(
+            f"the share group {cfg.kafka.group_id!r} could not be read from kafka.bootstrap_servers = "
+            f"{cfg.kafka.bootstrap_servers} ({one_line(e.java_exception)}): check the broker answers and "
+            "the kafka.client security settings"
+        ) from None
     finally:
         close_admin(spark, admin)
     locate_tables(spark, cfg)  # tables by catalog name

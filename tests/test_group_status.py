@@ -9,10 +9,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+from confluent_kafka import Consumer
 from pyspark.sql import SparkSession
 
 from app.consume.member_pool import MemberPool
-from app.group_status import GroupState, read_group_state, read_group_status
+from app.error_lines import ConfigError
+from app.group_status import NO_SUCH_GROUP, GroupState, read_group_state, read_group_status
 from app.java_admin import close_admin, create_admin, java_admin_config
 from app.pipeline import run_ingest
 from devkit.kafka_broker import EmbeddedKafka
@@ -73,6 +76,26 @@ def test_status_shows_members_lag_and_the_last_commit(
     assert f"last Sharelake commit v{history.version}" in text, text
     doc = json.loads(json.dumps(status.as_json()))
     assert doc["total_lag"] == 50 and doc["tables"][0]["version"] == history.version
+
+
+def test_a_group_that_does_not_exist_or_is_not_a_share_group(
+    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
+) -> None:
+    topic = f"status-none-{unique}"
+    broker.create_topic(topic, partitions=1)
+    status = read_group_status(spark, ingest_config(broker, topic, f"never-{unique}", tmp_path / "table"))
+    assert (status.state, status.members, status.partitions) == (NO_SUCH_GROUP, [], []), status
+    assert status.tables[0].version is None
+    assert status.lines()[0] == f"share group never-{unique}: {NO_SUCH_GROUP}, 0 members, lag 0"
+
+    classic = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"classic-{unique}"})
+    classic.subscribe([topic])
+    deadline = time.monotonic() + 30
+    while not classic.assignment() and time.monotonic() < deadline:  # joined: the group exists
+        classic.poll(0.2)
+    classic.close()
+    with pytest.raises(ConfigError, match="is not a share group"):
+        read_group_status(spark, ingest_config(broker, topic, f"classic-{unique}", tmp_path / "table"))
 
 
 def test_the_java_admin_config_maps_librdkafka_security_settings() -> None:
