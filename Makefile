@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # the oldest Kafka broker Sharelake supports, resolved beside the current one for the floor test
 KAFKA_FLOOR := 4.2.2
 
-.PHONY: setup jars s3 demo test lint pytest clean
+.PHONY: setup jars s3 prometheus demo test lint pytest clean
 setup: $(VENV)/.installed jars
 
 jars: $(CACHE)/jars/kafka/.resolved $(CACHE)/jars/kafka-floor/.resolved-$(KAFKA_FLOOR) $(CACHE)/jars/spark/.resolved $(CACHE)/jars/bench/.resolved $(CACHE)/registry/.resolved
@@ -65,10 +65,11 @@ $(CACHE)/jars/kafka-floor/.resolved-$(KAFKA_FLOOR): conf/maven/kafka-broker.pom.
 	$(MVN) -f $< dependency:copy-dependencies -Dkafka.version=$(KAFKA_FLOOR) -DincludeScope=runtime -DoutputDirectory=$(abspath $(CACHE))/jars/kafka-floor
 	@touch $@
 
-# Delta Lake for Spark 4.2 and spark-avro: only those artifacts; Spark's own jars already hold the rest
+# Delta Lake for Spark 4.2, spark-avro and the Kafka Java client (its Admin: share-group state): only
+# those artifacts; Spark's own jars already hold the rest (kafka-clients' codecs and SLF4J included)
 $(CACHE)/jars/spark/.resolved: conf/maven/spark-jars.pom.xml
 	rm -rf $(CACHE)/jars/spark
-	$(MVN) -f $< dependency:copy-dependencies -DincludeScope=runtime -DincludeGroupIds=io.delta,org.apache.spark -DexcludeArtifactIds=spark-tags_2.13 -DoutputDirectory=$(abspath $(CACHE))/jars/spark
+	$(MVN) -f $< dependency:copy-dependencies -DincludeScope=runtime -DincludeGroupIds=io.delta,org.apache.spark,org.apache.kafka -DexcludeArtifactIds=spark-tags_2.13 -DoutputDirectory=$(abspath $(CACHE))/jars/spark
 	@touch $@
 
 # Apicurio Registry (the whole distribution, one tar.gz from Maven Central), for the embedded schema registry
@@ -91,6 +92,19 @@ $(CACHE)/jars/s3-server/.resolved: conf/maven/s3-server.pom.xml
 	$(MVN) -f $< dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(abspath $(CACHE))/jars/s3-server
 	@touch $@
 
+# A real Prometheus (server and promtool) for the monitoring tests (tests/test_monitoring.py): Debian's
+# `prometheus` package, unpacked under .cache/prometheus/ without installing it (no root needed once
+# the package lists are there). Grafana is in no registry this project uses: its dashboard is checked
+# through Prometheus, query by query.
+prometheus: $(CACHE)/prometheus/.installed
+
+$(CACHE)/prometheus/.installed:
+	rm -rf $(CACHE)/prometheus && mkdir -p $(CACHE)/prometheus/deb
+	cd $(CACHE)/prometheus/deb && { apt-get download prometheus 2>/dev/null || { apt-get update -qq && apt-get download prometheus; }; }
+	dpkg-deb -x $(CACHE)/prometheus/deb/prometheus_*.deb $(CACHE)/prometheus
+	$(CACHE)/prometheus/usr/bin/promtool --version >/dev/null
+	@touch $@
+
 demo: setup
 	$(VENV)/bin/python -m devkit.demo
 
@@ -99,7 +113,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check app jobs tests bench devkit
 	$(VENV)/bin/mypy app jobs bench devkit
 
-pytest: setup s3 runtime-env
+pytest: setup s3 runtime-env prometheus
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 test: lint pytest

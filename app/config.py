@@ -259,6 +259,9 @@ class MetricsConfig(_Section):
     # serve Prometheus metrics on this port (unset: off)
     prometheus_port: int | None = Field(default=None, ge=1, le=65535)
     prometheus_addr: str = "0.0.0.0"
+    # with the endpoint on, a share group's lag per partition and its members are read through the
+    # Kafka Java Admin every this many seconds (sharelake_group_lag, sharelake_group_members)
+    lag_interval_s: float = Field(default=15.0, ge=1.0)
     # one log line per micro-batch (a StreamingQueryListener)
     progress_log: bool = True
 

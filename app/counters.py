@@ -10,8 +10,10 @@ the run summary (`app.pipeline.RunSummary`). A counter added to an owner shows i
 
 Names: a field's name, or `name=` (with `{prefix}` for the table's role: "" for the main table,
 "dead_letter_" for the dead-letter table). `prometheus=` renames it there (kept for dashboards),
-`prometheus=None` leaves it out. A dict-valued counter (seconds per sink step) is one labelled
-Prometheus metric and one `<key>_s` entry per key in the summary.
+`prometheus=None` leaves it out. A dict-valued counter is one Prometheus metric labelled `label=`
+(seconds per sink step: `phase`; dead letters per error class: `error_class`), and one entry per
+key in the summary (`<key>_s` for seconds, else `<name>.<key>`). A gauge several owners keep is
+their largest value (the newest commit of several tables), a counter their sum.
 """
 
 from __future__ import annotations
@@ -24,18 +26,25 @@ Kind = Literal["counter", "gauge"]
 T = TypeVar("T")
 
 
-def counter(doc: str, *, name: str | None = None, prometheus: str | bool | None = True, default: Any = 0) -> Any:
-    """A field that only grows during a run."""
-    return _declared("counter", doc, name, prometheus, default)
+def counter(
+    doc: str,
+    *,
+    name: str | None = None,
+    prometheus: str | bool | None = True,
+    default: Any = 0,
+    label: str = "phase",
+) -> Any:
+    """A field that only grows during a run (a dict of them: one per `label` value)."""
+    return _declared("counter", doc, name, prometheus, default, label)
 
 
 def gauge(doc: str, *, name: str | None = None, prometheus: str | bool | None = True, default: Any = 0) -> Any:
     """A field that is a current or extreme value (a version, the longest cycle)."""
-    return _declared("gauge", doc, name, prometheus, default)
+    return _declared("gauge", doc, name, prometheus, default, "")
 
 
-def _declared(kind: Kind, doc: str, name: str | None, prometheus: str | bool | None, default: Any) -> Any:
-    meta = {"kind": kind, "doc": doc, "name": name, "prometheus": prometheus}
+def _declared(kind: Kind, doc: str, name: str | None, prometheus: str | bool | None, default: Any, label: str) -> Any:
+    meta = {"kind": kind, "doc": doc, "name": name, "prometheus": prometheus, "label": label}
     if callable(default):
         return field(default_factory=default, metadata=meta)
     return field(default=default, metadata=meta)
@@ -50,6 +59,7 @@ class Declared:
     doc: str
     prometheus: str | None  # its Prometheus name (without sharelake_ and _total), None: not exported
     value: Any  # a number, or a dict of numbers (a labelled counter)
+    label: str = "phase"  # a labelled counter's Prometheus label
 
 
 def declared(owner: Any) -> Iterator[Declared]:
@@ -62,7 +72,7 @@ def declared(owner: Any) -> Iterator[Declared]:
         name = (meta["name"] or f.name).format(prefix=prefix)
         prom = meta["prometheus"]
         exported = None if prom is None or prom is False else name if prom is True else str(prom).format(prefix=prefix)
-        yield Declared(name, meta["kind"], meta["doc"], exported, getattr(owner, f.name))
+        yield Declared(name, meta["kind"], meta["doc"], exported, getattr(owner, f.name), meta["label"])
 
 
 def collect(owners: Iterable[Any]) -> dict[str, Any]:
@@ -74,6 +84,8 @@ def collect(owners: Iterable[Any]) -> dict[str, Any]:
                 merged = out.setdefault(d.name, {})
                 for k, v in d.value.items():
                     merged[k] = merged.get(k, 0) + v
+            elif d.kind == "gauge" and d.name in out:
+                out[d.name] = max(out[d.name], d.value)
             else:
                 out[d.name] = out.get(d.name, 0) + d.value
     return out
@@ -85,7 +97,7 @@ def catalogue(owners: Iterable[Any]) -> dict[str, Declared]:
     out: dict[str, Declared] = {}
     for owner in owners:
         for d in declared(owner):
-            out.setdefault(d.name, Declared(d.name, d.kind, d.doc, d.prometheus, values[d.name]))
+            out.setdefault(d.name, Declared(d.name, d.kind, d.doc, d.prometheus, values[d.name], d.label))
     return out
 
 

@@ -104,8 +104,8 @@ class _CountersCollector(Collector):
             if d.prometheus is None:
                 continue
             name = f"sharelake_{d.prometheus}"
-            if isinstance(d.value, dict):  # seconds per sink step: one labelled family
-                family = CounterMetricFamily(name, d.doc, labels=["phase"])
+            if isinstance(d.value, dict):  # seconds per sink step, dead letters per class: one labelled family
+                family = CounterMetricFamily(name, d.doc, labels=[d.label])
                 for label, value in d.value.items():
                     family.add_metric([label], value)
                 yield family
@@ -116,10 +116,13 @@ class _CountersCollector(Collector):
         yield GaugeMetricFamily("sharelake_scrape_timestamp_seconds", "when this scrape was taken", value=time.time())
 
 
-def serve_metrics(port: int, addr: str, owners: Owners) -> Callable[[], None]:
-    """Serve the counters on http://addr:port/metrics; returns the function that stops the server."""
+def serve_metrics(port: int, addr: str, owners: Owners, *more: Collector) -> Callable[[], None]:
+    """Serve the counters (and `more` collectors: the group's lag) on http://addr:port/metrics;
+    returns the function that stops the server."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_CountersCollector(owners))
+    for collector in more:
+        registry.register(collector)
     server, thread = start_http_server(port, addr=addr, registry=registry)
     log.info("Prometheus metrics on http://%s:%d/metrics", addr, port)
 

@@ -40,6 +40,7 @@ from app.consume.member_pool import MemberPool
 from app.consume.share_group import ShareConsumerFactory
 from app.counters import collect
 from app.error_lines import one_line
+from app.group_lag import GroupLag
 from app.metrics import ProgressListener, serve_metrics
 from app.preflight import ClientErrors, KafkaFacts, check_start
 from app.sink.dedup_table import DedupTable
@@ -79,8 +80,11 @@ class RunSummary:
     def line(self) -> str:
         flat: dict[str, Any] = {}
         for name, value in self._values.items():
-            if isinstance(value, dict):  # seconds per sink step: `<step>_s`
-                flat |= {f"{step}_s": spent for step, spent in value.items()}
+            if isinstance(value, dict):  # seconds per sink step: `<step>_s`; else `<name>.<key>`
+                if name.endswith("_s"):
+                    flat |= {f"{key}_s": v for key, v in value.items()}
+                else:  # only the keys that counted something (dead letters per error class)
+                    flat |= {f"{name}.{key}": v for key, v in value.items() if v}
             else:
                 flat[name] = value
         return " ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in flat.items())
@@ -243,8 +247,16 @@ def run_ingest(
     listener = ProgressListener(query_name, owners, sink.stats.batch_report) if cfg.metrics.progress_log else None
     if listener is not None:
         clock.streams.addListener(listener)
+    group_lag = None
+    if cfg.metrics.prometheus_port and cfg.kafka.group_type == "share":  # the group's lag, read on a timer
+        subscribed = cfg.kafka.subscribed
+        client = cfg.kafka.client_config()
+        group_lag = GroupLag(spark, client, cfg.kafka.group_id, subscribed, cfg.metrics.lag_interval_s)
+        group_lag.start()
     stop_metrics = (
-        serve_metrics(cfg.metrics.prometheus_port, cfg.metrics.prometheus_addr, owners)
+        serve_metrics(
+            cfg.metrics.prometheus_port, cfg.metrics.prometheus_addr, owners, *([group_lag] if group_lag else [])
+        )
         if cfg.metrics.prometheus_port
         else None
     )
@@ -292,6 +304,8 @@ def run_ingest(
             lease.release()
         if listener is not None:
             clock.streams.removeListener(listener)
+        if group_lag is not None:
+            group_lag.stop()
         if stop_metrics is not None:
             stop_metrics()
         if temp_checkpoint:

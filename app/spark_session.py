@@ -36,6 +36,14 @@ DEFAULT_CONF = {
 RUNTIME_PACKAGES = (
     f"io.delta:delta-spark_4.2_2.13:{version('delta-spark')}",
     f"org.apache.spark:spark-avro_2.13:{version('pyspark')}",
+    "org.apache.kafka:kafka-clients:4.4.0",  # its Admin: the share group's state (app.group_status)
+)
+# kafka-clients' own dependencies that Spark's jars already hold
+RUNTIME_EXCLUDES = (
+    "com.github.luben:zstd-jni",
+    "at.yawk.lz4:lz4-java",
+    "org.xerial.snappy:snappy-java",
+    "org.slf4j:slf4j-api",
 )
 
 
@@ -47,7 +55,7 @@ def jar_conf() -> dict[str, str]:
     jars = [str(jar) for folder in folders for jar in sorted(folder.glob("*.jar"))]
     if jars:
         return {"spark.jars": ",".join(jars)}
-    return {"spark.jars.packages": ",".join(RUNTIME_PACKAGES)}
+    return {"spark.jars.packages": ",".join(RUNTIME_PACKAGES), "spark.jars.excludes": ",".join(RUNTIME_EXCLUDES)}
 
 
 def build_spark(app_name: str, master: str | None = None, extra_conf: dict[str, str] | None = None) -> SparkSession:

@@ -18,10 +18,13 @@ import pytest
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
 from pyspark.sql import SparkSession
 
+from app.config import load_config
+from app.group_status import read_group_state
+from app.java_admin import close_admin, create_admin
 from devkit.kafka_broker import EmbeddedKafka
 from devkit.sample_data import produce_json_events
 from devkit.security import Security, make_tls
-from tests.job_runner import JobSpec, run_job
+from tests.job_runner import ROOT, JobSpec, run_job
 from tests.kafka_helpers import nothing_left
 from tests.table_checks import assert_exactly_once
 
@@ -99,6 +102,16 @@ def test_the_whole_ingest_runs_over_sasl_ssl_with_only_the_acls_it_needs(
     assert_exactly_once(spark, spec.table, produced)
     assert nothing_left(secure, spec.topic, spec.group)
     assert logs_hold(CANARY, secure, log) == []  # the password is in no log, the job's or the broker's
+
+    # `sharelake status` reads the group with the job's settings (the Java Admin: SCRAM, the PEM CA)
+    # and the same ACLs
+    cfg = load_config(ROOT / "conf" / "local.toml", spec.sets(*job_security(secure, JOB_USER)))
+    admin = create_admin(spark, cfg.kafka.client_config())
+    try:
+        state = read_group_state(spark, admin, spec.group)
+    finally:
+        close_admin(spark, admin)
+    assert [(p.partition, p.lag) for p in state.partitions] == [(0, 0), (1, 0)], state
 
 
 @pytest.mark.parametrize(

@@ -90,6 +90,11 @@ class TableStats:
     )
     duplicates_repaired: int = counter("duplicate rows an older Sharelake version left, deleted at start")
     last_version: int = gauge("the table version of our last commit", name="{prefix}last_version", default=-1)
+    last_commit_timestamp: float = gauge(
+        "when our last commit was durable, seconds since the epoch (before the first: the job's start)",
+        name="{prefix}last_commit_timestamp_seconds",
+        default=time.time,
+    )
     last_commit_at: float | None = None  # time.monotonic() when our last commit was durable
 
 
@@ -193,6 +198,7 @@ class DedupTable:
         self.stats.rows += written.count()
         self.stats.last_version = version
         self.stats.last_commit_at = time.monotonic()
+        self.stats.last_commit_timestamp = time.time()
         return appended.proof
 
     def written_offsets(self, appended: Appended) -> BatchOffsets:

@@ -78,6 +78,7 @@ from app.sink.formats.base import (
     BAD,
     ERROR_CLASS,
     ERROR_MESSAGE,
+    SHARED_ERROR_CLASSES,
     BadRecord,
     BatchRead,
     DependencyUnavailable,
@@ -132,7 +133,11 @@ class SinkStats:
         prometheus="sink_phase_seconds",
         default=lambda: dict.fromkeys(PHASES, 0.0),
     )
-    error_classes: Counter[str] = field(default_factory=Counter)
+    dead_lettered_by_class: Counter[str] = counter(
+        "records written to the dead-letter table, by error class", label="error_class", default=Counter
+    )
+    record_lock_seconds: float = gauge("the share group's record lock duration (seconds)", default=0.0)
+    cycles_near_lock: int = counter("micro-batches whose oldest poll took over half the record lock to be decided")
     # the same per Spark batch id, for the recent batches (the progress line reads them), with the
     # records each drained (the line's `in`: exact, where a counter's delta read later is not)
     recent: dict[int, dict[str, float]] = field(default_factory=dict)
@@ -211,7 +216,9 @@ class DeltaSink:
         self.max_delivery_count = max_delivery_count
         self.lock_duration_s = lock_duration_s
         self.job_name = job_name
-        self.stats = SinkStats()
+        self.stats = SinkStats(record_lock_seconds=lock_duration_s)
+        classes = {*SHARED_ERROR_CLASSES, *(c for d in destinations for c in d.format.error_classes)}
+        self.stats.dead_lettered_by_class.update(dict.fromkeys(sorted(classes), 0))  # each class's series from start
         self._on_fatal = on_fatal  # the attempts are exhausted: the members must stop acquiring records
         self._on_pause = on_pause  # a dependency is down: the members stop polling until it is back
         self._on_resume = on_resume
@@ -445,7 +452,7 @@ class DeltaSink:
             proof = self.dead.settle(appended, claim)
         self.stats.dead_lettered += len(order)
         classes = Counter(b.error_class for b in bad.values())
-        self.stats.error_classes.update(classes)
+        self.stats.dead_lettered_by_class.update(classes)
         log.warning("dead-lettered %d records: %s", len(order), ", ".join(f"{c}={n}" for c, n in classes.items()))
         return proof
 
@@ -467,6 +474,7 @@ class DeltaSink:
         self.stats.cycles += 1
         self.stats.late_accepts += sum(len(p) for p in polls if now - p.batch.acquired_at >= self.lock_duration_s)
         if oldest > 0.5 * self.lock_duration_s:
+            self.stats.cycles_near_lock += 1
             log.warning(
                 "a poll took %.1fs from acquisition to ACCEPT, over half the %.1fs record lock: "
                 "lower batch.max_records or pump.max_poll_records",
