@@ -1,10 +1,11 @@
-"""`sharelake status`'s reader (app/group_status.py) against a real broker and a real Delta table:
-the group's live members while a job runs, none after; the lag of the records produced after the
-job stopped; the table's last Sharelake commit."""
+"""`sharelake status` and its reader (app/group_status.py) against a real broker and a real Delta
+table: the group's live members while a job runs, none after; the lag of the records produced after
+the job stopped; the table's last Sharelake commit; the command's `--json` output."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ from app.group_status import NO_SUCH_GROUP, GroupState, read_group_state, read_g
 from app.java_admin import close_admin, create_admin, java_admin_config
 from app.pipeline import run_ingest
 from devkit.kafka_broker import EmbeddedKafka
+from devkit.paths import PROJECT_ROOT as ROOT
+from devkit.paths import VENV_BIN
 from devkit.sample_data import produce_json_events
 from tests.ingest_config import ingest_config
 
@@ -76,6 +79,18 @@ def test_status_shows_members_lag_and_the_last_commit(
     assert f"last Sharelake commit v{history.version}" in text, text
     doc = json.loads(json.dumps(status.as_json()))
     assert doc["total_lag"] == 50 and doc["tables"][0]["version"] == history.version
+
+    # the same through the command users run: `sharelake status --json`
+    sets = [f"kafka.bootstrap_servers={broker.bootstrap}", f"kafka.topic={topic}", f"kafka.group_id={group}",
+            f"delta.table_path={table}"]  # fmt: skip
+    done = subprocess.run(
+        [str(VENV_BIN / "sharelake"), "status", "--json", "--config", str(ROOT / "conf" / "local.toml"),
+         *(arg for key in sets for arg in ("--set", key))],
+        capture_output=True, text=True, timeout=240, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    shown = json.loads(done.stdout[done.stdout.index("{") :])
+    assert shown["total_lag"] == 50 and shown["tables"][0]["version"] == history.version, shown
 
 
 def test_a_group_that_does_not_exist_or_is_not_a_share_group(

@@ -12,6 +12,7 @@ import argparse
 import json
 
 from app.cli import add_config_arguments, job_config
+from app.group_status import read_group_status
 from app.spark_session import build_spark
 
 HELP = "show the share group's members, each partition's lag, and each table's last commit and its age"
@@ -23,8 +24,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.group_status import read_group_status
-
     cfg = job_config(args)
     spark = build_spark(f"{cfg.run.app_name}-status", extra_conf=cfg.spark_conf)
     status = read_group_status(spark, cfg)
