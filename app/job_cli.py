@@ -7,9 +7,8 @@ ends the job with one line on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
-import logging
-import sys
 
+from app import console
 from app.config import ConfigError, SharelakeConfig, load_config
 
 CONFIG_ERROR_EXIT = 2
@@ -24,16 +23,12 @@ def job_parser(doc: str) -> argparse.ArgumentParser:
 
 
 def start_logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    # the schema registry client's HTTP library logs every request at INFO
-    for name in ("httpx", "httpx2", "httpcore", "httpcore2"):
-        logging.getLogger(name).setLevel(logging.WARNING)
+    console.start_logging()  # INFO on stderr, repeated librdkafka lines folded
 
 
 def config_failure(e: ConfigError) -> int:
-    """Report a ConfigError as the one line the user reads; the exit code to return."""
-    print(f"sharelake: {e}", file=sys.stderr)
+    """Report a ConfigError as the one line the user reads (the last line); the exit code to return."""
+    console.print_cause(str(e))
     return CONFIG_ERROR_EXIT
 
 
