@@ -73,9 +73,6 @@ TABLE_DEFAULTS = "spark.databricks.delta.properties.defaults."
 BACKSTOP_FACTOR = 10  # Delta's in-commit checkpoint interval for new tables, in our checkpoint intervals
 DELTA_DELETED_FILE_RETENTION_S = 7 * 86400  # delta.deletedFileRetentionDuration by default
 ROWS_PER_TASK = 4096  # a data frame's rows are split over at most defaultParallelism tasks of at least this many
-# ... and over more tasks when a task would carry more Arrow bytes than this: PySpark ships each task's
-# Arrow batch inside the task itself, and Spark warns of a task over 1000 KiB ("very large size")
-TASK_ARROW_BYTES = 768 * 1024
 # how often `append` looks for its commit's version while save() runs: each look is a py4j call (at
 # 5 ms they were a tenth of the driver's Python samples); 10 ms adds 5 ms to an ACCEPT on average
 DURABLE_POLL_S = 0.010
@@ -149,13 +146,9 @@ class DeltaWriter:
     # -- data frames ---------------------------------------------------------------------------------
 
     def frame(self, rows: pa.Table) -> DataFrame:
-        """`rows` as a data frame of this writer's session, split over parallel tasks (one Arrow batch each).
-
-        As many tasks as the cores, fewer for few rows (ROWS_PER_TASK), more when a task would carry
-        over TASK_ARROW_BYTES (each task writes a data file of its own: more tasks, more files)."""
+        """`rows` as a data frame of this writer's session, split over parallel tasks (one Arrow batch each)."""
         n = rows.num_rows
-        by_cores = min(self._parallelism, math.ceil(n / ROWS_PER_TASK))
-        tasks = max(1, by_cores, math.ceil(rows.nbytes / TASK_ARROW_BYTES))
+        tasks = max(1, min(self._parallelism, math.ceil(n / ROWS_PER_TASK)))
         per_task = max(1, math.ceil(n / tasks))
         # one unsliced batch per task (`take` copies): PySpark rebuilds nested list columns (headers)
         # with ListArray.from_arrays, which refuses slices of arrays that have nulls
