@@ -12,12 +12,12 @@ on stderr, `sharelake: <the key and the fix>`, and exit code 2.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Sequence
 from importlib import import_module
 from typing import Protocol
 
+from app import console
 from app.config import ConfigError, SharelakeConfig, load_config
 
 CONFIG_ERROR_EXIT = 2
@@ -71,17 +71,13 @@ def job_config(args: argparse.Namespace) -> SharelakeConfig:
 
 
 def config_failure(e: ConfigError) -> int:
-    """Report a ConfigError as the one line the user reads; the exit code to return."""
-    print(f"sharelake: {e}", file=sys.stderr, flush=True)
+    """Report a ConfigError as the one line the user reads (the last line); the exit code to return."""
+    console.print_cause(str(e))
     return CONFIG_ERROR_EXIT
 
 
 def start_logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    # the schema registry client's HTTP library logs every request at INFO
-    for name in ("httpx", "httpx2", "httpcore", "httpcore2"):
-        logging.getLogger(name).setLevel(logging.WARNING)
+    console.start_logging()  # INFO on stderr, repeated librdkafka lines folded
 
 
 def main(argv: Sequence[str] | None = None) -> int:

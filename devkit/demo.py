@@ -1,15 +1,17 @@
 """The demo: embedded Kafka broker and schema registry -> JSON and Avro records -> one ingest job -> two tables.
 
-    make demo        (sets everything up first; or: .cache/venv/bin/python jobs/demo.py [--records N])
+    make demo        (sets everything up first; or: .cache/venv/bin/python -m devkit.demo [--records N] [--work-dir D])
 
-Starts a fresh single-node broker and an embedded schema registry (Apicurio) under .cache/demo/,
+Starts a fresh single-node broker and an embedded schema registry (Apicurio) under .cache/demo/
+(or `--work-dir`: two demos with different ones never collide),
 creates two 3-partition topics and produces to them: sample JSON events with a few poison records
 in the middle, and the same events as Avro through the registry (confluent-kafka's AvroSerializer),
 the second half with a new version of the schema that adds an optional field, and two poison
-records. Then one `./spark-submit.sh jobs/ingest.py` (the entry point users submit) reads both
+records. Then one `./spark-submit.sh jobs/sharelake.py ingest` (what users submit) reads both
 topics in until-drained mode, each routed into its own table, with `--summary` (each table, its
 columns, and the dead letters by class), and the broker and registry stop. Exits with the ingest
-job's exit code.
+job's exit code. In a terminal the job's output scrolls above one progress bar; piped or
+redirected there is no bar, only the job's lines (`app.console.follow_job`).
 """
 
 from __future__ import annotations
@@ -17,12 +19,11 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
-import subprocess
 import sys
 import time
+from pathlib import Path
 
-from tqdm import tqdm
-
+from app.console import follow_job
 from devkit.kafka_broker import EmbeddedKafka
 from devkit.paths import CACHE_DIR
 from devkit.paths import PROJECT_ROOT as ROOT
@@ -64,8 +65,11 @@ def produce_avro_events(registry_url: str, bootstrap: str, count: int) -> tuple[
 def main() -> int:
     parser = argparse.ArgumentParser(description="Sharelake demo")
     parser.add_argument("--records", type=int, default=20_000, help="JSON records (and half as many Avro ones)")
+    parser.add_argument(
+        "--work-dir", type=Path, default=CACHE_DIR / "demo", help="where the broker, registry and tables go (emptied)"
+    )
     args = parser.parse_args()
-    demo_dir = CACHE_DIR / "demo"
+    demo_dir = args.work_dir.resolve()
     shutil.rmtree(demo_dir, ignore_errors=True)
     table, avro_table = demo_dir / "events", demo_dir / "avro_events"
 
@@ -86,7 +90,7 @@ def main() -> int:
             f"to {AVRO_TOPIC}, in {time.monotonic() - t0:.1f}s"
         )
         cmd = [
-            str(ROOT / "spark-submit.sh"), str(ROOT / "jobs" / "ingest.py"),
+            str(ROOT / "spark-submit.sh"), str(ROOT / "jobs" / "sharelake.py"), "ingest",
             "--config", str(ROOT / "conf" / "local.toml"),
             "--set", f"kafka.bootstrap_servers={broker.bootstrap}",
             "--set", f'kafka.topics=["{TOPIC}", "{AVRO_TOPIC}"]',
@@ -105,34 +109,18 @@ def main() -> int:
         print("[demo] running the ingest job until the backlog is drained:")
         print("       " + " ".join(cmd[:4]) + " ...")
         t0 = time.monotonic()
-        rc = run_with_progress(cmd, total=len(produced) + len(poison) + len(avro) + len(avro_poison))
+        total = len(produced) + len(poison) + len(avro) + len(avro_poison)
+        # the bar (in a terminal only) closes at `run ended:`: the table summary follows, below it
+        rc = follow_job(cmd, total, "[demo] decided", after_line=rate_after, close_on="run ended:")
         print(
             f"[demo] ingest job exited with {rc} after {time.monotonic() - t0:.1f}s; stopping the broker and registry"
         )
     return rc
 
 
-def run_with_progress(cmd: list[str], total: int) -> int:
-    """Run the job, showing its per-batch progress lines as a bar and every other line as is."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-    assert proc.stdout is not None
-    bar = tqdm(total=total, unit="rec", desc="[demo] decided", dynamic_ncols=True)
-    for line in proc.stdout:
-        m = PROGRESS.search(line)
-        if m and not bar.disable:
-            bar.update(int(m["accepted"]) + int(m["rejected"]))
-        elif "run ended:" in line and not bar.disable:
-            bar.close()  # the table summary follows: print it below the finished bar
-            print(line, end="")
-            print(rate_line(line))
-        elif not bar.disable:
-            bar.write(line.rstrip("\n"))
-        else:
-            print(line, end="")
-            if "run ended:" in line:
-                print(rate_line(line))
-    bar.close()
-    return proc.wait()
+def rate_after(line: str) -> str | None:
+    """The rate line, after the job's `run ended:` line."""
+    return rate_line(line) if "run ended:" in line else None
 
 
 def rate_line(run_ended: str) -> str:
@@ -146,11 +134,6 @@ def rate_line(run_ended: str) -> str:
         f"{rate} (before that: {f.get('start_s', 0):.1f}s of start-up, the checks, the warm-up and the group "
         f"join; the first records came {f.get('first_record_s', 0) - f.get('start_s', 0):.1f}s after polling began)"
     )
-
-
-PROGRESS = re.compile(
-    r"sharelake\.progress: batch \d+: .*? accepted=(?P<accepted>\d+) released=\d+ rejected=(?P<rejected>\d+)"
-)
 
 
 if __name__ == "__main__":

@@ -5,11 +5,13 @@ user; the job's principal gets exactly the ACLs the README lists (READ on the to
 group, DESCRIBE_CONFIGS and ALTER_CONFIGS on the group because the job sets group configs). The
 job reads its password from an environment variable (`env:NAME`), never from the command line, and
 the password, a canary, must not appear in any log. A principal without the group ACL, a wrong
-password and a certificate the client does not trust each stop the job with one line (exit 2).
+password and a certificate the client does not trust each stop the job with one line (exit 2),
+the last of a short output (the client's repeated errors are folded).
 """
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +33,9 @@ from tests.table_checks import assert_exactly_once
 JOB_USER, INTRUDER = "sharelake-job", "intruder"
 CANARY = f"canary-{secrets.token_hex(8)}"  # the job's password: it must never reach a log
 PASSWORD_ENV = "SHARELAKE_TEST_SASL_PASSWORD"
+# the JVM's start-up note, the client's errors (each kind once) and their "... repeated N times", the cause
+MOST_LINES_OF_A_REFUSED_START = 7
+BUSY_PORT = re.compile(r"Service 'SparkUI' could not bind on port")  # other Spark apps on this machine
 
 
 @pytest.fixture(scope="module")
@@ -151,3 +156,8 @@ def test_a_security_problem_stops_the_job_at_start_with_one_line(
     assert rc == 2, log.read_text(errors="replace")[-3000:]
     assert len(lines) == 1 and expect in lines[0].lower(), lines or log.read_text(errors="replace")[-3000:]
     assert logs_hold(CANARY, secure, log) == []
+    # short: the client's repeated errors folded (first line, "... repeated N times"), the cause last
+    text = log.read_text(errors="replace")
+    printed = [line for line in text.splitlines() if line.strip() and not BUSY_PORT.search(line)]
+    assert len(printed) <= MOST_LINES_OF_A_REFUSED_START, "\n".join(printed)
+    assert printed[-1] == lines[0], printed[-3:]

@@ -18,9 +18,9 @@ Delta's writers. It owns:
   records the version of a session's last commit in `spark.databricks.delta.lastCommitVersionInSession`,
   right after the commit file is written and before any post-commit work; with a session nobody
   else commits through, that value is this writer's commit, so the commit never has to be found
-  in the log again. The session also carries the writer's settings: data frames from Arrow are
-  RDD-backed, split in parallel tasks (never a driver-side `LocalRelation`), and new tables get
-  their properties (stats columns, checkpoint interval).
+  in the log again. The session also carries the writer's settings: new tables get their
+  properties (stats columns, checkpoint interval). Data frames from Arrow (`frame`) are read by
+  parallel tasks from broadcasts: never a driver-side `LocalRelation`, never the rows inside the tasks.
 - **committer threads**. A commit runs Delta's post-commit work (the `.crc` checksum, and a
   checkpoint when the table's `delta.checkpointInterval` says so) synchronously after it.
   `append` commits in a committer thread and returns the version the moment it appears in the
@@ -50,13 +50,15 @@ import math
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import pyarrow as pa
 from delta import exceptions as delta_errors
+from pyspark import Broadcast
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from app import faults
@@ -136,6 +138,7 @@ class DeltaWriter:
         self._jvm = jvm
         self._none = jvm.scala.Option.empty()
         self._created = False  # the table has its first commit
+        self._shipped: list[Broadcast[bytes]] = []  # the rows of the frames made since the last release
         self._known_shape: str | None = None  # a frame schema the table is known to fit
         self.conflicts = 0  # commits another writer's concurrent commit sent back to check again
         # raises when this job may not commit to the table now (app.sink.writer_lease, on S3)
@@ -146,20 +149,30 @@ class DeltaWriter:
     # -- data frames ---------------------------------------------------------------------------------
 
     def frame(self, rows: pa.Table) -> DataFrame:
-        """`rows` as a data frame of this writer's session, split over parallel tasks (one Arrow batch each)."""
+        """`rows` as a data frame of this writer's session, split over parallel tasks.
+
+        The rows travel as Spark broadcasts (one Arrow IPC stream per task) that each task reads
+        in a Python worker (`mapInArrow`), not inside the tasks: `createDataFrame` ships each task's
+        Arrow batch in the task itself, and a batch of a few MiB made Spark warn of a task of very
+        large size on every micro-batch. A frame's broadcasts live until the writer's next `frame`
+        (one batch at a time: the previous batch's append and diagnosis are over by then).
+        """
+        self.release_frames()
         n = rows.num_rows
         tasks = max(1, min(self._parallelism, math.ceil(n / ROWS_PER_TASK)))
         per_task = max(1, math.ceil(n / tasks))
-        # one unsliced batch per task (`take` copies): PySpark rebuilds nested list columns (headers)
-        # with ListArray.from_arrays, which refuses slices of arrays that have nulls
-        batches = [
-            batch
-            for start in range(0, max(n, 1), per_task)
-            for batch in rows.take(pa.array(range(start, min(n, start + per_task)), pa.int64()))
-            .combine_chunks()
-            .to_batches()
-        ]
-        return self.session.createDataFrame(pa.Table.from_batches(batches, rows.schema))
+        schema = from_arrow_schema(rows.schema)
+        rows = rows.cast(to_arrow_schema(schema, timezone="UTC"))  # the types Spark reads back (timestamps in us)
+        sc = self.session.sparkContext
+        parts = [sc.broadcast(_ipc_stream(rows.slice(start, per_task))) for start in range(0, max(n, 1), per_task)]
+        self._shipped.extend(parts)
+        return self.session.range(0, len(parts), 1, len(parts)).mapInArrow(_read_parts(parts), schema)
+
+    def release_frames(self) -> None:
+        """Destroy the broadcasts of the frames made so far (none of them may be read again)."""
+        for part in self._shipped:
+            part.destroy(blocking=False)
+        self._shipped.clear()
 
     # -- commits ---------------------------------------------------------------------------------------
 
@@ -408,6 +421,26 @@ class DeltaWriter:
         self.wait_idle()
         self._committer.shutdown(wait=True)
         self._checkpointer.shutdown(wait=True)
+        self.release_frames()
+
+
+def _ipc_stream(rows: pa.Table) -> bytes:
+    """`rows` as one Arrow IPC stream."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, rows.schema) as writer:
+        writer.write_table(rows)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _read_parts(parts: list[Broadcast[bytes]]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The function each task runs (in a Python worker): the rows of the parts its ids name."""
+
+    def read(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in ids:
+            for part in batch.column(0).to_pylist():
+                yield from pa.ipc.open_stream(parts[part].value).read_all().to_batches()
+
+    return read
 
 
 def needs_schema_change(data: StructType, table: StructType) -> bool:
