@@ -107,7 +107,7 @@ def main() -> int:
             "--summary",
         ]  # fmt: skip
         print("[demo] running the ingest job until the backlog is drained:")
-        print("       " + " ".join(cmd[:4]) + " ...")
+        print("       " + " ".join(cmd[:5]) + " ...")
         t0 = time.monotonic()
         total = len(produced) + len(poison) + len(avro) + len(avro_poison)
         # the bar (in a terminal only) closes at `run ended:`: the table summary follows, below it
