@@ -36,6 +36,10 @@ def wait_for_state(spark: SparkSession, admin: Any, group: str, done: Any, timeo
         time.sleep(0.5)
 
 
+def assigned(state: GroupState) -> set[tuple[str, int]]:
+    return {tp for m in state.members for tp in m.partitions}
+
+
 def test_status_shows_members_lag_and_the_last_commit(
     broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
 ) -> None:
@@ -47,14 +51,15 @@ def test_status_shows_members_lag_and_the_last_commit(
     live: list[GroupState] = []
 
     def while_running(pool: MemberPool) -> None:
-        live.append(wait_for_state(spark, admin, group, lambda s: len(s.members) == 2))
+        # both members joined and the broker has spread the 3 partitions over them (a moment after the joins)
+        everything = {(topic, p) for p in range(3)}
+        live.append(wait_for_state(spark, admin, group, lambda s: len(s.members) == 2 and assigned(s) == everything))
 
     try:
         summary = run_ingest(spark, cfg, on_pool_started=while_running)
         assert summary.accepted == 600
         assert len(live[0].members) == 2, live[0]
-        assigned = {tp for m in live[0].members for tp in m.partitions}
-        assert assigned == {(topic, p) for p in range(3)}, live[0]
+        assert assigned(live[0]) == {(topic, p) for p in range(3)}, live[0]
 
         late = produce_json_events(broker.bootstrap, topic, 50)  # after the job: nobody reads them
         per_partition = {p: sum(1 for r in late if r.partition == p) for p in range(3)}

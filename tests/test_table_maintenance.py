@@ -8,7 +8,7 @@ job commits the same files again after checking. The job is killed once mid-way,
 loads the dedup cache from a log full of OPTIMIZE's rewrite commits and must still recognise every
 redelivered record. A downstream Delta streaming query with default options reads the table all along: the
 compactions do not stop it and its copy holds each record once. At the end the scheduled job itself
-(`jobs/maintain.py`) compacts what is left.
+(`sharelake maintain`) compacts what is left.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from app.cli import main as sharelake
 from bench.delta_log import added_files, data_commits, longest_open_write_s, read_commits
 from devkit.kafka_broker import EmbeddedKafka
 from devkit.sample_data import Produced, produce_json_events
-from jobs import maintain
 from tests.job_runner import ROOT, JobSpec, kill_job, run_summary, start_job
 from tests.kafka_helpers import nothing_left
 from tests.maintenance_loop import FOREIGN, RETENTION_CHECK, Maintenance
@@ -111,7 +111,7 @@ def test_optimize_vacuum_and_a_foreign_writer_lose_and_double_nothing(
     spark.conf.set(RETENTION_CHECK, "false")
     shuffle = spark.conf.get("spark.sql.shuffle.partitions")
     try:
-        assert maintain.main(args) == 0  # in this session: the job's builder joins it (and sets its SQL defaults)
+        assert sharelake(["maintain", *args]) == 0  # in this session: the builder joins it (and sets its SQL defaults)
     finally:
         spark.conf.unset(RETENTION_CHECK)
         spark.conf.set("spark.sql.shuffle.partitions", str(shuffle))
