@@ -79,6 +79,9 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory, metrics_port: int) -> I
     server.stop()
 
 
+MIN_SAMPLES = 'min(count_over_time(sharelake_polled_total{job="sharelake"}[1m]))'
+
+
 def wait_for(what: str, condition: Callable[[], bool], timeout_s: float = 180) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -145,6 +148,8 @@ def test_every_dashboard_query_and_alert_expression_runs_on_a_real_jobs_series(
         wait_for("the group's lag of 0", lambda: value(prometheus, "sum(sharelake_group_lag)") == 0)
         wait_for("the group's members", lambda: value(prometheus, "max(sharelake_group_members)") == 4)
         assert value(prometheus, 'sum(sharelake_dead_lettered_by_class_total{error_class="malformed_json"})') == 1
+        # a rate() needs two samples in its window: a fast drain can land everything within one scrape
+        wait_for("three scrapes in a minute", lambda: (value(prometheus, MIN_SAMPLES) or 0) >= 3)
 
         dashboard = json.loads((DOCS / "sharelake-dashboard.json").read_text())
         job_values = prometheus.api("label/job/values", **{"match[]": "sharelake_accepted_total"})["data"]
