@@ -78,12 +78,12 @@ class ShareGroupType(GroupType):
         cap = broker_lock_cap(broker) if k.partition_max_record_locks == "max" else None
         settings = desired_group_settings(k, cap)
         try:
+            # the group's settings before the job changes them (read once: the DLQ check and `check` use them)
+            current = read_group_settings(admin, k.group_id) if k.broker_dead_letter_topic or not apply else {}
             if k.broker_dead_letter_topic is not None:  # before the settings: an old broker would refuse them
-                check_broker_dead_letter_topic(
-                    admin, k, metadata, read_group_settings(admin, k.group_id), broker, create=apply
-                )
+                check_broker_dead_letter_topic(admin, k, metadata, current, broker, create=apply)
             if not apply:
-                return with_broker_defaults(read_group_settings(admin, k.group_id), broker)
+                return with_broker_defaults(current, broker)
             apply_group_settings(admin, k.group_id, settings)
             return with_broker_defaults(settled_group_settings(admin, k.group_id, settings), broker)
         except KafkaException as e:

@@ -429,7 +429,8 @@ def _ipc_stream(rows: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, rows.schema) as writer:
         writer.write_table(rows)
-    return bytes(sink.getvalue().to_pybytes())
+    stream: bytes = sink.getvalue().to_pybytes()  # already bytes (pyarrow is untyped): no second copy
+    return stream
 
 
 def _read_parts(parts: list[Broadcast[bytes]]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:

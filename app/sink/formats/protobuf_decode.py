@@ -24,12 +24,12 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as _pc
 
+from app.sink.formats.base import BAD, ERROR_CLASS, ERROR_MESSAGE, PARSED
 from app.sink.formats.protobuf_wire import message_path, wire_headers
 
 pc: Any = _pc  # pyarrow.compute's kernels are generated at import: untyped
 
 BINARY_END = 2**31 - 1  # past the end of any value of a binary (32-bit offsets) array
-PARSED, BAD, ERROR_CLASS, ERROR_MESSAGE = "_parsed", "_bad", "_error_class", "_error_message"  # as in base
 
 
 @dataclass(frozen=True)
