@@ -33,7 +33,7 @@ WHEEL = $(CACHE)/dist/sharelake-$(shell sed -n 's/^version = "\(.*\)"/\1/p' pypr
 RUNTIME := $(CACHE)/runtime
 .PHONY: dist runtime-env runtime-pack
 dist: $(WHEEL)
-$(WHEEL): $(VENV)/.installed pyproject.toml requirements.txt $(shell find app -name '*.py')
+$(WHEEL): $(VENV)/.installed pyproject.toml requirements.txt $(shell find app -name '*.py' -o -name '*.properties')
 	rm -f $(CACHE)/dist/sharelake-*.whl
 	$(VENV)/bin/pip wheel -q --no-deps -w $(CACHE)/dist .
 	rm -rf build

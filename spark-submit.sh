@@ -14,8 +14,11 @@
 # --deploy-mode cluster (YARN, Kubernetes; Python cannot run in standalone cluster mode) ships the
 # --config file with --files and passes its base name to the job.
 # --dry-run prints the full spark-submit command only.
-# Run `make setup` once first (venv, pinned packages, Maven-resolved jars under .cache/).
+# Run `make setup` once first (venv, pinned packages, Maven-resolved jars under .cache/); `make s3`
+# adds the S3A connector (tables on s3a://), which joins the classpath when it is there.
+# Every refusal or failure of this script ends with one line on stderr: `sharelake: <cause>`.
 set -euo pipefail
+trap 'rc=$?; echo "sharelake: spark-submit.sh failed (exit $rc) at line $LINENO: $BASH_COMMAND" >&2' ERR
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cache="${SHARELAKE_CACHE:-$root/.cache}"
 venv="${SHARELAKE_VENV:-$cache/venv}"
@@ -58,8 +61,12 @@ if [ "$profile" = yarn ] && [ "$dry_run" = 0 ] && [ ! -f "$archive" ]; then
   echo "sharelake: --profile yarn ships the packed runtime venv $archive: run 'make runtime-pack' first" >&2
   exit 2
 fi
-# the S3A connector too once `make s3` fetched it (tables on s3a://)
-jars="$(ls "$cache"/jars/spark/*.jar "$cache"/jars/s3/*.jar 2>/dev/null | paste -sd, -)"
+# the S3A connector too once `make s3` fetched it (tables on s3a://; without it the job's start-up
+# check names `make s3` for an s3a:// table)
+shopt -s nullglob
+jar_files=("$cache"/jars/spark/*.jar "$cache"/jars/s3/*.jar)
+shopt -u nullglob
+jars="$(IFS=,; echo "${jar_files[*]}")"
 job="$1"; shift
 job_args=("$@")
 
@@ -69,9 +76,6 @@ extra=()
 case "$master" in
   local*)
     export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
-    # Delta rebuilds table snapshots (and writes its every-10-commits checkpoint) with 50 tasks by
-    # default; on a local driver that costs seconds per checkpoint, inside a micro-batch
-    extra+=(--conf spark.databricks.delta.snapshotPartitions=4 --conf spark.sql.shuffle.partitions=4)
     ;;
 esac
 if [ "$profile" = standalone ]; then
@@ -94,12 +98,14 @@ if [ "$deploy_mode" = cluster ]; then
     fi
   done
 fi
-log4j="-Dlog4j2.configurationFile=file:$root/conf/log4j2.properties"
+if [ "$deploy_mode" = client ]; then
+  # Sharelake's Spark settings live in app/spark_session.py, for this script and the `sharelake`
+  # command alike: the job's session sets them; only the driver JVM's own options are needed here
+  launch=()
+  while IFS= read -r arg; do launch+=("$arg"); done < <("$venv/bin/python" -m app.spark_session --submit-args)
+  extra+=(${launch[@]+"${launch[@]}"})
+fi
 cmd=("$venv/bin/spark-submit" --master "$master" --deploy-mode "$deploy_mode" --jars "$jars"
-  --conf spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension
-  --conf spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog
-  --conf spark.ui.showConsoleProgress=false
-  --conf "spark.driver.extraJavaOptions=$log4j"
   ${extra[@]+"${extra[@]}"}
   "$job" ${job_args[@]+"${job_args[@]}"})
 if [ "$dry_run" = 1 ]; then

@@ -6,19 +6,22 @@ called by the thin spark-submit entry points in `jobs/` (`jobs/sharelake.py inge
 subcommand runs the same from a terminal, a scheduler or spark-submit on YARN and Kubernetes. Each
 subcommand is one module of `app.commands` (its arguments and its `run`). Every subcommand that
 reads a config takes `--config` and `--set`; a bad config (any `ConfigError`) ends it with one line
-on stderr, `sharelake: <the key and the fix>`, and exit code 2.
+on stderr, `sharelake: <the key and the fix>`, and exit code 2. Any other failure prints its
+traceback, then one line `sharelake: <subcommand> failed: <cause>`, and exit code 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from collections.abc import Sequence
 from importlib import import_module
 from typing import Protocol
 
 from app import console
 from app.config import ConfigError, SharelakeConfig, load_config
+from app.error_lines import one_line
 
 CONFIG_ERROR_EXIT = 2
 
@@ -87,6 +90,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return command(args.command).run(args)
     except ConfigError as e:
         return config_failure(e)
+    except Exception as e:  # noqa: BLE001 - the trace for a bug report, then the one line a user reads
+        traceback.print_exc()
+        console.print_cause(f"{args.command} failed: {one_line(e)}")
+        return 1
 
 
 if __name__ == "__main__":

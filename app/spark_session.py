@@ -1,12 +1,18 @@
-"""Builds (or joins) the SparkSession with Delta Lake and the Arrow path switched on.
+"""The Spark settings Sharelake needs, in one place, and the SparkSession built with them.
 
-Called by the `sharelake` subcommands and the test fixture. Under spark-submit the session already
-has its jars (`--jars`, `--packages`, or a cluster image's). Started from plain Python (`sharelake
-ingest` in a terminal or a scheduler, the tests) it takes the jars of the folders in `SHARELAKE_JARS`
-(a checkout's `make jars` fills them), else it has Spark resolve `RUNTIME_PACKAGES` from Maven
-Central once (Ivy's cache keeps them). `extra_conf` is the job's `[spark_conf]` section. Python
-workers must run the job's interpreter (`PYSPARK_PYTHON`), or they pick the system Python and fail
-on missing pyarrow.
+Called by the `sharelake` subcommands, the test fixture and the bench; `spark-submit.sh` asks this
+module (`python -m app.spark_session --submit-args`) for what must be set before the driver JVM starts.
+So a job behaves the same whether it is started as the installed `sharelake` command (plain Python:
+this module launches the JVM) or through `./spark-submit.sh` (spark-submit launched it).
+
+Precedence, lowest first: `SHARELAKE_CONF` (Delta, Arrow, a quiet console, sizes for a local driver),
+what spark-submit was given (`--conf`, a profile's properties file), the job's `[spark_conf]`.
+
+Jars: under spark-submit the session already has its jars (`--jars`, `--packages`, or a cluster
+image's). Started from plain Python it takes the jars of the folders in `SHARELAKE_JARS` (a
+checkout's `make jars` fills them), else it has Spark resolve `RUNTIME_PACKAGES` from Maven Central
+once (Ivy's cache keeps them). Python workers must run the job's interpreter (`PYSPARK_PYTHON`), or
+they pick the system Python and fail on missing pyarrow.
 """
 
 from __future__ import annotations
@@ -18,14 +24,20 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-DELTA_CONF = {
+LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")  # warnings only: the job's own lines stay readable
+# set before the driver JVM starts: by spark-submit.sh (`--submit-args`), or by build_spark when it launches the JVM
+LAUNCH_CONF = {"spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}"}
+SHARELAKE_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-}
-DEFAULT_CONF = {
-    **DELTA_CONF,
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.session.timeZone": "UTC",
+    # the job's own lines, not Spark's stage bars, on the console
+    "spark.ui.showConsoleProgress": "false",
+    # sized for a local driver (the cluster profiles in conf/spark/ set their own): Delta rebuilds a
+    # table's snapshot (and writes its every-10-commits checkpoint) with 50 tasks by default, which
+    # costs seconds inside a micro-batch and minutes in a table summary
+    "spark.databricks.delta.snapshotPartitions": "4",
     "spark.sql.shuffle.partitions": "4",
     # a Delta commit per micro-batch: keep the streaming checkpoint lean
     "spark.sql.streaming.minBatchesToRetain": "20",
@@ -47,9 +59,14 @@ RUNTIME_EXCLUDES = (
 )
 
 
+def submitted() -> bool:
+    """spark-submit started this driver's JVM (its conf and jars are set)."""
+    return bool(os.environ.get("SHARELAKE_SUBMITTED") or os.environ.get("PYSPARK_GATEWAY_PORT"))
+
+
 def jar_conf() -> dict[str, str]:
     """Where a session started from plain Python gets its jars; nothing under spark-submit."""
-    if os.environ.get("SHARELAKE_SUBMITTED") or os.environ.get("PYSPARK_GATEWAY_PORT"):
+    if submitted():
         return {}  # spark-submit started the JVM with its jars
     folders = [Path(f) for f in os.environ.get("SHARELAKE_JARS", "").split(os.pathsep) if f]
     jars = [str(jar) for folder in folders for jar in sorted(folder.glob("*.jar"))]
@@ -58,15 +75,43 @@ def jar_conf() -> dict[str, str]:
     return {"spark.jars.packages": ",".join(RUNTIME_PACKAGES), "spark.jars.excludes": ",".join(RUNTIME_EXCLUDES)}
 
 
+def given_to_spark_submit() -> set[str]:
+    """The keys spark-submit was given (`--conf`, `--properties-file`): they win over SHARELAKE_CONF."""
+    if not os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return set()
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # joins spark-submit's JVM; SparkConf() then reads its spark.* properties
+    return {key for key, _ in SparkConf().getAll()}
+
+
+def session_conf(extra_conf: dict[str, str] | None = None) -> dict[str, str]:
+    """What build_spark sets: Sharelake's settings under spark-submit's, under the job's `[spark_conf]`."""
+    if submitted():
+        given = given_to_spark_submit()
+        conf = {k: v for k, v in SHARELAKE_CONF.items() if k not in given}
+    else:
+        conf = {**SHARELAKE_CONF, **LAUNCH_CONF, **jar_conf()}
+    return {**conf, **(extra_conf or {})}
+
+
 def build_spark(app_name: str, master: str | None = None, extra_conf: dict[str, str] | None = None) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
-    conf = {**DEFAULT_CONF, **(extra_conf or {})}
-    for key, value in jar_conf().items():
-        conf.setdefault(key, value)
-    for k, v in conf.items():
+    for k, v in session_conf(extra_conf).items():
         builder = builder.config(k, v)
     return builder.getOrCreate()
+
+
+def submit_args() -> list[str]:
+    """spark-submit's arguments for what must be set before the driver JVM starts (spark-submit.sh)."""
+    return [arg for key, value in LAUNCH_CONF.items() for arg in ("--conf", f"{key}={value}")]
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--submit-args"]:
+        sys.exit("usage: python -m app.spark_session --submit-args")
+    print("\n".join(submit_args()))

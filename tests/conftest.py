@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.spark_session import build_spark
+from app.spark_session import LAUNCH_CONF, build_spark
 from devkit.kafka_broker import EmbeddedKafka
-from devkit.paths import PROJECT_ROOT as ROOT
 from devkit.paths import jars_env
 from devkit.s3_server import EmbeddedS3
 from devkit.schema_registry import EmbeddedSchemaRegistry
@@ -28,15 +27,14 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 # the checkout's jars for every session the tests start, in-process and in `sharelake` subprocesses
 os.environ.setdefault("SHARELAKE_JARS", jars_env())
 
+# beside Sharelake's own settings (app.spark_session.SHARELAKE_CONF): a small, loopback-only session
 TEST_SPARK_CONF = {
     "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.default.parallelism": "2",
     "spark.sql.shuffle.partitions": "2",
     "spark.databricks.delta.snapshotPartitions": "2",
-    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{ROOT / 'conf' / 'log4j2.properties'}",
 }
 
 
@@ -84,7 +82,8 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
         "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={catalog / 'db'};create=true",
     }
     conf = {**TEST_SPARK_CONF, **hive}
-    conf["spark.driver.extraJavaOptions"] += f" -Dderby.system.home={catalog}"
+    java_options = LAUNCH_CONF["spark.driver.extraJavaOptions"]
+    conf["spark.driver.extraJavaOptions"] = f"{java_options} -Dderby.system.home={catalog}"
     session = build_spark("sharelake-tests", "local[2]", conf)
     yield session
     session.stop()
