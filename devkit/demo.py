@@ -9,14 +9,17 @@ in the middle, and the same events as Avro through the registry (confluent-kafka
 the second half with a new version of the schema that adds an optional field, and two poison
 records. Then one `./spark-submit.sh jobs/sharelake.py ingest` (what users submit) reads both
 topics in until-drained mode, each routed into its own table, with `--summary` (each table, its
-columns, and the dead letters by class), and the broker and registry stop. Exits with the ingest
-job's exit code. In a terminal the job's output scrolls above one progress bar; piped or
-redirected there is no bar, only the job's lines (`app.console.follow_job`).
+columns, and the dead letters by class), and the broker and registry stop. Then it proves its own
+result with a Spark session of its own (`devkit.demo_check`): every produced record in its table
+exactly once, every poison record in the dead-letter table once with its class. Exits with the
+ingest job's exit code, or 1 when the check fails. In a terminal the job's output scrolls above one
+progress bar; piped or redirected there is no bar, only the job's lines (`app.console.follow_job`).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import sys
@@ -24,8 +27,10 @@ import time
 from pathlib import Path
 
 from app.console import follow_job
+from app.spark_session import build_spark
+from devkit.demo_check import Expected, check_demo
 from devkit.kafka_broker import EmbeddedKafka
-from devkit.paths import CACHE_DIR
+from devkit.paths import CACHE_DIR, jars_env
 from devkit.paths import PROJECT_ROOT as ROOT
 from devkit.sample_data import (
     EVENT_AVRO_SCHEMA,
@@ -45,6 +50,16 @@ AVRO_TOPIC = "demo-avro-events"
 AVRO_POISON: dict[str, bytes] = {  # one per way an Avro value can fail before its body is read
     "not-wire-format": b"plain text, no Confluent header",
     "unknown-schema-id": b"\x00\x00\x0f\x42\x40\x02",  # schema id 1,000,000: not in the registry
+}
+# the dead-letter class each poison record must land with (by its key): what the demo proves at the end
+POISON_CLASSES = {
+    "malformed-json": "malformed_json",
+    "wrong-type": "schema_mismatch",
+    "not-an-object": "schema_mismatch",
+    "invalid-utf8": "invalid_utf8",
+    "tombstone": "null_value",
+    "not-wire-format": "not_wire_format",
+    "unknown-schema-id": "unknown_schema_id",
 }
 
 
@@ -69,6 +84,9 @@ def main() -> int:
         "--work-dir", type=Path, default=CACHE_DIR / "demo", help="where the broker, registry and tables go (emptied)"
     )
     args = parser.parse_args()
+    # the check's own session: the checkout's jars, on the loopback address like the job's
+    os.environ.setdefault("SHARELAKE_JARS", jars_env())
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     demo_dir = args.work_dir.resolve()
     shutil.rmtree(demo_dir, ignore_errors=True)
     table, avro_table = demo_dir / "events", demo_dir / "avro_events"
@@ -115,7 +133,21 @@ def main() -> int:
         print(
             f"[demo] ingest job exited with {rc} after {time.monotonic() - t0:.1f}s; stopping the broker and registry"
         )
-    return rc
+    if rc != 0:
+        print(f"[demo] failed: the ingest job exited with {rc} (its cause is the `sharelake:` line above)")
+        return rc
+    print("[demo] checking the tables against what was produced (a Spark session of its own)")
+    tables = [Expected(table, produced), Expected(avro_table, avro)]
+    spark = build_spark("sharelake-demo-check", "local[2]", {"spark.ui.enabled": "false"})
+    try:
+        proven = check_demo(spark, tables, demo_dir / "dead_letter", poison + avro_poison, POISON_CLASSES)
+        print(f"[demo] checked: {proven}")
+    except AssertionError as e:
+        print(f"[demo] failed: the tables do not hold what was produced: {e}")
+        return 1
+    finally:
+        spark.stop()
+    return 0
 
 
 def rate_after(line: str) -> str | None:
