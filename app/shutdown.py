@@ -1,6 +1,6 @@
 """Graceful stop on SIGTERM/SIGINT, whichever driver process receives the signal.
 
-Installed by `jobs/ingest.py`. Under spark-submit the driver is two processes: the JVM (parent)
+Installed by `app.commands.ingest` (the `sharelake ingest` subcommand, under spark-submit too). Under spark-submit the driver is two processes: the JVM (parent)
 and the Python driver (child). A signal to the Python process sets the stop event through a
 Python signal handler. A signal to the JVM (what YARN and Kubernetes send to the container's
 main process, and what Ctrl-C sends to the whole process group) starts the JVM's shutdown, which
