@@ -206,7 +206,8 @@ def documented_keys() -> dict[str, FieldInfo]:
     for section, field in SharelakeConfig.model_fields.items():
         annotation = field.annotation
         if section == "payload":
-            for model in [FormatSettings, *format_models()]:
+            models: list[type[BaseModel]] = [FormatSettings, *format_models()]
+            for model in models:
                 add("payload", model)
             add("payload.registry", RegistrySettings)
         elif section == "topics":
