@@ -1,9 +1,11 @@
 """Job configuration: a TOML file from conf/ plus `--set section.key=value` overrides, validated.
 
-Called by the jobs (`jobs/ingest.py`, `devkit/demo.py`) and the tests. Validation is pydantic's:
-unknown keys, wrong types and missing required keys all fail. `load_config` turns the first
-problem into a `ConfigError` whose one-line message names the key and the fix; the jobs print it
-and exit with code 2. Every key is documented in `conf/local.toml`.
+Called by the `sharelake` subcommands (`app.commands`), `devkit/demo.py` and the tests. Validation is
+pydantic's: unknown keys, wrong types and missing required keys all fail. `load_config` turns the
+first problem into a `ConfigError` whose one-line message names the key and the fix; the commands
+print it and exit with code 2. The models are the one source of every key's documentation: each
+field's `description` (and each section's docstring) is what `docs/configuration.md` shows, generated
+by `devkit.config_reference`; `conf/local.toml` is checked against them (tests/test_docs.py).
 """
 
 from __future__ import annotations
@@ -34,40 +36,75 @@ class _Section(BaseModel):
 
 
 class KafkaConfig(_Section):
-    bootstrap_servers: str
-    # one topic into delta.table_path ...
-    topic: str | None = None
-    # ... or several, each routed by its [topics.<name>] section into its own table
-    topics: list[str] | None = None
-    group_id: str
-    # "share" (default): a share group (KIP-932, brokers 4.2+): per-record acknowledgements, members
-    # beyond the partition count. "consumer": a classic consumer group, offsets committed after the
-    # Delta commit: order per partition, at most one member per partition, rebalances pause the group,
-    # no per-record RELEASE. The same tables, dedup, dead letters and replay (README: Group types).
-    group_type: Literal["share", "consumer"] = "share"
-    # Set on the share group at start (IncrementalAlterConfigs on the GROUP resource).
-    # The broker default is `latest`, which silently skips records produced before the group existed.
-    auto_offset_reset: Literal["earliest", "latest", "unchanged"] = "earliest"
-    # Set the group's share.record.lock.duration.ms at start; None leaves the group's value.
-    record_lock_duration_ms: int | None = Field(default=None, ge=1000)
-    # Set the group's share.partition.max.record.locks at start: how many records of one partition
-    # may be in flight (acquired, undecided) at once. "max" (default) raises it to what the broker
-    # allows (its group.share.max.partition.max.record.locks, at most Kafka's 10,000); a number sets
-    # it; "unchanged" keeps the group's (2000 unless set). It bounds throughput: locks x partitions
-    # per batch cycle.
-    partition_max_record_locks: Annotated[int, Field(ge=100, le=MAX_RECORD_LOCKS)] | Literal["max", "unchanged"] = "max"
-    # The share group's own dead-letter topic (KIP-1191, brokers 4.4 and later). Set, the job sets
-    # the group's errors.deadletterqueue.topic.name at start, and the broker copies there each record
-    # it archives: the delivery limit reached (also while no job runs) and each REJECT. The topic must
-    # carry errors.deadletterqueue.group.enable=true (a missing one the job creates so) and start with
-    # the broker's errors.deadletterqueue.topic.name.prefix (default "dlq."). Unset: the group's
-    # setting is left as it is. Sharelake's dead-letter table stays the primary record (README).
-    broker_dead_letter_topic: str | None = Field(default=None, min_length=1)
-    # With it: also copy each record's key and value there (errors.deadletterqueue.copy.record.enable);
-    # off, the broker writes its __dlq.errors.* headers alone.
-    broker_dead_letter_copy_record: bool = True
-    # Extra librdkafka settings for the share consumers (security.protocol, sasl.*, ...).
-    client: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    """`[kafka]`: the broker, the topic(s) and the group the job consumes."""
+
+    bootstrap_servers: str = Field(description="The broker(s) to start from, `host:port[,host:port...]`.")
+    topic: str | None = Field(
+        default=None,
+        description="The one topic the job reads, into `delta.table_path` (or `delta.table_name`). "
+        "Exactly one of `topic` and `topics`.",
+    )
+    topics: list[str] | None = Field(
+        default=None,
+        description="Instead of `topic`: several topics, each routed by its `[topics.<name>]` section into its "
+        "own table (`docs/routing.md`). `--set kafka.topics=[...]` replaces the file's `topic` and `delta.table_path`.",
+    )
+    group_id: str = Field(description='The share group (or, with `group_type = "consumer"`, the consumer group).')
+    group_type: Literal["share", "consumer"] = Field(
+        default="share",
+        description='`"share"`: a share group (KIP-932, brokers 4.2+): per-record acknowledgements, members '
+        'beyond the partition count. `"consumer"`: a classic consumer group, offsets committed to Kafka after the '
+        "Delta commit: order per partition, at most one member per partition, rebalances pause the group, no "
+        "per-record RELEASE. The same tables, dedup, dead letters and replay; the group settings below apply to "
+        "share groups only (`docs/group-types.md`).",
+    )
+    auto_offset_reset: Literal["earliest", "latest", "unchanged"] = Field(
+        default="earliest",
+        description="Set on the share group at start (IncrementalAlterConfigs on the GROUP resource); a consumer "
+        "group's `auto.offset.reset`. The broker's default is `latest`, which skips records produced before the "
+        "group first existed.",
+    )
+    record_lock_duration_ms: int | None = Field(
+        default=None,
+        ge=1000,
+        description="Set the group's `share.record.lock.duration.ms` at start (the broker bounds it by "
+        "`group.share.min/max.record.lock.duration.ms`). Unset: keep the group's value (30 s by default).",
+    )
+    partition_max_record_locks: Annotated[int, Field(ge=100, le=MAX_RECORD_LOCKS)] | Literal["max", "unchanged"] = (
+        Field(
+            default="max",
+            description="The group's `share.partition.max.record.locks`, set at start: records of one partition "
+            "in flight (acquired, undecided) at once; throughput is bounded by locks x partitions per batch cycle. "
+            '`"max"` raises it to the broker\'s cap `group.share.max.partition.max.record.locks` (4,000 on a stock '
+            "broker, at most Kafka's 10,000; the banner says when the cap binds; reading it needs DESCRIBE_CONFIGS "
+            "on the cluster, else the group's value is kept); a number sets it (refused by a 4.2 broker); "
+            '`"unchanged"` keeps the group\'s (2,000 unless set).',
+        )
+    )
+    broker_dead_letter_topic: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Brokers 4.4+ (KIP-1191): the share group's own dead-letter topic, set on the group at start "
+        "(`errors.deadletterqueue.topic.name`). The broker copies there each record it archives: the delivery "
+        "limit reached (also while no job runs) and each REJECT. The topic needs "
+        "`errors.deadletterqueue.group.enable=true` (a missing one the job creates so) and a name starting with "
+        "the broker's `errors.deadletterqueue.topic.name.prefix` (`dlq.` by default). Unset: the group's setting "
+        "is left as it is. Sharelake's dead-letter table stays the primary record (`docs/dead-letters.md`).",
+    )
+    broker_dead_letter_copy_record: bool = Field(
+        default=True,
+        description="With `broker_dead_letter_topic`: also copy each record's key and value there "
+        "(`errors.deadletterqueue.copy.record.enable`); false: the broker writes its `__dlq.errors.*` headers alone "
+        "(the replay then reads the source topic).",
+    )
+    client: dict[str, str | int | float | bool] = Field(
+        default_factory=dict,
+        description="Extra librdkafka settings for every Kafka client of the job (share consumers, admin, replay "
+        'producer), by their dotted names: `"sasl.mechanism" = "SCRAM-SHA-512"` or '
+        "`--set kafka.client.sasl.mechanism=...`. `bootstrap.servers`, `group.id` and `share.acknowledgement.mode` "
+        "are the job's. A value `env:NAME` is read from that environment variable at start, `file:/path` from that "
+        "file: the way to pass a password, never on a command line (`docs/security.md`). Never logged.",
+    )
 
     @model_validator(mode="after")
     def _topic_or_topics(self) -> KafkaConfig:
@@ -142,18 +179,40 @@ def flatten_dotted(v: Any) -> Any:
 
 
 class PumpConfig(_Section):
-    members: int = Field(default=4, ge=1, le=64)  # members at start
-    # elastic members: the pool grows and shrinks between these bounds from the measured buffer
-    # fill and batch time (unset: both equal `members`, a fixed pool)
-    min_members: int | None = Field(default=None, ge=1, le=64)
-    max_members: int | None = Field(default=None, ge=1, le=64)
-    max_poll_records: int = Field(default=5000, ge=1)
-    poll_timeout_ms: int = Field(default=200, ge=10)
-    # How a member sends a decided poll's acknowledgements: "sync" waits in commit_sync for the
-    # broker's answer before polling again; "async" sends them with commit_async and polls at once,
-    # the answers arriving in a later poll (README: Tuning, the failover measurements)
-    acknowledgement_commit: Literal["sync", "async"] = "sync"
-    buffer_max_records: int = Field(default=50_000, ge=1)
+    """`[pump]`: the group members in the driver, each a thread owning one Kafka consumer."""
+
+    members: int = Field(
+        default=4, ge=1, le=64, description="Group members (threads, one consumer each) in the driver, at start."
+    )
+    min_members: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description="Elastic members: the pool shrinks to this from the measured buffer fill, busy time and batch "
+        "cycle (unset: `members`, a fixed pool). No rebalance pauses the others (`docs/operations.md`).",
+    )
+    max_members: int | None = Field(
+        default=None, ge=1, le=64, description="Elastic members: the pool grows to this (unset: `members`)."
+    )
+    max_poll_records: int = Field(
+        default=5000,
+        ge=1,
+        description="Records one poll may return (a soft limit: the broker rounds up to whole record batches).",
+    )
+    poll_timeout_ms: int = Field(default=200, ge=10, description="How long one poll waits for records.")
+    acknowledgement_commit: Literal["sync", "async"] = Field(
+        default="sync",
+        description='Share groups: how a member sends a decided poll\'s acknowledgements. `"sync"` waits in '
+        '`commit_sync` for the broker\'s answer before polling again; `"async"` sends them with `commit_async` '
+        "and polls at once (the answers arrive in a later poll; a refused partition counts as an ack error and "
+        "its records come back). Measured in `docs/tuning.md`.",
+    )
+    buffer_max_records: int = Field(
+        default=50_000,
+        ge=1,
+        description="Bound of the in-driver RecordBuffer: members wait when it is full (backpressure; the driver's "
+        "memory follows the config, not the backlog).",
+    )
 
     @model_validator(mode="after")
     def _bounds_hold_members(self) -> PumpConfig:
@@ -174,14 +233,26 @@ class PumpConfig(_Section):
 
 
 class BatchConfig(_Section):
-    max_records: int = Field(default=50_000, ge=1)
-    max_wait_ms: int = Field(default=200, ge=0)
-    # once a batch has its first poll, wait this long for the other members' polls (they land within
-    # tens of milliseconds of each other): fewer, larger commits for at most this much latency
-    linger_ms: int = Field(default=50, ge=0)
-    # a failed Delta write RELEASEs its records and is retried with backoff; after this many
-    # failures in a row the job fails (keep it below the group's delivery count limit, 5)
-    write_attempts: int = Field(default=4, ge=1)
+    """`[batch]`: the micro-batches; each is at most one Delta commit per table."""
+
+    max_records: int = Field(
+        default=50_000, ge=1, description="Records one micro-batch (one Delta commit per table) takes at most."
+    )
+    max_wait_ms: int = Field(
+        default=200, ge=0, description="How long a micro-batch waits for its first poll before it skips."
+    )
+    linger_ms: int = Field(
+        default=50,
+        ge=0,
+        description="Once a batch has its first poll, how long it waits for the other members' polls (they land "
+        "within tens of milliseconds of each other): fewer, larger commits for at most this much latency.",
+    )
+    write_attempts: int = Field(
+        default=4,
+        ge=1,
+        description="A failed Delta write RELEASEs its records and is retried with backoff; after this many "
+        "failures in a row the job fails (exit 1). Keep it below the group's delivery count limit (5).",
+    )
 
 
 _INTERVAL = r"^interval \d+ (second|minute|hour|day|week)s?$"
@@ -196,30 +267,56 @@ def interval_s(interval: str) -> int:
 
 
 class DeltaConfig(_Section):
-    # the table of kafka.topic, by path or by catalog name (exactly one; routed topics name theirs in
-    # [topics.<name>])
-    table_path: str | None = None
-    table_name: str | None = None
-    # The trigger clock's streaming checkpoint. It holds only rate-source offsets, so by default
-    # each run uses a fresh temporary one on the driver (replicas of a job never collide); set a
-    # path to keep Spark's batch ids across restarts.
-    checkpoint_path: str | None = None
-    # how many recent commits the dedup cache loads at start (see docs/ARCHITECTURE.md)
-    dedup_lookback_commits: int = Field(default=1000, ge=1)
-    # Sharelake checkpoints a table every this many commits, in the background (Delta Kernel), then
-    # deletes its expired log files. The tables Sharelake creates (main and dead-letter) get
-    # delta.checkpointInterval = 10 x this, so Delta's own in-commit checkpoint only backstops.
-    checkpoint_interval: int = Field(default=100, ge=1)
-    # delta.logRetentionDuration of the tables Sharelake creates: how long commit files stay in
-    # _delta_log (each append lists them: its cost grows with their number), hence how far back time
-    # travel and a lagging downstream stream reader can go. The background checkpoints delete the
-    # expired ones. Shorter than 7 days also sets delta.deletedFileRetentionDuration to it (Delta
-    # requires log retention >= deleted-file retention). Default: VACUUM's, 7 days. At least 10 minutes.
-    log_retention: str = Field(default="interval 7 days", pattern=_INTERVAL)
-    # On S3 (no mutual exclusion for Delta commits) a job holds a writer lease on each table, renewed
-    # every third of this; a second job finding it renewed stops at start, a restart after a crash
-    # waits this long for the dead job's lease (app.sink.writer_lease)
-    writer_lease_s: float = Field(default=30.0, ge=3.0)
+    """`[delta]`: the main table of `kafka.topic` and how Sharelake keeps it."""
+
+    table_path: str | None = Field(
+        default=None,
+        description="The table of `kafka.topic`, by path: local, `hdfs://`, `s3a://`, `abfss://`, `gs://` "
+        "(`docs/storage.md`); created on first write. Exactly one of `table_path` and `table_name`; routed topics "
+        "name theirs in `[topics.<name>]`.",
+    )
+    table_name: str | None = Field(
+        default=None,
+        description="Instead of `table_path`: the table by its name in the session's catalog, `db.events` "
+        "(`docs/storage.md`, Catalogs).",
+    )
+    checkpoint_path: str | None = Field(
+        default=None,
+        description="The trigger clock's streaming checkpoint. It holds only rate-source offsets, so by default "
+        "each run uses a fresh temporary one on the driver (replicas of a job never collide); set a path to keep "
+        "Spark's batch ids across restarts (Spark then re-runs an uncommitted batch id after a crash: safe).",
+    )
+    dedup_lookback_commits: int = Field(
+        default=1000,
+        ge=1,
+        description="Recent commits whose offset ranges the dedup cache loads at start (`docs/ARCHITECTURE.md`).",
+    )
+    checkpoint_interval: int = Field(
+        default=100,
+        ge=1,
+        description="Sharelake checkpoints a table every this many of its commits, in a background thread (Delta "
+        "Kernel), never inside a commit and never holding record locks, then deletes its expired log files. The "
+        "tables Sharelake creates get `delta.checkpointInterval` = 10 x this, so Delta's own in-commit checkpoint "
+        "only backstops other writers; an existing table keeps its interval (Delta then checkpoints inside the "
+        "commit that reaches it; the records are ACCEPTed before that; to leave it to Sharelake: `ALTER TABLE "
+        "<table> SET TBLPROPERTIES ('delta.checkpointInterval' = '1000')`).",
+    )
+    log_retention: str = Field(
+        default="interval 7 days",
+        pattern=_INTERVAL,
+        description="`delta.logRetentionDuration` of the tables Sharelake creates: how long commit files stay in "
+        "`_delta_log` (each append lists them: its cost grows with their number), hence how far back time travel "
+        "and a lagging downstream stream reader can go. The background checkpoints delete the expired ones. Shorter "
+        "than 7 days also sets `delta.deletedFileRetentionDuration` to it (Delta requires it). Default: VACUUM's 7 "
+        "days; at least `interval 10 minutes` (`docs/storage.md`, Table health).",
+    )
+    writer_lease_s: float = Field(
+        default=30.0,
+        ge=3.0,
+        description="S3 only (no mutual exclusion for Delta commits): the TTL of the writer lease the job holds on "
+        "each table, renewed every third of it. A second job finding it renewed stops at start; a restart after a "
+        "crash waits this long for the dead job's lease. Not used with Delta's S3DynamoDBLogStore.",
+    )
 
     @field_validator("log_retention")
     @classmethod
@@ -233,57 +330,106 @@ class DeltaConfig(_Section):
 
 
 class DeadLetterConfig(_Section):
-    # the dead-letter Delta table, by path or by catalog name; default: the main table's + "_dead_letter"
-    table_path: str | None = None
-    table_name: str | None = None
-    # a record delivered this many times is dead-lettered (class delivery_count_exceeded) instead of
-    # tried again; keep it below the group's share.delivery.count.limit (default 5), where the broker
-    # would archive the record without anyone seeing it (checked at start)
-    max_delivery_count: int = Field(default=4, ge=1)
+    """`[dead_letter]`: the Delta table of the records that cannot land, raw, with their error class."""
+
+    table_path: str | None = Field(
+        default=None,
+        description="The dead-letter table by path. Default: the main table's path (or name) + `_dead_letter`; "
+        "required with `kafka.topics`, where all topics share it.",
+    )
+    table_name: str | None = Field(default=None, description="Instead of `table_path`: the table by catalog name.")
+    max_delivery_count: int = Field(
+        default=4,
+        ge=1,
+        description="A record delivered this many times is dead-lettered (`delivery_count_exceeded`) instead of "
+        "tried again. Must stay below the group's `share.delivery.count.limit` (default 5; checked at start), "
+        "where the broker would archive the record without anyone seeing it.",
+    )
 
 
 class MaintenanceConfig(_Section):
-    """`jobs/maintain.py` (app.maintenance): OPTIMIZE, then VACUUM, every table of the config."""
+    """`[maintenance]`: `sharelake maintain` (app.maintenance): OPTIMIZE, then VACUUM, every table of the config."""
 
-    optimize: bool = True
-    vacuum: bool = True
-    # VACUUM keeps the files any version of the last this-many hours needs (time travel that far);
-    # Delta refuses less than the table's delta.deletedFileRetentionDuration (7 days) unless told
-    vacuum_retain_hours: float = Field(default=168.0, ge=0)
-    # lite: delete what the log's remove actions name (fast; falls back to full when the log since
-    # the last VACUUM was cleaned up); full: list the whole table folder (also finds stray files)
-    vacuum_mode: Literal["lite", "full"] = "lite"
+    optimize: bool = Field(default=True, description="Compact each table's small files with OPTIMIZE.")
+    vacuum: bool = Field(default=True, description="Then delete the files no version within the retention needs.")
+    vacuum_retain_hours: float = Field(
+        default=168.0,
+        ge=0,
+        description="VACUUM keeps the files any version of the last this-many hours needs (time travel that far). "
+        "Delta refuses less than the table's `delta.deletedFileRetentionDuration` (7 days) unless "
+        "`spark.databricks.delta.retentionDurationCheck.enabled` is false in `[spark_conf]`.",
+    )
+    vacuum_mode: Literal["lite", "full"] = Field(
+        default="lite",
+        description="`lite`: delete the files the log's remove actions name (fast; falls back to full when the log "
+        "since the last VACUUM was cleaned up); `full`: list the whole table folder, which also finds stray files "
+        "and takes several times longer.",
+    )
 
 
 class MetricsConfig(_Section):
-    # serve Prometheus metrics on this port (unset: off)
-    prometheus_port: int | None = Field(default=None, ge=1, le=65535)
-    prometheus_addr: str = "0.0.0.0"
-    # with the endpoint on, a share group's lag per partition and its members are read through the
-    # Kafka Java Admin every this many seconds (sharelake_group_lag, sharelake_group_members)
-    lag_interval_s: float = Field(default=15.0, ge=1.0)
-    # one log line per micro-batch (a StreamingQueryListener)
-    progress_log: bool = True
+    """`[metrics]`: the progress line and the Prometheus endpoint (`docs/operations.md`)."""
+
+    prometheus_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="Serve the job's counters for Prometheus on `http://<prometheus_addr>:<port>/metrics` "
+        "(unset: off).",
+    )
+    prometheus_addr: str = Field(default="0.0.0.0", description="The address the Prometheus endpoint listens on.")
+    lag_interval_s: float = Field(
+        default=15.0,
+        ge=1.0,
+        description="With the endpoint on and a share group: how often the group's lag per partition and its "
+        "members are read through the Kafka Java Admin (`sharelake_group_lag`, `sharelake_group_members`).",
+    )
+    progress_log: bool = Field(
+        default=True,
+        description="One log line per micro-batch (records in, ACCEPTed, RELEASEd, REJECTed, step times).",
+    )
 
 
 class RunConfig(_Section):
-    # continuous: until SIGTERM/SIGINT; until-drained (alias available-now): drain the backlog, exit 0
-    mode: Literal["continuous", "until-drained", "available-now"] = "continuous"
-    # until-drained: stop once records have arrived and none came for idle_timeout_ms ...
-    idle_timeout_ms: int = Field(default=5000, ge=100)
-    # ... or, when no record at all arrived, after empty_timeout_ms (the group join takes seconds)
-    empty_timeout_ms: int = Field(default=30_000, ge=100)
-    stop_timeout_s: float = Field(default=60.0, gt=0)
-    app_name: str = "sharelake-ingest"
+    """`[run]`: how long the job runs and how it stops."""
+
+    mode: Literal["continuous", "until-drained", "available-now"] = Field(
+        default="continuous",
+        description="`continuous`: until SIGTERM/SIGINT. `until-drained` (alias `available-now`, for scheduled "
+        "jobs): drain the backlog, then exit 0.",
+    )
+    idle_timeout_ms: int = Field(
+        default=5000,
+        ge=100,
+        description="until-drained: stop once records have arrived and none came for this long, with nothing "
+        "polled still undecided ...",
+    )
+    empty_timeout_ms: int = Field(
+        default=30_000,
+        ge=100,
+        description="... or, when no record at all arrived, this long from the start (the group join takes seconds).",
+    )
+    stop_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="Graceful-stop bound (SIGTERM, SIGINT): records still undecided after it are RELEASEd.",
+    )
+    app_name: str = Field(default="sharelake-ingest", description="The Spark application's name.")
 
 
 class TopicRoute(_Section):
     """`[topics.<name>]`: where one of kafka.topics lands, and how its values are read."""
 
-    table_path: str | None = None
-    table_name: str | None = None  # exactly one of the two
-    # the [payload] keys this topic reads differently (merged over [payload] at load)
-    payload: PayloadSettings = RawSettings()
+    table_path: str | None = Field(default=None, description="The topic's table, by path.")
+    table_name: str | None = Field(
+        default=None, description="Instead of `table_path`: the table by catalog name (exactly one of the two)."
+    )
+    payload: PayloadSettings = Field(
+        default=RawSettings(),
+        description="`[topics.<name>.payload]`: the `[payload]` keys this topic reads differently, merged over "
+        "`[payload]` at load. A topic of another format keeps only the keys every format has from the default "
+        "(`max_value_bytes`, `allow_null_value`, `key_format`, `registry`). Topics sharing a table share its payload.",
+    )
 
 
 @dataclass(frozen=True)
@@ -319,6 +465,8 @@ def _merge_payload(default: Any, override: Any) -> Any:
 
 
 class SharelakeConfig(_Section):
+    """A Sharelake config file: one section per model below."""
+
     kafka: KafkaConfig
     delta: DeltaConfig = DeltaConfig()
     pump: PumpConfig = PumpConfig()
@@ -328,11 +476,17 @@ class SharelakeConfig(_Section):
     dead_letter: DeadLetterConfig = DeadLetterConfig()
     metrics: MetricsConfig = MetricsConfig()
     maintenance: MaintenanceConfig = MaintenanceConfig()
-    # routed mode (kafka.topics): one section per topic
-    topics: dict[str, TopicRoute] = Field(default_factory=dict)
-    # Spark settings the job's session starts with (object-store endpoints and credentials providers,
-    # catalogs, ...): `"spark.hadoop.fs.s3a.endpoint" = "..."`; `env:` / `file:` values read at start
-    spark_conf: dict[str, str] = Field(default_factory=dict)
+    topics: dict[str, TopicRoute] = Field(
+        default_factory=dict,
+        description="Routed mode (`kafka.topics`): one `[topics.<name>]` section per topic (`docs/routing.md`).",
+    )
+    spark_conf: dict[str, str] = Field(
+        default_factory=dict,
+        description="Spark settings the job's session starts with (object stores, credentials providers, "
+        'catalogs), by their dotted names: `"spark.hadoop.fs.s3a.endpoint" = "..."` or '
+        "`--set spark_conf.spark.hadoop.fs.s3a.endpoint=...`. A value `env:NAME` / `file:/path` is read at start: "
+        "keys and secrets never on the command line (`docs/storage.md`).",
+    )
     _routes: list[Route] = PrivateAttr(default_factory=list)
     _dead_letter_location: str | None = PrivateAttr(default=None)
 

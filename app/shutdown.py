@@ -1,14 +1,15 @@
 """Graceful stop on SIGTERM/SIGINT, whichever driver process receives the signal.
 
-Installed by `jobs/ingest.py`. Under spark-submit the driver is two processes: the JVM (parent)
-and the Python driver (child). A signal to the Python process sets the stop event through a
-Python signal handler. A signal to the JVM (what YARN and Kubernetes send to the container's
-main process, and what Ctrl-C sends to the whole process group) starts the JVM's shutdown, which
-would stop the SparkContext at once, abort the running Delta write and orphan the Python driver.
-So a shutdown hook is registered with Hadoop's ShutdownHookManager at a priority above Spark's own
-hook: it runs first, sets the same stop event and blocks until the pipeline has drained (members
-stopped, running batch finished and ACCEPTed, the rest RELEASEd, consumers closed), bounded by
-`run.stop_timeout_s`. Only then does Spark's own shutdown proceed.
+Installed by `app.commands.ingest` (the `sharelake ingest` subcommand, under spark-submit too).
+Under spark-submit the driver is two processes: the JVM (parent) and the Python driver (child). A
+signal to the Python process sets the stop event through a Python signal handler. A signal to the
+JVM (what YARN and Kubernetes send to the container's main process, and what Ctrl-C sends to the
+whole process group) starts the JVM's shutdown, which would stop the SparkContext at once, abort the
+running Delta write and orphan the Python driver. So a shutdown hook is registered with Hadoop's
+ShutdownHookManager at a priority above Spark's own hook: it runs first, sets the same stop event
+and blocks until the pipeline has drained (members stopped, running batch finished and ACCEPTed, the
+rest RELEASEd, consumers closed), bounded by `run.stop_timeout_s`. Only then does Spark's own
+shutdown proceed.
 """
 
 from __future__ import annotations

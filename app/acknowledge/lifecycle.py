@@ -6,8 +6,10 @@ States: ACQUIRED -> ACCEPTED | RELEASED | REJECTED. Any other transition raises
 - INVARIANT 1: `accept()` takes a `CommitProof`, which only the table's Delta writer mints, once
   the commit holding the records is durable (or for records an earlier commit holds); `reject()`
   takes the proof of the dead-letter table's commit in the same way.
-- INVARIANT 2: a member cannot poll again until every record of its poll is decided
-  (`PollBatch.all_decided`); on shutdown the member RELEASEs whatever is still undecided.
+- INVARIANT 2: a member cannot poll again until every record of its poll is decided and
+  acknowledged: the member counts the acknowledgements it applied in its own thread (it does not
+  ask `PollBatch.all_decided`, which is the deciders' view) and commits and polls again only when
+  they cover the whole poll; on shutdown the member RELEASEs whatever is still undecided.
 - INVARIANT 3: a decided record cannot be decided again, and only newly decided records are sent
   to the member as acknowledge commands, so nothing touches a record after its decision.
 
@@ -42,7 +44,8 @@ class AckCommand:
 
 
 class PollBatch:
-    """The records of one `ShareConsumer.poll()` of one member, with each record's state.
+    """The records of one poll of one member's group client (a share consumer's or a classic
+    consumer's, `app.consume.group_client`), with each record's state.
 
     Thread-safe: the sink decides from the foreachBatch thread while the member thread reads.
     """
@@ -55,7 +58,7 @@ class PollBatch:
         self._commands = commands
         self._lock = threading.Lock()
         self.acquired_at = time.monotonic()  # the record locks started about now
-        self.acks_committed = threading.Event()  # set by the member once commit_sync returned
+        self.acks_committed = threading.Event()  # set by the member once its client's commit returned
 
     def __len__(self) -> int:
         return len(self.records)

@@ -2,7 +2,7 @@
 
 `RECORD_SCHEMA` is a Kafka record as a row (the identity, key, value, headers, timestamp and
 delivery count); `ROW_SCHEMA` adds what the write stamps on it (`ingested_at`, `batch_id`). The
-main table's metadata columns (`app.sink.payload`) and the dead-letter table's record columns
+main table's metadata columns (`app.sink.formats.base`) and the dead-letter table's record columns
 (`app.sink.dead_letter`) are derived from these.
 
 `poll_rows` is called by each group member (`app.consume.member`) right after its poll, in

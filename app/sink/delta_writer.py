@@ -1,7 +1,9 @@
 """Writes one Delta table: appends that return as soon as their commit is durable, DELETEs, checkpoints.
 
-Used twice by `app.sink.dedup_table` (main and dead-letter table); the only place Sharelake calls
-Delta's writers. It owns:
+Used twice by `app.sink.dedup_table` (main and dead-letter table): the ingest's only path to
+Delta's writers. (Outside the ingest's write path, the replay marks its rows with a Delta MERGE in
+`app.replay`, `app.maintenance` runs OPTIMIZE and VACUUM, and `app.sink.catalog_tables` enters a
+new table in the catalog with CREATE TABLE.) It owns:
 
 - **the append's transaction**. After a table's first commit (a plain append, which creates it
   with its properties), every append is Delta's own transaction, driven here: it starts on the

@@ -5,7 +5,7 @@ Called by `app.sink.delta_writer.DeltaWriter` from its background checkpoint thr
 
 Why: every append lists `_delta_log` (the whole folder on a local disk, HDFS, ADLS or GCS), so its
 cost grows with the files there; each commit adds two (`N.json` and its `N.crc` checksum). Only
-deleting expired ones keeps the cost flat (README, Table health).
+deleting expired ones keeps the cost flat (docs/storage.md, Table health).
 
 - **The checkpoint** is Delta Kernel's (`Snapshot.writeCheckpoint` on the table's latest snapshot):
   in the driver, no Spark job. Kernel then runs its expired-log cleanup, the same rule as Delta's:

@@ -26,7 +26,7 @@ lease on each table it writes, a small JSON file at `<table>/_sharelake/writer-l
   refused commit's records are RELEASEd, as for any failed write, and the job fails.
 
 The file is a guard, not a lock: S3 (as used here) has no compare-and-set, so it rests on renewals
-arriving within the TTL and on a write landing within `SETTLE_S`. The README's Storage section says
+arriving within the TTL and on a write landing within `SETTLE_S`. The Storage section of docs/storage.md says
 what is safe where; a multi-writer log store replaces it.
 """
 

@@ -83,11 +83,16 @@ _NO_DEFAULT = object()
 
 class AvroSettings(FormatSettings):
     format: Literal["avro"] = "avro"
-    # an Avro record schema (JSON), or `file:/path` to one: the table's fixed shape. Without a
-    # registry, values are plain Avro bodies of this schema; with one, each writer must resolve into it.
-    avro_schema: str | None = None
-    # top-level fields that must be present and non-null (else: missing_required_field)
-    required_fields: list[str] = Field(default_factory=list)
+    avro_schema: str | None = Field(
+        default=None,
+        description="A fixed Avro record schema (JSON text, or `file:/path/to/schema.avsc`). Without a registry, "
+        "values are plain Avro bodies of it; with one, it is the table's fixed shape and each writer schema must "
+        "resolve into it (else `schema_incompatible`). avro needs this or `registry`.",
+    )
+    required_fields: list[str] = Field(
+        default_factory=list,
+        description="Top-level fields that must be present and non-null (else `missing_required_field`).",
+    )
 
     @model_validator(mode="after")
     def _registry_or_schema(self) -> AvroSettings:

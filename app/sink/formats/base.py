@@ -56,13 +56,19 @@ class RegistrySettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # e.g. "https://registry:8081", or Apicurio's "http://host:8080/apis/ccompat/v7"
-    url: str
-    basic_auth_user: str | None = None
-    # the password; `env:NAME` or `file:/path` reads it at start (never put it on a command line)
-    basic_auth_password: str | None = Field(default=None, repr=False)
-    ca_location: str | None = None  # a CA certificate file for https
-    timeout_s: float = Field(default=10.0, gt=0)  # per request
+    url: str = Field(
+        description="The registry, e.g. `https://registry:8081`, or Apicurio's `http://host:8080/apis/ccompat/v7`. "
+        "Credentials in the URL are refused: no log may show them."
+    )
+    basic_auth_user: str | None = Field(default=None, description="Basic auth user (with `basic_auth_password`).")
+    basic_auth_password: str | None = Field(
+        default=None,
+        repr=False,
+        description="Basic auth password: `env:NAME` or `file:/path`, read at start (never inline, never on a "
+        "command line).",
+    )
+    ca_location: str | None = Field(default=None, description="A CA certificate file for https with a private CA.")
+    timeout_s: float = Field(default=10.0, gt=0, description="Per-request timeout, in seconds.")
 
     @field_validator("url")
     @classmethod
@@ -102,16 +108,31 @@ class FormatSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    format: str
-    # a value longer than this is dead-lettered (class too_large), not written
-    max_value_bytes: int = Field(default=1_048_576, ge=1)
-    # a record without a value (a tombstone) is dead-lettered (class null_value) unless allowed
-    allow_null_value: bool = False
-    # how the record key lands in the `key` column (`app.sink.formats.keys`): bytes as Kafka holds
-    # them, a UTF-8 string, or Avro in the Confluent wire format decoded into a struct
-    key_format: Literal["raw", "text", "avro"] = "raw"
-    # the schema registry: Avro values in the wire format (format = "avro"), and Avro keys
-    registry: RegistrySettings | None = None
+    format: str = Field(
+        description="How record values are read: `raw` (the value as bytes), `text` (a UTF-8 string), `json` "
+        "(parsed with `schema` into columns), `avro` (Avro records into columns), `protobuf` (Protobuf messages "
+        "into columns). Keys of another format are refused at start (`docs/payload-formats.md`)."
+    )
+    max_value_bytes: int = Field(
+        default=1_048_576, ge=1, description="A longer value is dead-lettered (`too_large`), not written."
+    )
+    allow_null_value: bool = Field(
+        default=False,
+        description="Keep records without a value (tombstones); false: dead-letter them (`null_value`).",
+    )
+    key_format: Literal["raw", "text", "avro"] = Field(
+        default="raw",
+        description="How the record key lands in the `key` column (`app.sink.formats.keys`): `raw` bytes, `text` "
+        "(a UTF-8 string, else `key_invalid_utf8`) or `avro` (the Confluent wire format, decoded with `registry` "
+        "into a struct; its classes are the value's prefixed `key_`). A table keeps the key format it was first "
+        "written with.",
+    )
+    registry: RegistrySettings | None = Field(
+        default=None,
+        description="`[payload.registry]`: the schema registry (Confluent REST API) of `avro` values in the wire "
+        "format, `protobuf` values (needed) and `avro` keys. Each schema id is fetched once per job; unreachable "
+        "at start, the job stops (exit 2); during a run the batch is RELEASEd and retried, never dead-lettered.",
+    )
 
     @model_validator(mode="after")
     def _avro_keys_need_a_registry(self) -> FormatSettings:

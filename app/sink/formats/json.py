@@ -58,10 +58,17 @@ _PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # a column name usable in
 
 class JsonSettings(FormatSettings):
     format: Literal["json"] = "json"
-    # the value's fields as a Spark DDL string, e.g. "id long, name string, amount double"
-    schema_ddl: str | None = Field(default=None, alias="schema")
-    # top-level fields that must be present and non-null
-    required_fields: list[str] = Field(default_factory=list)
+    schema_ddl: str | None = Field(
+        default=None,
+        alias="schema",
+        description="json (required): the value's fields as a Spark DDL string, e.g. "
+        '`"id long, user string, amount double"`. Field names must not reuse the metadata columns (`topic`, '
+        "`partition`, `offset`, `key`, `value`, `headers`, ...).",
+    )
+    required_fields: list[str] = Field(
+        default_factory=list,
+        description="Top-level fields that must be present and non-null (else `missing_required_field`).",
+    )
 
     @model_validator(mode="after")
     def _has_schema(self) -> JsonSettings:
