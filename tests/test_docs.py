@@ -185,7 +185,7 @@ PLACEHOLDERS = {
     '"sharelake-events"': "group",
     '"/tmp/sharelake/events"': "table",
 }
-COMMAND = ".cache/venv/bin/sharelake"  # the README's command runs from the checkout: resolved against it
+COMMAND = ["./spark-submit.sh", "jobs/sharelake.py"]  # the README's command: the checkout's paths, resolved against it
 
 
 def own_broker_example(text: str) -> tuple[str, str]:
@@ -214,12 +214,13 @@ def test_readme_example_on_your_own_broker_runs_as_printed(
         "delta": {**printed["delta"], "table_path": names["table"]},
     }  # fmt: skip
     argv = shlex.split(command, comments=True)
-    assert argv[0] == COMMAND and argv[1:3] == ["ingest", "--config"], command
-    (tmp_path / argv[3]).write_text(ours)
+    assert argv[:2] == COMMAND and argv[2:4] == ["ingest", "--config"], command
+    (tmp_path / argv[4]).write_text(ours)
 
     broker.create_topic(names["topic"], partitions=2)
     produced = produce_json_events(broker.bootstrap, names["topic"], 300)
-    done = subprocess.run([str(ROOT / COMMAND), *argv[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    checkout = [str(ROOT / path) for path in COMMAND]
+    done = subprocess.run([*checkout, *argv[2:]], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert_exactly_once(spark, tmp_path / "events", produced)
     assert nothing_left(broker, names["topic"], names["group"])
@@ -230,4 +231,4 @@ def test_the_example_check_fails_on_a_changed_readme() -> None:
     with pytest.raises(AssertionError, match="one toml block"):
         own_broker_example("\n## On your own broker\n```bash\nsharelake ingest\n```\n## Next\n")
     config, command = own_broker_example((ROOT / "README.md").read_text())
-    assert shlex.split(command, comments=True)[0] == COMMAND and "[kafka]" in config
+    assert shlex.split(command, comments=True)[:2] == COMMAND and "[kafka]" in config
