@@ -105,7 +105,9 @@ $(CACHE)/prometheus/.installed:
 	$(CACHE)/prometheus/usr/bin/promtool --version >/dev/null
 	@touch $@
 
-demo: setup
+# the demo fetches only what it runs: the venv, the broker's jars, Delta's, the registry (not the
+# bench's or the floor broker's jars, which `make setup` and `make test` add)
+demo: $(VENV)/.installed $(CACHE)/jars/kafka/.resolved $(CACHE)/jars/spark/.resolved $(CACHE)/registry/.resolved
 	$(VENV)/bin/python -m devkit.demo
 
 lint: setup

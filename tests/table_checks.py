@@ -37,13 +37,6 @@ def assert_exactly_once(spark: SparkSession, table: Path, produced: list[Produce
     assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)
 
 
-def assert_offsets_once(spark: SparkSession, table: Path, produced: list[Produced]) -> None:
-    """A table of parsed payloads (the value is not kept): each produced record's row once, nothing else."""
-    rows = spark.read.format("delta").load(str(table)).select("topic", "partition", "offset").collect()
-    actual = sorted((r.topic, r.partition, r.offset) for r in rows)
-    assert actual == sorted((p.topic, p.partition, p.offset) for p in produced)
-
-
 def dead_letter_rows(spark: SparkSession, table: Path) -> int:
     """Rows in the dead-letter table next to `table` (0 when nothing ever created it)."""
     path = str(table.parent / f"{table.name}_dead_letter")

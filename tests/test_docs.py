@@ -5,8 +5,8 @@
   the models have, no other, with the models' default wherever it sets a defaulted key.
 - Every repository path (`app/...`, `conf/...`, `docs/...`, ...), dotted module name (`app.x.y`,
   `app.cli.main`), relative link and config key named in README.md and docs/ must exist.
-- The README's "On your own broker" example runs as printed: its config block and its command,
-  against the session's test broker, land every record exactly once.
+- The README's "On your own broker" example is extracted as printed (tests/readme_example.py);
+  tests/test_ingest_job_submit.py runs it against the session's broker.
 """
 
 from __future__ import annotations
@@ -14,21 +14,16 @@ from __future__ import annotations
 import importlib
 import re
 import shlex
-import subprocess
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from pydantic_core import PydanticUndefined
-from pyspark.sql import SparkSession
 
 from devkit.config_reference import FREE_FORM, documented_keys, reference
-from devkit.kafka_broker import EmbeddedKafka
-from devkit.sample_data import produce_json_events
 from tests.job_runner import ROOT
-from tests.kafka_helpers import nothing_left
-from tests.table_checks import assert_exactly_once
+from tests.readme_example import COMMAND, own_broker_example
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
@@ -178,53 +173,6 @@ def test_the_docs_check_fails_on_what_does_not_exist() -> None:
 
 # -- the README's "On your own broker" runs as printed ------------------------------------------
 
-# what the README's example names, and what the test puts in their place (nothing else changes)
-PLACEHOLDERS = {
-    '"localhost:9092"': "bootstrap",
-    '"events"': "topic",
-    '"sharelake-events"': "group",
-    '"/tmp/sharelake/events"': "table",
-}
-COMMAND = ["./spark-submit.sh", "jobs/sharelake.py"]  # the README's command: the checkout's paths, resolved against it
-
-
-def own_broker_example(text: str) -> tuple[str, str]:
-    """The config block and the command block under the README's "On your own broker"."""
-    section = text.split("\n## On your own broker\n", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"^```(\w+)\n(.*?)^```", section, flags=re.S | re.M)
-    assert [lang for lang, _ in blocks] == ["toml", "bash"], "the section holds one toml block, then one bash block"
-    return blocks[0][1], blocks[1][1]
-
-
-def test_readme_example_on_your_own_broker_runs_as_printed(
-    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
-) -> None:
-    config, command = own_broker_example((ROOT / "README.md").read_text())
-    names = {"bootstrap": broker.bootstrap, "topic": f"readme-{unique}", "group": f"g-readme-{unique}"}
-    names["table"] = str(tmp_path / "events")
-    ours = config
-    for placeholder, name in PLACEHOLDERS.items():
-        assert config.count(placeholder) == 1, f"the README's example no longer names {placeholder} once"
-        ours = ours.replace(placeholder, f'"{names[name]}"')
-    printed, run = tomllib.loads(config), tomllib.loads(ours)
-    assert run == {
-        **printed,
-        "kafka": {**printed["kafka"], "bootstrap_servers": names["bootstrap"], "topic": names["topic"],
-                  "group_id": names["group"]},
-        "delta": {**printed["delta"], "table_path": names["table"]},
-    }  # fmt: skip
-    argv = shlex.split(command, comments=True)
-    assert argv[:2] == COMMAND and argv[2:4] == ["ingest", "--config"], command
-    (tmp_path / argv[4]).write_text(ours)
-
-    broker.create_topic(names["topic"], partitions=2)
-    produced = produce_json_events(broker.bootstrap, names["topic"], 300)
-    checkout = [str(ROOT / path) for path in COMMAND]
-    done = subprocess.run([*checkout, *argv[2:]], cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    assert_exactly_once(spark, tmp_path / "events", produced)
-    assert nothing_left(broker, names["topic"], names["group"])
-
 
 def test_the_example_check_fails_on_a_changed_readme() -> None:
     """The extraction refuses a section whose blocks are not one toml block, then one command."""
@@ -232,3 +180,4 @@ def test_the_example_check_fails_on_a_changed_readme() -> None:
         own_broker_example("\n## On your own broker\n```bash\nsharelake ingest\n```\n## Next\n")
     config, command = own_broker_example((ROOT / "README.md").read_text())
     assert shlex.split(command, comments=True)[:2] == COMMAND and "[kafka]" in config
+    # the README's example itself runs in tests/test_ingest_job_submit.py, submitted and installed
