@@ -29,7 +29,6 @@ from devkit.paths import jars_env
 
 VERIFY_CONF = {
     "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.sql.shuffle.partitions": "4",
