@@ -4,10 +4,6 @@ The full run (`SHARELAKE_CHAOS_KILLS=10 SHARELAKE_CHAOS_RECORDS=100000`) is what
 notes quote; CI runs the bounded default (3 kills, 20,000 records). `SHARELAKE_CHAOS_SETS`
 (space-separated section.key=value) runs the job with other settings, e.g.
 `pump.acknowledgement_commit=async`.
-
-Each run is killed once it has written something, at a random moment within two of its append
-cycles; its appends are slowed (`delay@delta_files_written`) so that the backlog outlasts the
-kills on any machine, and the test fails saying so if a kill found it all landed.
 """
 
 from __future__ import annotations
@@ -32,7 +28,6 @@ from tests.waiting import wait_for
 KILLS = int(os.environ.get("SHARELAKE_CHAOS_KILLS", "3"))
 RECORDS = int(os.environ.get("SHARELAKE_CHAOS_RECORDS", "20000"))
 SETS = tuple(os.environ.get("SHARELAKE_CHAOS_SETS", "").split())
-SLOW_S = 1.0  # each append of a run to be killed holds this long with its files written
 
 
 def table_rows(table: Path) -> int:
@@ -56,21 +51,17 @@ def test_random_kill_loop(
     produced = produce_json_events(broker.bootstrap, spec.topic, RECORDS)
 
     def kill_while_ingesting(i: int) -> None:
-        """Start run `i`; once it has written something, kill -9 it at a random (seeded) moment.
-
-        Each of its appends holds SLOW_S with its files written, so a run commits at most 3
-        batches (6,000 records) from its first commit to its kill, whatever the machine's speed:
-        the backlog outlasts the kills."""
+        """Start run `i`; once it has written something, kill -9 it at a random (seeded) moment."""
         before = table_rows(spec.table)
         log = tmp_path / f"kill{i}.log"
-        job = start_job(spec, "run.mode=continuous", faults=f"delay@delta_files_written={SLOW_S}", log=log)
+        job = start_job(spec, "run.mode=continuous", log=log)
         try:
             wait_for(
-                lambda: table_rows(spec.table) > before, 180, interval_s=0.2, give_up=lambda: job.poll() is not None,
+                lambda: table_rows(spec.table) > before, 180, give_up=lambda: job.poll() is not None,
                 failure=lambda: f"scenario not provoked: run {i} wrote nothing (exit {job.poll()})\n"
                 + log.read_text(errors="replace")[-3000:],
             )  # fmt: skip
-            time.sleep(rng.uniform(0.0, 2 * SLOW_S))  # the kill's moment, not a wait for anything
+            time.sleep(rng.uniform(0.0, 3.0))  # the kill's moment, not a wait for anything
             if job.poll() is not None:
                 pytest.fail(f"run {i} exited by itself ({job.poll()}) before its kill:\n{log.read_text()[-3000:]}")
             landed = table_rows(spec.table)
