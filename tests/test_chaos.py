@@ -4,6 +4,11 @@ The full run (`SHARELAKE_CHAOS_KILLS=10 SHARELAKE_CHAOS_RECORDS=100000`) is what
 notes quote; CI runs the bounded default (3 kills, 20,000 records). `SHARELAKE_CHAOS_SETS`
 (space-separated section.key=value) runs the job with other settings, e.g.
 `pump.acknowledgement_commit=async`.
+
+Each run is killed once it has written something, at a random moment up to 3 s later. Before each
+run the backlog is topped up to `SHARELAKE_CHAOS_RECORDS` not yet landed, so every kill strikes a
+run with records to ingest, however fast the machine drained the previous runs; the test fails
+saying so if a kill found it all landed.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from pyspark.sql import SparkSession
 from bench.delta_log import read_commits, rows_in
 from bench.soak import race_counts
 from devkit.kafka_broker import EmbeddedKafka
-from devkit.sample_data import produce_json_events
+from devkit.sample_data import Produced, produce_json_events
 from tests.job_runner import JobSpec, drain_in_process, kill_job, run_summary, start_job
 from tests.kafka_helpers import nothing_left
 from tests.table_checks import assert_exactly_once
@@ -48,11 +53,14 @@ def test_random_kill_loop(
     )
     spec = JobSpec(broker, f"chaos-{unique}", f"g-{unique}", tmp_path / "table", lock_ms=4000, settings=(*mode, *SETS))
     broker.create_topic(spec.topic, partitions=3)
-    produced = produce_json_events(broker.bootstrap, spec.topic, RECORDS)
+    produced: list[Produced] = []
 
     def kill_while_ingesting(i: int) -> None:
-        """Start run `i`; once it has written something, kill -9 it at a random (seeded) moment."""
+        """Top the backlog up, start run `i`; once it has written something, kill -9 it at a random moment."""
         before = table_rows(spec.table)
+        top_up = RECORDS - (len(produced) - before)
+        if top_up > 0:
+            produced.extend(produce_json_events(broker.bootstrap, spec.topic, top_up, start=len(produced)))
         log = tmp_path / f"kill{i}.log"
         job = start_job(spec, "run.mode=continuous", log=log)
         try:
@@ -78,7 +86,8 @@ def test_random_kill_loop(
     final = run_summary(tmp_path / "final.log")
     replans, refused = race_counts([*(tmp_path / f"kill{i}.log" for i in range(KILLS)), tmp_path / "final.log"])
     print(
-        f"chaos: {KILLS} kills, {len(produced)} records, {rows_before_drain} rows before the final run, "
+        f"chaos: {KILLS} kills, {len(produced)} records (topped up to {RECORDS} not landed before each run), "
+        f"{rows_before_drain} rows before the final run, "
         f"{replans} re-planned appends and {refused} refused commits in all runs; final run: {final}"
     )
     assert (replans, refused) == (0, 0)  # each killed job was dead before the next started: no race
