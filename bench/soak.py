@@ -188,11 +188,15 @@ class Job:
         return self.proc.returncode
 
 
-def restart(broker: EmbeddedKafka, down_s: float) -> None:
-    """SIGKILL the broker, leave it down for `down_s`, start it again on its own data and ports."""
+def restart(broker: EmbeddedKafka, down_s: float, failures: list[BaseException]) -> None:
+    """SIGKILL the broker, leave it down for `down_s`, start it again on its own data and ports
+    (in a thread: a start that fails goes to `failures`, for the soak to fail with)."""
     broker.kill()
     time.sleep(down_s)
-    broker.start()
+    try:
+        broker.start()
+    except BaseException as e:  # noqa: BLE001 - reported by the soak's loop
+        failures.append(e)
 
 
 def calibrate(broker: EmbeddedKafka, topic: str, tail: CommitTail, records: int, timeout_s: float) -> float:
@@ -244,6 +248,7 @@ def run_soak(
     job = Job(ctx, group, table)
     producer: RateProducer | None = None
     restarting: threading.Thread | None = None
+    restart_failures: list[BaseException] = []
     rows = 0
     try:
         measured = calibrate(broker, topic, tail, calibrate_records, timeout_s=600)
@@ -258,6 +263,8 @@ def run_soak(
         next_fault = fault_every_s
         planned = math.ceil(duration_s / fault_every_s - 1e-9) - 1  # one at each fault_every_s before duration_s
         while (now := time.monotonic() - t0) < duration_s or len(run.faults) < planned:
+            if restart_failures:
+                raise RuntimeError(f"the broker did not come back after its kill -9: {restart_failures[0]!r}")
             last = run.faults[-1] if run.faults else None
             back = last is None or (landed_since_settled(run, last) and not (restarting and restarting.is_alive()))
             if now >= next_fault and len(run.faults) < planned and back:
@@ -268,7 +275,9 @@ def run_soak(
                 if fault.kind.startswith("driver"):
                     job.kill9()
                 else:  # in the background: the sampling goes on through the outage
-                    restarting = threading.Thread(target=restart, args=(broker, broker_down_s), daemon=True)
+                    restarting = threading.Thread(
+                        target=restart, args=(broker, broker_down_s, restart_failures), daemon=True
+                    )
                     restarting.start()
                 next_fault += fault_every_s
             elif last is not None and not back and now - last.at_s > recover_timeout_s:
@@ -293,6 +302,8 @@ def run_soak(
             time.sleep(sample_s)
         if restarting is not None:
             restarting.join(300)
+            if restart_failures:
+                raise RuntimeError(f"the broker did not come back after its kill -9: {restart_failures[0]!r}")
         producer.stop()
         producer.join(120)
         if producer.failure is not None:
