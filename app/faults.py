@@ -8,6 +8,10 @@ comma-separated rules, read at every hit so a test can change it in-process:
     error@before_delta_commit#2    raise InjectedFault at the first 2 hits
     delay@before_delta_commit=3.5  sleep 3.5 s at every hit
     delay@before_delta_commit#3=20 sleep 20 s at the third hit only
+    wait@delta_files_written#2=/tmp/go
+                                   at the second hit, create /tmp/go.waiting and wait until
+                                   /tmp/go exists (at most WAIT_LIMIT_S): a test orders a race by
+                                   what it waits for before it creates the file
 
 Points: before_delta_commit (planned; the append's transaction not started), delta_files_written
 (its data files written, not committed: nothing references them), before_delta_recommit (Delta
@@ -29,8 +33,10 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 ENV = "SHARELAKE_FAULTS"
+WAIT_LIMIT_S = 300.0  # a `wait` rule goes on after this long even if its file never appears
 _hits: Counter[str] = Counter()
 _lock = threading.Lock()
 _suspended = threading.local()  # per thread: the warm-up's own writes are not the ones under test
@@ -71,6 +77,16 @@ def hit(point: str) -> None:
             raise InjectedFault(f"injected failure at {point} (hit {n})")
         elif action == "delay" and count in (0, n):
             time.sleep(float(arg))
+        elif action == "wait" and count in (0, n):
+            _wait_for_file(Path(arg))
+
+
+def _wait_for_file(go: Path) -> None:
+    """Announce the wait (`<go>.waiting`), then wait until `go` exists or WAIT_LIMIT_S passed."""
+    go.with_name(go.name + ".waiting").touch()
+    deadline = time.monotonic() + WAIT_LIMIT_S
+    while not go.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def reset() -> None:
@@ -81,7 +97,7 @@ def reset() -> None:
 def _rules() -> list[tuple[str, str, int, str]]:
     """(action, point, count, argument) of each rule: `action@point[#count][=argument]`.
 
-    A missing count is 1 for kill and error, and 0 (every hit) for delay.
+    A missing count is 1 for kill, error and wait, and 0 (every hit) for delay.
     """
     rules = []
     for rule in os.environ.get(ENV, "").split(","):

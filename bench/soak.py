@@ -11,8 +11,13 @@ supervisor, is started again at once whenever it dies. The run:
 2. **steady**: a rate producer offers `fraction` of that maximum for `duration_s`; every
    `fault_every_s` a fault strikes, in the order `pattern` gives: `D` a SIGKILL of the driver's
    whole process group (the job is started again at once), `B` a SIGKILL of the broker (started
-   again on its own data after `broker_down_s`);
-3. **drain**: the producer stops; once every delivered record is a row the job is stopped with SIGTERM;
+   again on its own data after `broker_down_s`). A fault never strikes before the job has landed
+   rows again after the previous one (counted from SETTLE_S after it): on a slow machine a broker's
+   restart alone took 20 s, so it waits for that rather than striking a job still recovering. If no
+   row lands within `recover_timeout_s` of a fault, the soak fails saying so. The steady phase runs
+   until every fault of `duration_s` has struck, past `duration_s` when the job recovered slowly;
+3. **drain**: the producer stops; once every delivered record is a row the job is stopped with
+   SIGTERM (a drain that does not finish within `drain_timeout_s` fails the soak);
 4. **check**: Spark counts the rows, the distinct `(topic, partition, offset)` and the distinct keys
    (each produced id once), and the dead-letter rows.
 
@@ -29,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import signal
 import statistics
@@ -83,6 +89,7 @@ class Sample:
 class Fault:
     kind: str  # "driver kill -9" / "broker kill -9 + restart"
     at_s: float  # since the steady phase began
+    lag_at: int = 0  # records offered and not in a commit when it struck (0: it hit an idle job)
     recovered_s: float = -1.0  # until the lag was back under RECOVERED_LAG_S of load; -1 = not before the next fault
     peak_lag: int = 0  # the largest lag sampled between the fault and its recovery (or the next fault)
     lag_left: int = 0  # the lag when the next fault (or the run's end) came, if it had not recovered
@@ -181,11 +188,15 @@ class Job:
         return self.proc.returncode
 
 
-def restart(broker: EmbeddedKafka, down_s: float) -> None:
-    """SIGKILL the broker, leave it down for `down_s`, start it again on its own data and ports."""
+def restart(broker: EmbeddedKafka, down_s: float, failures: list[BaseException]) -> None:
+    """SIGKILL the broker, leave it down for `down_s`, start it again on its own data and ports
+    (in a thread: a start that fails goes to `failures`, for the soak to fail with)."""
     broker.kill()
     time.sleep(down_s)
-    broker.start()
+    try:
+        broker.start()
+    except BaseException as e:  # noqa: BLE001 - reported by the soak's loop
+        failures.append(e)
 
 
 def calibrate(broker: EmbeddedKafka, topic: str, tail: CommitTail, records: int, timeout_s: float) -> float:
@@ -216,6 +227,7 @@ def run_soak(
     broker_down_s: float = 5.0,
     sample_s: float = 2.0,
     drain_timeout_s: float = 300.0,
+    recover_timeout_s: float = 180.0,
     spark: SparkSession | None = None,
     sets: tuple[str, ...] = (),
     warm_s: float = WARM_S,
@@ -236,6 +248,7 @@ def run_soak(
     job = Job(ctx, group, table)
     producer: RateProducer | None = None
     restarting: threading.Thread | None = None
+    restart_failures: list[BaseException] = []
     rows = 0
     try:
         measured = calibrate(broker, topic, tail, calibrate_records, timeout_s=600)
@@ -248,17 +261,30 @@ def run_soak(
         producer.start()
         t0 = time.monotonic()
         next_fault = fault_every_s
-        while (now := time.monotonic() - t0) < duration_s:
-            if now >= next_fault:
-                fault = Fault(FAULT_KINDS[pattern[len(run.faults) % len(pattern)]], now)
+        planned = math.ceil(duration_s / fault_every_s - 1e-9) - 1  # one at each fault_every_s before duration_s
+        while (now := time.monotonic() - t0) < duration_s or len(run.faults) < planned:
+            if restart_failures:
+                raise RuntimeError(f"the broker did not come back after its kill -9: {restart_failures[0]!r}")
+            last = run.faults[-1] if run.faults else None
+            back = last is None or (landed_since_settled(run, last) and not (restarting and restarting.is_alive()))
+            if now >= next_fault and len(run.faults) < planned and back:
+                kind = FAULT_KINDS[pattern[len(run.faults) % len(pattern)]]
+                fault = Fault(kind, now, lag_at=calibrate_records + producer.sent - rows)
                 run.faults.append(fault)
                 log.info("soak: %s at %.0f s", fault.kind, now)
                 if fault.kind.startswith("driver"):
                     job.kill9()
                 else:  # in the background: the sampling goes on through the outage
-                    restarting = threading.Thread(target=restart, args=(broker, broker_down_s), daemon=True)
+                    restarting = threading.Thread(
+                        target=restart, args=(broker, broker_down_s, restart_failures), daemon=True
+                    )
                     restarting.start()
                 next_fault += fault_every_s
+            elif last is not None and not back and now - last.at_s > recover_timeout_s:
+                raise RuntimeError(
+                    f"the job landed no row within {recover_timeout_s:.0f} s of the {last.kind} at {last.at_s:.0f} s "
+                    f"(counting from {SETTLE_S:.0f} s after it)"
+                )
             if not job.alive():  # died by itself: that is a finding, but keep the load flowing
                 log.warning(
                     "soak: the job exited with %s; starting it again", job.proc.returncode if job.proc else None
@@ -276,6 +302,8 @@ def run_soak(
             time.sleep(sample_s)
         if restarting is not None:
             restarting.join(300)
+            if restart_failures:
+                raise RuntimeError(f"the broker did not come back after its kill -9: {restart_failures[0]!r}")
         producer.stop()
         producer.join(120)
         if producer.failure is not None:
@@ -289,6 +317,8 @@ def run_soak(
             rows += rows_in(tail.new())
         run.drained_s = time.monotonic() - stopped
         run.drained_rows = rows
+        if rows < run.delivered:
+            raise TimeoutError(f"the drain: {rows:,} of {run.delivered:,} rows after {drain_timeout_s:.0f} s")
     except Exception as e:
         log.exception("soak failed")
         run.error = repr(e)
@@ -304,6 +334,13 @@ def run_soak(
     if not run.error:
         _check(run, spark, table, topic)
     return run
+
+
+def landed_since_settled(run: SoakRun, fault: Fault) -> bool:
+    """Whether the job has landed rows since `fault` settled (the first sample SETTLE_S after it):
+    what `Fault.landed` counts, so far."""
+    settled = [s for s in run.samples if s.t_s >= fault.at_s + SETTLE_S]
+    return len(settled) > 1 and settled[-1].rows > settled[0].rows
 
 
 def _recoveries(run: SoakRun) -> None:

@@ -4,6 +4,11 @@ The full run (`SHARELAKE_CHAOS_KILLS=10 SHARELAKE_CHAOS_RECORDS=100000`) is what
 notes quote; CI runs the bounded default (3 kills, 20,000 records). `SHARELAKE_CHAOS_SETS`
 (space-separated section.key=value) runs the job with other settings, e.g.
 `pump.acknowledgement_commit=async`.
+
+Each run is killed once it has written something, at a random moment up to 3 s later. Before each
+run the backlog is topped up to `SHARELAKE_CHAOS_RECORDS` not yet landed, so every kill strikes a
+run with records to ingest, however fast the machine drained the previous runs; the test fails
+saying so if a kill found it all landed.
 """
 
 from __future__ import annotations
@@ -16,21 +21,23 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from bench.delta_log import read_commits, rows_in
 from bench.soak import race_counts
 from devkit.kafka_broker import EmbeddedKafka
-from devkit.sample_data import produce_json_events
+from devkit.sample_data import Produced, produce_json_events
 from tests.job_runner import JobSpec, drain_in_process, kill_job, run_summary, start_job
+from tests.kafka_helpers import nothing_left
 from tests.table_checks import assert_exactly_once
+from tests.waiting import wait_for
 
 KILLS = int(os.environ.get("SHARELAKE_CHAOS_KILLS", "3"))
 RECORDS = int(os.environ.get("SHARELAKE_CHAOS_RECORDS", "20000"))
 SETS = tuple(os.environ.get("SHARELAKE_CHAOS_SETS", "").split())
 
 
-def table_rows(spark: SparkSession, table: Path) -> int:
-    if not list((table / "_delta_log").glob("*.json")):  # no table yet, or its first commit under way
-        return 0
-    return int(spark.read.format("delta").load(str(table)).count())
+def table_rows(table: Path) -> int:
+    """Rows the table's commits hold, from its log (no Spark job while the job runs; 0 before it exists)."""
+    return rows_in(read_commits(table))
 
 
 @pytest.mark.chaos
@@ -46,29 +53,44 @@ def test_random_kill_loop(
     )
     spec = JobSpec(broker, f"chaos-{unique}", f"g-{unique}", tmp_path / "table", lock_ms=4000, settings=(*mode, *SETS))
     broker.create_topic(spec.topic, partitions=3)
-    produced = produce_json_events(broker.bootstrap, spec.topic, RECORDS)
+    produced: list[Produced] = []
 
-    kills = 0
-    for i in range(KILLS):
-        before = table_rows(spark, spec.table)
-        job = start_job(spec, "run.mode=continuous", log=tmp_path / f"kill{i}.log")
-        # wait until this run has written something, then kill it at a random moment
-        deadline = time.monotonic() + 90
-        while table_rows(spark, spec.table) == before and job.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.5)
-        time.sleep(rng.uniform(0.0, 3.0))
-        if job.poll() is None:
+    def kill_while_ingesting(i: int) -> None:
+        """Top the backlog up, start run `i`; once it has written something, kill -9 it at a random moment."""
+        before = table_rows(spec.table)
+        top_up = RECORDS - (len(produced) - before)
+        if top_up > 0:
+            produced.extend(produce_json_events(broker.bootstrap, spec.topic, top_up, start=len(produced)))
+        log = tmp_path / f"kill{i}.log"
+        job = start_job(spec, "run.mode=continuous", log=log)
+        try:
+            wait_for(
+                lambda: table_rows(spec.table) > before, 180, give_up=lambda: job.poll() is not None,
+                failure=lambda: f"scenario not provoked: run {i} wrote nothing (exit {job.poll()})\n"
+                + log.read_text(errors="replace")[-3000:],
+            )  # fmt: skip
+            time.sleep(rng.uniform(0.0, 3.0))  # the kill's moment, not a wait for anything
+            if job.poll() is not None:
+                pytest.fail(f"run {i} exited by itself ({job.poll()}) before its kill:\n{log.read_text()[-3000:]}")
+            landed = table_rows(spec.table)
+        finally:
             kill_job(job)
-            kills += 1
-    rows_before_drain = table_rows(spark, spec.table)
+        if landed >= len(produced):
+            pytest.fail(f"scenario not provoked: the backlog had all landed before kill {i} ({landed:,} rows)")
+
+    for i in range(KILLS):
+        kill_while_ingesting(i)
+    rows_before_drain = table_rows(spec.table)
 
     assert drain_in_process(spark, spec, tmp_path / "final.log", idle_ms=10_000) == 0
     final = run_summary(tmp_path / "final.log")
     replans, refused = race_counts([*(tmp_path / f"kill{i}.log" for i in range(KILLS)), tmp_path / "final.log"])
     print(
-        f"chaos: {kills} kills, {len(produced)} records, {rows_before_drain} rows before the final run, "
+        f"chaos: {KILLS} kills, {len(produced)} records (topped up to {RECORDS} not landed before each run), "
+        f"{rows_before_drain} rows before the final run, "
         f"{replans} re-planned appends and {refused} refused commits in all runs; final run: {final}"
     )
-    assert kills == KILLS
     assert (replans, refused) == (0, 0)  # each killed job was dead before the next started: no race
     assert_exactly_once(spark, spec.table, produced)
+    if group_type == "share":  # a consumer group's position is its committed offsets, not a share delivery
+        assert nothing_left(broker, spec.topic, spec.group)
