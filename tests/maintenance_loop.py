@@ -35,7 +35,7 @@ class Maintenance(threading.Thread):
     ):
         super().__init__(name="maintenance", daemon=True)
         self.spark, self.table, self.pause_s = spark, str(table), pause_s
-        self.steps = [step for step, on in ((self._maintain, optimize), (self._append, foreign)) if on]
+        self.steps = [step for step, on in ((self._maintain, optimize), (self.append_foreign, foreign)) if on]
         self.stop = threading.Event()
         self.optimized_files = self.vacuums = self.foreign_rows = self.rounds = 0
         self.conflicts: list[str] = []
@@ -65,7 +65,8 @@ class Maintenance(threading.Thread):
             self.optimized_files += result.files_compacted
             self.vacuums += 1
 
-    def _append(self) -> None:
+    def append_foreign(self) -> None:
+        """One foreign append: a few of the table's rows again, as another topic's (negative offsets)."""
         rows = self.spark.read.format("delta").load(self.table).where(F.col("topic") != FOREIGN).limit(5)
         rows = rows.withColumn("topic", F.lit(FOREIGN)).withColumn("offset", -F.col("offset") - 1)
         n = rows.count()

@@ -15,9 +15,10 @@ from pyspark.sql import functions as F
 from bench.delta_log import added_files
 from devkit.kafka_broker import EmbeddedKafka
 from devkit.sample_data import produce_json_events
-from tests.job_runner import JobSpec, drain_in_process, drain_job, run_summary
+from tests.job_runner import JobSpec, drain_in_process, drain_job, kill_job, run_summary, start_job
 from tests.maintenance_loop import Maintenance
 from tests.table_checks import assert_exactly_once
+from tests.waiting import wait_for
 
 
 @pytest.mark.parametrize(
@@ -46,16 +47,29 @@ def test_kill_at_a_fault_point_then_restart(
     # plain append: its files-written point is the second batch's)
     faults = {"delta_files_written": "kill@delta_files_written#1", "after_accept": "kill@after_accept#2"}.get(point)
     foreign = None
-    if point == "before_delta_recommit":  # another writer appends every 0.2 s; each written append of
-        faults = "delay@delta_files_written=1,kill@before_delta_recommit#1"  # ours waits 1 s: a conflict
-        foreign = Maintenance(spark, spec.table, optimize=False, pause_s=0.2)
-        foreign.start()
-    try:
+    if point == "before_delta_recommit":
+        # a forced order: the job's second append is held with its files written until another
+        # writer has committed to the table, so Delta must refuse it, and the kill strikes before the
+        # same files are committed again
+        go = tmp_path / "foreign-committed"
+        foreign = Maintenance(spark, spec.table, optimize=False)
+        rules = f"wait@delta_files_written#1={go},kill@before_delta_recommit#1"
+        until_drained = ("run.mode=until-drained", "run.idle_timeout_ms=6000")
+        job = start_job(spec, *until_drained, faults=rules, log=tmp_path / "run1.log")
+        try:
+            wait_for(
+                go.with_name(go.name + ".waiting").exists,
+                180,
+                "scenario not provoked: the job's second append never reached its files-written point",
+                give_up=lambda: job.poll() is not None,
+            )
+            foreign.append_foreign()
+            go.touch()
+            rc = job.wait(180)
+        finally:
+            kill_job(job)
+    else:
         rc = drain_job(spec, tmp_path / "run1.log", faults=faults or "")
-    finally:
-        if foreign is not None:
-            foreign.stop.set()
-            foreign.join(60)
     log1 = (tmp_path / "run1.log").read_text(errors="replace")
     assert rc != 0, log1[-2000:]
     mine = F.col("topic") == spec.topic
