@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from app.config import load_config
 from app.sink.table_location import TableLocation
+
+REQUIRED = ["kafka.bootstrap_servers=h:1", "kafka.topic=t", "kafka.group_id=g"]
 
 
 @pytest.mark.parametrize(
@@ -67,3 +70,48 @@ def test_a_catalog_name_is_located_at_start() -> None:
     assert located != TableLocation.at("s3a://bucket/warehouse/db.db/events")  # a name is part of the address
     with pytest.raises(AttributeError):
         located.path = "elsewhere"  # type: ignore[misc]  # frozen
+
+
+def test_the_config_gives_each_table_one_location() -> None:
+    cfg = load_config(None, [*REQUIRED, "delta.table_path=s3a://bucket/events/"])
+    assert [r.location for r in cfg.routes()] == [TableLocation.at("s3a://bucket/events")]
+    assert cfg.dead_letter_table == TableLocation.at("s3a://bucket/events_dead_letter")  # <path>_dead_letter
+    assert cfg.table_locations() == [TableLocation.at("s3a://bucket/events"), cfg.dead_letter_table]
+    given = load_config(None, [*REQUIRED, "delta.table_path=/t/e", "dead_letter.table_path=/t/dead/"])
+    assert given.dead_letter_table == TableLocation.at("/t/dead") and given.dead_letter_key == "dead_letter.table_path"
+
+
+def test_a_named_table_and_its_dead_letter_table_are_located_by_the_catalog() -> None:
+    cfg = load_config(None, [*REQUIRED, "delta.table_name=db.events"])
+    assert cfg.routes()[0].location == TableLocation.named("db.events")
+    assert cfg.dead_letter_table == TableLocation.named("db.events_dead_letter")
+    assert cfg.dead_letter_key == "dead_letter.table_name"
+    asked: list[tuple[str, str]] = []
+
+    def locate(name: str, key: str) -> str:
+        asked.append((name, key))
+        return f"/warehouse/{name}/"
+
+    cfg.locate_tables(locate)
+    assert asked == [("db.events", "delta.table_name"), ("db.events_dead_letter", "dead_letter.table_name")]
+    assert cfg.table_locations() == [
+        TableLocation("/warehouse/db.events", "db.events"),
+        TableLocation("/warehouse/db.events_dead_letter", "db.events_dead_letter"),
+    ]
+
+
+def test_routed_topics_on_one_table_written_two_ways_share_it() -> None:
+    cfg = load_config(
+        None,
+        [
+            "kafka.bootstrap_servers=h:1",
+            "kafka.group_id=g",
+            'kafka.topics=["orders", "audit"]',
+            "topics.orders.table_path=s3a://bucket/orders",
+            "topics.audit.table_path=s3a://bucket/orders/",
+            "dead_letter.table_path=s3a://bucket/dead",
+        ],
+    )
+    assert [(r.topics, r.location) for r in cfg.routes()] == [
+        (("orders", "audit"), TableLocation.at("s3a://bucket/orders"))
+    ]
