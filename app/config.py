@@ -24,6 +24,7 @@ from app.secrets import is_secret_key, resolve_secret
 from app.sink.formats import FORMATS, PayloadSettings
 from app.sink.formats.base import FormatSettings
 from app.sink.formats.raw import RawSettings
+from app.sink.table_location import TableLocation
 
 __all__ = ["ConfigError", "Route", "SharelakeConfig", "load_config"]
 
@@ -436,14 +437,13 @@ class TopicRoute(_Section):
 class Route:
     """One destination: its topics, its main table, how their values are read (`SharelakeConfig.routes`).
 
-    A table named in the catalog (`table_name`) has its `table_path` (its location) once
-    `SharelakeConfig.locate_tables` ran, at the job's start."""
+    A table named in the catalog (`location.name`) has its path once `SharelakeConfig.locate_tables`
+    ran, at the job's start."""
 
     topics: tuple[str, ...]
-    table_path: str
+    location: TableLocation
     payload: FormatSettings
     key: str  # the config key naming its table, for error lines
-    table_name: str | None = None
 
 
 def _one_table(section: str, path: str | None, name: str | None, required: bool = True) -> None:
@@ -451,6 +451,17 @@ def _one_table(section: str, path: str | None, name: str | None, required: bool 
         raise ValueError(f"{section}.table_path and {section}.table_name both name the table: keep one")
     if required and path is None and name is None:
         raise ValueError(f"{section} needs table_path (a path) or table_name (a catalog name, db.table)")
+
+
+def _location(path: str | None, name: str | None, main: TableLocation | None = None) -> TableLocation:
+    """The table a `table_path` / `table_name` pair names (the checks above passed); neither: the
+    dead-letter table of `main`."""
+    if path is not None:
+        return TableLocation.at(path)
+    if name is not None:
+        return TableLocation.named(name)
+    assert main is not None, "a table needs a path or a name"
+    return main.dead_letter()
 
 
 def _merge_payload(default: Any, override: Any) -> Any:
@@ -488,7 +499,7 @@ class SharelakeConfig(_Section):
         "keys and secrets never on the command line (`docs/storage.md`).",
     )
     _routes: list[Route] = PrivateAttr(default_factory=list)
-    _dead_letter_location: str | None = PrivateAttr(default=None)
+    _dead_letter_table: TableLocation = PrivateAttr(default=TableLocation(""))
 
     @model_validator(mode="before")
     @classmethod
@@ -537,8 +548,9 @@ class SharelakeConfig(_Section):
             if self.topics:
                 raise ValueError("[topics.<name>] sections route kafka.topics; with kafka.topic use delta.table_path")
             key = "delta.table_path" if self.delta.table_name is None else "delta.table_name"
-            where = self.delta.table_path or ""  # a name's location comes at start (locate_tables)
-            self._routes = [Route((self.kafka.topic,), where, self.payload, key, self.delta.table_name)]
+            where = _location(self.delta.table_path, self.delta.table_name)  # a name's path comes at start
+            self._routes = [Route((self.kafka.topic,), where, self.payload, key)]
+            self._dead_letter_table = _location(self.dead_letter.table_path, self.dead_letter.table_name, where)
             return self
         subscribed = self.kafka.subscribed
         unrouted = [t for t in subscribed if t not in self.topics]
@@ -557,25 +569,23 @@ class SharelakeConfig(_Section):
                 "kafka.topics needs dead_letter.table_path (or dead_letter.table_name): the one dead-letter "
                 "table all topics share"
             )
-        by_table: dict[str, list[str]] = {}
+        by_table: dict[TableLocation, list[str]] = {}
         for topic in subscribed:
             route = self.topics[topic]
             _one_table(f"topics.{topic}", route.table_path, route.table_name)
-            by_table.setdefault(route.table_path or f"name:{route.table_name}", []).append(topic)
+            by_table.setdefault(_location(route.table_path, route.table_name), []).append(topic)
         routes = []
         for table, names in by_table.items():
             payloads = [self.topics[t].payload for t in names]
             if any(p != payloads[0] for p in payloads):
                 raise ValueError(
-                    f"topics {', '.join(names)} share the table {table} but read their values differently: "
-                    "one payload per table"
+                    f"topics {', '.join(names)} share the table {table.path or f'name:{table.name}'} but read "
+                    "their values differently: one payload per table"
                 )
-            first = self.topics[names[0]]
-            if first.table_name is None:
-                routes.append(Route(tuple(names), table, payloads[0], f"topics.{names[0]}.table_path"))
-            else:
-                routes.append(Route(tuple(names), "", payloads[0], f"topics.{names[0]}.table_name", first.table_name))
+            key = f"topics.{names[0]}.table_path" if table.name is None else f"topics.{names[0]}.table_name"
+            routes.append(Route(tuple(names), table, payloads[0], key))
         self._routes = routes
+        self._dead_letter_table = _location(self.dead_letter.table_path, self.dead_letter.table_name)
         return self
 
     def routes(self) -> list[Route]:
@@ -583,41 +593,29 @@ class SharelakeConfig(_Section):
         return list(self._routes)
 
     @property
-    def dead_letter_name(self) -> str | None:
-        """The dead-letter table's catalog name, when it is addressed by name (given, or the main
-        table's name + "_dead_letter")."""
-        if self.dead_letter.table_path is not None:
-            return None
-        if self.dead_letter.table_name is not None:
-            return self.dead_letter.table_name
-        return None if self.delta.table_name is None else self.delta.table_name + "_dead_letter"
+    def dead_letter_table(self) -> TableLocation:
+        """The dead-letter table: given (by path or name), else the main table's path (or name) +
+        `_dead_letter`; a named one has its path once `locate_tables` ran."""
+        return self._dead_letter_table
 
     @property
     def dead_letter_key(self) -> str:
-        return "dead_letter.table_path" if self.dead_letter_name is None else "dead_letter.table_name"
+        return "dead_letter.table_path" if self._dead_letter_table.name is None else "dead_letter.table_name"
 
-    @property
-    def dead_letter_path(self) -> str:
-        """The dead-letter table's location (of a named one: once `locate_tables` ran)."""
-        if self._dead_letter_location is not None:
-            return self._dead_letter_location
-        if self.dead_letter.table_path is not None:
-            return self.dead_letter.table_path
-        return str(self.delta.table_path).rstrip("/") + "_dead_letter"
-
-    def table_locations(self) -> list[str]:
-        """Every table the job writes: the main tables, then the dead-letter table (by location:
-        after `locate_tables` when a table is named)."""
-        return [*(r.table_path for r in self._routes), self.dead_letter_path]
+    def table_locations(self) -> list[TableLocation]:
+        """Every table the job writes: the main tables, then the dead-letter table (located, after
+        `locate_tables`, when a table is named)."""
+        return [*(r.location for r in self._routes), self._dead_letter_table]
 
     def locate_tables(self, locate: Callable[[str, str], str]) -> None:
-        """Give each table named in the catalog its location: `locate(name, config key)` (at start,
+        """Give each table named in the catalog its path: `locate(name, config key)` (at start,
         with the session's catalog: app.sink.catalog_tables.locate_table)."""
-        self._routes = [
-            r if r.table_name is None else replace(r, table_path=locate(r.table_name, r.key)) for r in self._routes
-        ]
-        if self.dead_letter_name is not None:
-            self._dead_letter_location = locate(self.dead_letter_name, self.dead_letter_key)
+
+        def located(where: TableLocation, key: str) -> TableLocation:
+            return where if where.name is None else where.located(locate(where.name, key))
+
+        self._routes = [replace(r, location=located(r.location, r.key)) for r in self._routes]
+        self._dead_letter_table = located(self._dead_letter_table, self.dead_letter_key)
 
 
 # sections whose keys are another tool's dotted names (librdkafka's, Spark's): `--set` keeps the rest whole

@@ -193,5 +193,5 @@ def read_group_status(spark: SparkSession, cfg: SharelakeConfig) -> GroupStatus:
         close_admin(spark, admin)
     locate_tables(spark, cfg)  # tables by catalog name
     now = time.time()
-    tables = [last_sharelake_commit(spark, location, now) for location in cfg.table_locations()]
+    tables = [last_sharelake_commit(spark, location.path, now) for location in cfg.table_locations()]
     return GroupStatus(group.group_id, group.state, group.members, group.partitions, tables, now)

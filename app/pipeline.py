@@ -92,8 +92,7 @@ class RunSummary:
 
 def route_note(route: Route) -> str:
     """One destination for the banner: topics -> table, payload (a registry's URL never holds credentials)."""
-    table = route.table_path if route.table_name is None else f"{route.table_name} (at {route.table_path})"
-    return f"{', '.join(route.topics)} -> table {table}, payload {payload_note(route.payload)}"
+    return f"{', '.join(route.topics)} -> table {route.location.describe()}, payload {payload_note(route.payload)}"
 
 
 def payload_note(p: FormatSettings) -> str:
@@ -139,7 +138,7 @@ def log_banner(cfg: SharelakeConfig, facts: KafkaFacts, group: GroupType, lock_m
         facts.partitions,
         group.describe(cfg.kafka, facts.group_settings, facts.broker_lock_cap, lock_ms),
         "\n  ".join(route_note(r) for r in cfg.routes()),
-        cfg.dead_letter_path if cfg.dead_letter_name is None else f"{cfg.dead_letter_name} (at {cfg.dead_letter_path})",
+        cfg.dead_letter_table.describe(),
         cfg.run.mode,
         sized,
         pump.max_poll_records,
@@ -166,8 +165,8 @@ def hold_writer_leases(
 ) -> list[WriterLease]:
     """The writer lease of each table on a store without mutual exclusion (S3), each table's writer
     checking it before every commit; ConfigError when another live job holds one."""
-    writers = {d.table.table_path: d.table.writer for d in destinations} | {dead.table_path: dead.writer}
-    tables = [(r.table_path, r.key) for r in cfg.routes()] + [(cfg.dead_letter_path, cfg.dead_letter_key)]
+    writers = {d.table.location: d.table.writer for d in destinations} | {dead.location: dead.writer}
+    tables = [(r.location, r.key) for r in cfg.routes()] + [(cfg.dead_letter_table, cfg.dead_letter_key)]
     leases = hold_leases(spark, tables, cfg.delta.writer_lease_s, cfg.kafka.group_id)
     for lease in leases:
         writers[lease.location].before_commit = lease.check

@@ -21,6 +21,7 @@ from app.consume.group_client import GroupType
 from app.consume.group_settings import AUTHORIZATION, DELIVERY_LIMIT, broker_lock_cap, read_broker_settings
 from app.error_lines import one_line
 from app.sink.catalog_tables import locate_tables
+from app.sink.table_location import TableLocation
 from app.sink.writer_lease import LEASE_FILE
 
 BROKER_TIMEOUT_S = 15.0  # how long start-up waits for a broker to answer
@@ -144,15 +145,16 @@ def _ours(name: str) -> bool:
     return PROBE_PREFIX in name or name == LEASE_FILE.split("/")[0]
 
 
-def check_table_path(spark: SparkSession, table_path: str, key: str = "delta.table_path") -> None:
+def check_table_path(spark: SparkSession, location: TableLocation, key: str = "delta.table_path") -> None:
     """The path is a Delta table, or empty / absent (the first write creates it), and writable."""
+    table_path = location.path
     sc = spark.sparkContext
     jvm = sc._jvm
     assert jvm is not None and sc._jsc is not None
     path = jvm.org.apache.hadoop.fs.Path(table_path)
     try:
         fs = path.getFileSystem(sc._jsc.hadoopConfiguration())
-        log_dir = jvm.org.apache.hadoop.fs.Path(path, "_delta_log")
+        log_dir = jvm.org.apache.hadoop.fs.Path(location.delta_log)
         if fs.exists(path) and not fs.exists(log_dir):
             # another job starting on the same new table may be probing it right now: its probe is not data
             held = [s for s in fs.listStatus(path) if not _ours(s.getPath().getName())]
@@ -194,6 +196,6 @@ def check_start(
     check_dead_letter_cap(cfg, facts.group_settings)
     locate_tables(spark, cfg)  # tables by catalog name
     for route in cfg.routes():
-        check_table_path(spark, route.table_path, key=route.key)
-    check_table_path(spark, cfg.dead_letter_path, key=cfg.dead_letter_key)
+        check_table_path(spark, route.location, key=route.key)
+    check_table_path(spark, cfg.dead_letter_table, key=cfg.dead_letter_key)
     return facts

@@ -44,12 +44,11 @@ def replay_dead_letters(
     spark: SparkSession, cfg: SharelakeConfig, where: str | None = None, to_topic: str | None = None
 ) -> ReplayResult:
     locate_tables(spark, cfg)
-    path = cfg.dead_letter_path
+    path = cfg.dead_letter_table.path
     if not DeltaTable.isDeltaTable(spark, path):
-        shown = path if cfg.dead_letter_name is None else f"{cfg.dead_letter_name} (at {path})"
         raise ConfigError(
-            f"{cfg.dead_letter_key} = {shown!r}: no dead-letter table there yet; point it at the table the "
-            "ingest job writes (default: the main table's + '_dead_letter')"
+            f"{cfg.dead_letter_key} = {cfg.dead_letter_table.describe()!r}: no dead-letter table there yet; point it "
+            "at the table the ingest job writes (default: the main table's + '_dead_letter')"
         )
     rows = spark.read.format("delta").load(path).where(F.col("replayed_at").isNull())
     if where:

@@ -31,6 +31,7 @@ from app.bridge.arrow_rows import ROW_SCHEMA
 from app.sink.formats.avro import AvroFormat, AvroSettings
 from app.sink.formats.base import PayloadFormat, RegistrySettings
 from app.sink.formats.protobuf import ProtobufFormat, ProtobufSettings
+from app.sink.table_location import TableLocation
 from app.spark_session import build_spark
 from devkit.sample_data import EVENT_AVRO_SCHEMA, avro_values, event_record
 from devkit.schema_registry import EmbeddedSchemaRegistry
@@ -105,7 +106,7 @@ def main(n: int = 100_000, rounds: int = 3) -> None:
                 "protobuf": ProtobufFormat(ProtobufSettings(registry=settings)),
             }
             for name, reader in readers.items():
-                reader.start(spark, str(Path(tmp) / f"table-{name}"))
+                reader.start(spark, TableLocation.at(Path(tmp) / f"table-{name}"))
                 one_batch(spark, reader, batches[name])  # untimed
             timings: dict[str, list[tuple[float, float]]] = {name: [] for name in readers}
             for _ in range(rounds):

@@ -128,7 +128,7 @@ def test_each_bad_avro_record_is_dead_lettered_once_with_its_class(
     assert actual.select("partition", "offset").distinct().count() == 4000
     assert sorted(r["id"] for r in actual.collect()) == list(range(4000))
 
-    parked = spark.read.format("delta").load(cfg.dead_letter_path).collect()
+    parked = spark.read.format("delta").load(cfg.dead_letter_table.path).collect()
     by_key = {r["key"].decode(): r for r in parked}
     assert len(parked) == len(by_key) == len(bad_values)  # each once
     classes = {name: by_key[name]["error_class"] for name in bad_values}
@@ -176,7 +176,7 @@ def test_plain_avro_bodies_read_with_a_fixed_schema(
     expected = spark.createDataFrame(expected_rows(good, range(500), region=False), f"{COLUMNS}, region string")
     actual = spark.read.format("delta").load(str(tmp_path / "t")).select(*expected.columns[:-1])
     assert_df_equality(actual, expected.drop("region"), ignore_row_order=True, ignore_nullable=True)
-    parked = spark.read.format("delta").load(cfg.dead_letter_path).collect()
+    parked = spark.read.format("delta").load(cfg.dead_letter_table.path).collect()
     assert [(r["key"], r["error_class"]) for r in parked] == [(b"broken", "avro_decode_failed")]
     assert "payload.avro_schema" in parked[0]["error_message"]
     assert summary.dead_lettered == 1

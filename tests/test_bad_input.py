@@ -22,6 +22,7 @@ from app.pipeline import run_ingest
 from app.replay import replay_dead_letters
 from app.sink.commit_log import DeltaCommitLog
 from app.sink.dedup_cache import DedupCache
+from app.sink.table_location import TableLocation
 from devkit.kafka_broker import EmbeddedKafka
 from devkit.sample_data import produce_json_events, produce_records
 from tests.ingest_config import ingest_config
@@ -40,7 +41,7 @@ def clean_faults(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def dead_letters(spark: SparkSession, cfg: SharelakeConfig) -> dict[tuple[int, int], dict[str, object]]:
-    rows = spark.read.format("delta").load(cfg.dead_letter_path).collect()
+    rows = spark.read.format("delta").load(cfg.dead_letter_table.path).collect()
     out = {(r["partition"], r["offset"]): r.asDict() for r in rows}
     assert len(out) == len(rows), "a record is in the dead-letter table twice"
     return out
@@ -184,7 +185,7 @@ def test_one_bad_record_among_thousands_is_the_only_one_dead_lettered(
     assert summary.accepted == 6000 and summary.rejected == 1 and summary.dead_lettered == 1
     assert summary.ack_errors == 0
     # a restarted job reads the partial commit back from the table: the bad offset is not in it
-    restarted = DedupCache(DeltaCommitLog(spark, str(tmp_path / "t")))
+    restarted = DedupCache(DeltaCommitLog(spark, TableLocation.at(tmp_path / "t")))
     restarted.load()
     assert not holds(restarted, topic, bad.partition, bad.offset)
     assert holds(restarted, topic, bad.partition, bad.offset - 1) and holds(

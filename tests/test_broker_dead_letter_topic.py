@@ -133,7 +133,7 @@ def test_a_sharelake_reject_is_in_the_table_with_its_class_and_in_the_topic(
     summary = run_ingest(spark, cfg)
     assert summary.rejected == 1
 
-    parked = spark.read.format("delta").load(cfg.dead_letter_path).collect()
+    parked = spark.read.format("delta").load(cfg.dead_letter_table.path).collect()
     assert [(r["offset"], r["error_class"], r["value"]) for r in parked] == [(bad.offset, "malformed_json", bad.value)]
     (archived,) = read_topic(broker, dlq, expect=1)
     origin = ArchivedRecord.from_headers(archived.headers())  # type: ignore[arg-type]

@@ -41,6 +41,7 @@ from app.sink.delta_sink import DeltaSink
 from app.sink.destinations import Destination, dead_letter_table, main_table
 from app.sink.formats.raw import RawFormat, RawSettings
 from app.sink.offset_ranges import BatchOffsets, OffsetRanges
+from app.sink.table_location import TableLocation
 from devkit.sample_data import Produced
 from tests.table_checks import assert_exactly_once
 from tests.test_dedup_cache import holds
@@ -91,10 +92,12 @@ class Writer:
         self.spark = spark
         self.buffer = RecordBuffer(100_000)
         fmt = RawFormat(RawSettings())
-        self.table = main_table(spark, str(table), fmt, checkpoint_every=100, lookback_commits=1000)
+        self.table = main_table(spark, TableLocation.at(table), fmt, checkpoint_every=100, lookback_commits=1000)
         self.table.load()
         self.cache = self.table.cache  # the tests look into it
-        dead = dead_letter_table(spark, f"{table}_dead_letter", checkpoint_every=100, lookback_commits=1000)
+        dead = dead_letter_table(
+            spark, TableLocation.at(table).dead_letter(), checkpoint_every=100, lookback_commits=1000
+        )
         self.sink = DeltaSink(
             self.buffer,
             [Destination((TOPIC,), self.table, fmt)],

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from app.config import ConfigError, load_config
+from app.sink.table_location import TableLocation
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRED = ["kafka.bootstrap_servers=h:1", "kafka.topic=t", "kafka.group_id=g", "delta.table_path=/tmp/x"]
@@ -200,12 +201,12 @@ def test_routed_topics_take_the_default_payload_and_their_own_keys(tmp_path: Pat
         "[topics.audit]\ntable_path='/t/orders'\n"  # shares the orders table (and its payload)
     )
     routes = load_config(f).routes()
-    assert [(r.topics, r.table_path, r.payload.format) for r in routes] == [
+    assert [(r.topics, r.location.path, r.payload.format) for r in routes] == [
         (("orders", "audit"), "/t/orders", "json"),
         (("clicks",), "/t/clicks", "text"),
     ]
     assert routes[1].payload.max_value_bytes == 2048  # a shared key of the default section
-    assert load_config(f).dead_letter_path == "/t/dead"
+    assert load_config(f).dead_letter_table == TableLocation.at("/t/dead")
 
 
 @pytest.mark.parametrize(
@@ -242,5 +243,5 @@ def test_routing_on_the_command_line_replaces_the_files_one_topic() -> None:
         ROOT / "conf" / "local.toml",
         ['kafka.topics=["a"]', "topics.a.table_path=/a", "dead_letter.table_path=/d"],
     )
-    assert [(r.topics, r.table_path) for r in routed.routes()] == [(("a",), "/a")]
+    assert [(r.topics, r.location.path) for r in routed.routes()] == [(("a",), "/a")]
     assert routed.kafka.topic is None and routed.delta.table_path is None

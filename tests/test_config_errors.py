@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 from app import preflight
 from app.config import ConfigError
 from app.pipeline import run_ingest
+from app.sink.table_location import TableLocation
 from devkit.kafka_broker import EmbeddedKafka, free_port
 from tests.ingest_config import ingest_config
 from tests.job_runner import ROOT
@@ -141,7 +142,7 @@ def test_entry_point_exits_2_and_never_shows_secrets(broker: EmbeddedKafka, tmp_
 
 def _check_path(spark: SparkSession, path: str, errors: list[BaseException]) -> None:
     try:
-        preflight.check_table_path(spark, path)
+        preflight.check_table_path(spark, TableLocation.at(path))
     except BaseException as e:  # noqa: BLE001 - collected for the assertion
         errors.append(e)
 

@@ -22,6 +22,7 @@ from app.sink.commit_log import (
 )
 from app.sink.dedup_cache import DedupCache
 from app.sink.offset_ranges import OffsetRanges
+from app.sink.table_location import TableLocation
 
 
 def holds(cache: DedupCache, topic: str, partition: int, offset: int) -> bool:
@@ -53,7 +54,7 @@ def append(spark: SparkSession, path: Path, offsets: list[int], metadata: str | 
 
 def test_commit_log_reads_recent_and_following_commits(spark: SparkSession, tmp_path: Path) -> None:
     table = tmp_path / "t"
-    log = DeltaCommitLog(spark, str(table))
+    log = DeltaCommitLog(spark, TableLocation.at(table))
     assert log.recent(10) == (-1, [])
     assert list(log.after(-1)) == []
 

@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from app.bridge.arrow_rows import poll_rows, stamped
 from app.sink.formats.base import ERROR_CLASS, precheck
 from app.sink.formats.json import JsonFormat, JsonSettings
+from app.sink.table_location import TableLocation
 from tests.test_concurrent_writers import Rec
 
 
@@ -37,7 +38,7 @@ def test_a_tombstone_is_dead_lettered_unless_null_values_are_allowed(spark: Spar
     lenient = JsonSettings(schema="id long", allow_null_value=True)
     assert precheck(table, lenient, 4) == []
     fmt = JsonFormat(lenient)
-    fmt.start(spark, "unused")
+    fmt.start(spark, TableLocation.at("unused"))
     found, reader = fmt.read(table)
     assert found == []
     classified = reader.classify(spark.createDataFrame(table))

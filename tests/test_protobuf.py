@@ -36,6 +36,7 @@ from app.sink.formats.base import PARSED, DependencyUnavailable, RegistrySetting
 from app.sink.formats.protobuf import ProtobufFormat, ProtobufSettings, _Shape
 from app.sink.formats.protobuf_decode import DecodePlan, Writer, decode_values
 from app.sink.formats.protobuf_schemas import message_at, writer_schema
+from app.sink.table_location import TableLocation
 from devkit.kafka_broker import EmbeddedKafka
 from devkit.sample_data import produce_records
 from devkit.schema_registry import EmbeddedSchemaRegistry
@@ -172,7 +173,7 @@ def test_protobuf_versions_and_bad_records_land_exactly_once_each_where_it_belon
         assert r["region"] == (f"r{i % 4}" if i in second else None)  # version 1 and the text schema: null
     assert sorted(r["id"] for r in rows) == list(range(3200))
 
-    parked = spark.read.format("delta").load(cfg.dead_letter_path).collect()
+    parked = spark.read.format("delta").load(cfg.dead_letter_table.path).collect()
     by_key = {r["key"].decode(): r for r in parked}
     assert len(parked) == len(by_key) == len(bad_values)  # each once
     assert {name: by_key[name]["error_class"] for name in bad_values} == {
@@ -240,7 +241,7 @@ def test_a_registry_that_does_not_answer_is_an_outage_not_the_records_fault(
     (value,) = serialized(registry, f"proto-outage-{unique}", [event(event_class(1), 1)])
     settings = ProtobufSettings(registry=RegistrySettings(url=registry.url, timeout_s=1))
     reader = ProtobufFormat(settings)
-    reader.start(spark, str(tmp_path / "t"))  # the job's start-up: the registry answers
+    reader.start(spark, TableLocation.at(tmp_path / "t"))  # the job's start-up: the registry answers
     rows = pa.table({"value": pa.array([value], pa.binary())})
     registry.pause()  # then hangs: every request times out
     try:

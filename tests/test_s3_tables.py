@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 from app import faults
 from app.config import ConfigError, load_config
 from app.pipeline import run_ingest
+from app.sink.table_location import TableLocation
 from app.sink.writer_lease import LEASE_FILE, LeaseLostError, WriterLease
 from devkit.kafka_broker import EmbeddedKafka
 from devkit.s3_server import EmbeddedS3
@@ -129,7 +130,9 @@ def test_a_writer_lease_lets_commits_through_from_the_moment_it_is_held(
     any moment after: the lease never looks stale to its own holder while the renewals run. (Its
     read-back once counted against it, and the first renewal came a full TTL/3 after that, so a
     commit in between was refused as if another job might have taken over.)"""
-    lease = WriterLease(spark, f"{s3.bucket(f'lake-{unique}')}/events", "delta.table_path", LEASE_S, "g")
+    lease = WriterLease(
+        spark, TableLocation.at(f"{s3.bucket(f'lake-{unique}')}/events"), "delta.table_path", LEASE_S, "g"
+    )
     lease.acquire()
     try:
         deadline = time.monotonic() + 2 * LEASE_S
@@ -142,7 +145,7 @@ def test_a_writer_lease_lets_commits_through_from_the_moment_it_is_held(
     finally:
         lease.release()
     jvm, hadoop = spark.sparkContext._jvm, spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
-    path = jvm.org.apache.hadoop.fs.Path(f"{lease.location}/{LEASE_FILE}")  # type: ignore[union-attr]
+    path = jvm.org.apache.hadoop.fs.Path(lease.location.file(LEASE_FILE))  # type: ignore[union-attr]
     assert not path.getFileSystem(hadoop).exists(path)  # released: a successor starts at once
 
 
@@ -153,7 +156,9 @@ def test_a_writer_lease_whose_renewals_stall_refuses_commits_and_names_the_stall
     call) is not made: another job may be about to take the table over. Commits are refused from
     the moment the lease is 2/3 TTL old, and once the late renewal comes due the lease is lost for
     good, with a line naming the stall."""
-    lease = WriterLease(spark, f"{s3.bucket(f'lake-{unique}')}/events", "delta.table_path", LEASE_S, "g")
+    lease = WriterLease(
+        spark, TableLocation.at(f"{s3.bucket(f'lake-{unique}')}/events"), "delta.table_path", LEASE_S, "g"
+    )
     lease.acquire()
     try:
         lease.check()  # fresh
@@ -172,3 +177,25 @@ def test_a_writer_lease_whose_renewals_stall_refuses_commits_and_names_the_stall
     assert refusals, "the stalled lease still let commits through"
     assert "was last renewed" in refusals[0], refusals[0]  # stale before the late renewal came due
     assert "without a renewal" in refusals[-1] and "this job stalled" in refusals[-1], refusals[-1]
+
+
+def test_an_s3_table_path_with_a_trailing_slash_lands_where_the_path_without_it_does(
+    broker: EmbeddedKafka, spark: SparkSession, s3: EmbeddedS3, tmp_path: Path, unique: str
+) -> None:
+    """`delta.table_path = "s3a://bucket/events/"` is the table `s3a://bucket/events`: its writer
+    lease, its writer and its dead-letter table (`s3a://bucket/events_dead_letter`) all take the
+    one location. (The writers were once keyed by the path as given and the leases by the path
+    stripped of its slash: the job failed at start with a KeyError.)"""
+    table = f"{s3.bucket(f'lake-{unique}')}/events"
+    spec = JobSpec(
+        broker, f"s3slash-{unique}", f"g-{unique}", f"{table}/", s3=s3, settings=(f"delta.writer_lease_s={LEASE_S}",)
+    )  # type: ignore[arg-type]
+    broker.create_topic(spec.topic, partitions=1)
+    produced = produce_json_events(broker.bootstrap, spec.topic, 500)
+
+    log = tmp_path / "run.log"
+    assert drain_in_process(spark, spec, log) == 0, log.read_text()[-3000:]
+    assert_exactly_once(spark, table, produced)  # type: ignore[arg-type]
+    assert run_summary(log)["dead_lettered"] == 0
+    assert f"-> table {table}, payload raw" in log.read_text()  # the banner names the table once, normalised
+    assert f"dead letters {table}_dead_letter\n" in log.read_text()

@@ -39,12 +39,13 @@ def run(args: argparse.Namespace) -> int:
     group = group_type(cfg.kafka, ShareConsumer, lambda topic, partition: None)
     facts = check_start(spark, cfg, admin, group, errors, apply=False)
     for route in cfg.routes():
-        payload_format(route.payload).start(spark, route.table_path)  # the registry reached, schemas checked
-    tables = [r.table_name or r.table_path for r in cfg.routes()]
+        payload_format(route.payload).start(spark, route.location)  # the registry reached, schemas checked
+    tables = [r.location.name or r.location.path for r in cfg.routes()]
+    dead = cfg.dead_letter_table
     print(
         f"sharelake: check passed: {cfg.kafka.bootstrap_servers} ({', '.join(cfg.kafka.subscribed)}: "
         f"{facts.partitions} partitions), {group.noun} {cfg.kafka.group_id}, "
-        f"tables {', '.join(tables)} and {cfg.dead_letter_name or cfg.dead_letter_path}",
+        f"tables {', '.join(tables)} and {dead.name or dead.path}",
         flush=True,
     )
     spark.stop()

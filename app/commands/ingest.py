@@ -45,6 +45,6 @@ def run(args: argparse.Namespace) -> int:
     if shutdown.stop_requested.is_set():
         return 0
     if args.summary:
-        print_tables_summary(spark, [r.table_path for r in cfg.routes()], cfg.dead_letter_path)
+        print_tables_summary(spark, [r.location.path for r in cfg.routes()], cfg.dead_letter_table.path)
     spark.stop()
     return 0

@@ -34,7 +34,12 @@ def run(args: argparse.Namespace) -> int:
     for location in cfg.table_locations():
         try:
             result = maintain_table(
-                spark, location, m.vacuum_retain_hours, optimize=m.optimize, vacuum=m.vacuum, vacuum_mode=m.vacuum_mode
+                spark,
+                location.path,
+                m.vacuum_retain_hours,
+                optimize=m.optimize,
+                vacuum=m.vacuum,
+                vacuum_mode=m.vacuum_mode,
             )
         except Exception as e:  # noqa: BLE001 - the next table is still maintained; exit 1 at the end
             log.error("%s: maintenance failed: %s", location, one_line(e, 300))

@@ -29,6 +29,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from app.sink.offset_ranges import BatchOffsets, OffsetRanges, PartitionKey
+from app.sink.table_location import TableLocation
 
 METADATA_KEY = "sharelake"
 
@@ -99,14 +100,15 @@ def repair_metadata_json(write_id: str, repair_of: int, ranges: Mapping[Partitio
 
 
 class DeltaCommitLog:
-    def __init__(self, spark: SparkSession, table_path: str, stamp_column: str = "ingested_at"):
+    def __init__(self, spark: SparkSession, location: TableLocation, stamp_column: str = "ingested_at"):
         self._spark = spark
-        self.table_path = table_path.rstrip("/")
+        self.location = location
+        self.table_path = location.path
         self.stamp_column = stamp_column  # every row of one append carries the append's stamp here
         jvm = spark.sparkContext._jvm
         assert jvm is not None
         self._jvm = jvm
-        self._log_dir = jvm.org.apache.hadoop.fs.Path(self.table_path + "/_delta_log")
+        self._log_dir = jvm.org.apache.hadoop.fs.Path(location.delta_log)
         self._fs = self._log_dir.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
 
     def exists(self) -> bool:

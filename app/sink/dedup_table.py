@@ -45,6 +45,7 @@ from app.sink.commit_log import DeltaCommitLog, SharelakeCommit, repair_metadata
 from app.sink.dedup_cache import DedupCache, Repair
 from app.sink.delta_writer import DeltaWriter
 from app.sink.offset_ranges import BatchOffsets, OffsetRanges, PartitionKey
+from app.sink.table_location import TableLocation
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,7 @@ class TableStats:
 class DedupTable:
     def __init__(self, writer: DeltaWriter, cache: DedupCache, stamp_column: str, prefix: str = ""):
         self.writer = writer
+        self.location = writer.location
         self.table_path = writer.table_path
         self.cache = cache
         self.stamp_column = stamp_column
@@ -110,7 +112,7 @@ class DedupTable:
     def open(
         cls,
         spark: SparkSession,
-        table_path: str,
+        location: TableLocation,
         name: str,
         stamp_column: str,
         *,
@@ -122,9 +124,9 @@ class DedupTable:
     ) -> DedupTable:
         """A table with its writer and its cache; `lookback_commits` None: a cache that reads no log
         (a table this process alone writes, as the warm-up's)."""
-        log_reader = DeltaCommitLog(spark, table_path, stamp_column) if lookback_commits is not None else None
+        log_reader = DeltaCommitLog(spark, location, stamp_column) if lookback_commits is not None else None
         cache = DedupCache(log_reader, lookback_commits or 1)
-        writer = DeltaWriter(spark, table_path, name, checkpoint_every, stats_columns, log_retention)
+        writer = DeltaWriter(spark, location, name, checkpoint_every, stats_columns, log_retention)
         return cls(writer, cache, stamp_column, prefix)
 
     def load(self) -> None:

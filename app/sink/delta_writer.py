@@ -68,6 +68,7 @@ from app.acknowledge.proof import CommitProof
 from app.config import interval_s
 from app.sink.catalog_tables import register_table
 from app.sink.log_checkpoint import CheckpointExists, checkpoint_latest
+from app.sink.table_location import DELTA_LOG, TableLocation
 
 log = logging.getLogger(__name__)
 
@@ -101,13 +102,14 @@ class DeltaWriter:
     def __init__(
         self,
         spark: SparkSession,
-        table_path: str,
+        location: TableLocation,
         name: str,
         checkpoint_every: int,
         stats_columns: tuple[str, ...] = (),
         log_retention: str | None = None,
     ):
-        self.table_path = table_path
+        self.location = location
+        self.table_path = location.path
         self.name = name
         self.checkpoint_every = checkpoint_every
         self.session = spark.newSession()
@@ -386,7 +388,7 @@ class DeltaWriter:
     def _checkpoint(self) -> None:
         started = time.perf_counter()
         try:
-            done = checkpoint_latest(self.session, self.table_path)
+            done = checkpoint_latest(self.session, self.location)
         except CheckpointExists:
             return
         except Exception as e:  # noqa: BLE001 - a failed checkpoint is retried at the next interval
@@ -405,7 +407,7 @@ class DeltaWriter:
         jvm = self.session.sparkContext._jvm
         assert jvm is not None
         try:
-            path = jvm.org.apache.hadoop.fs.Path(self.table_path.rstrip("/") + "/_delta_log/_last_checkpoint")
+            path = jvm.org.apache.hadoop.fs.Path(self.location.file(f"{DELTA_LOG}/_last_checkpoint"))
             fs = path.getFileSystem(self.session.sparkContext._jsc.hadoopConfiguration())
             if not fs.exists(path):
                 return 0

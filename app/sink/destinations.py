@@ -21,6 +21,7 @@ from app.sink.dead_letter import STATS_COLUMNS as DEAD_LETTER_STATS
 from app.sink.dedup_table import DedupTable
 from app.sink.formats import payload_format
 from app.sink.formats.base import PayloadFormat
+from app.sink.table_location import TableLocation
 
 MAIN_STAMP = "ingested_at"  # the main tables' write stamp (app.bridge.arrow_rows.WRITE_FIELDS)
 
@@ -36,7 +37,7 @@ class Destination:
 
 def main_table(
     spark: SparkSession,
-    path: str,
+    location: TableLocation,
     fmt: PayloadFormat,
     *,
     checkpoint_every: int,
@@ -50,7 +51,7 @@ def main_table(
     `faults.suspended()` (per thread) does not reach."""
     return DedupTable.open(
         spark,
-        path,
+        location,
         name,
         MAIN_STAMP,
         checkpoint_every=checkpoint_every,
@@ -63,7 +64,7 @@ def main_table(
 
 def dead_letter_table(
     spark: SparkSession,
-    path: str,
+    location: TableLocation,
     *,
     checkpoint_every: int,
     lookback_commits: int | None,
@@ -72,7 +73,7 @@ def dead_letter_table(
 ) -> DedupTable:
     return DedupTable.open(
         spark,
-        path,
+        location,
         name,
         DEAD_LETTER_STAMP,
         checkpoint_every=checkpoint_every,
@@ -97,27 +98,27 @@ def open_destinations(spark: SparkSession, cfg: SharelakeConfig) -> tuple[list[D
     destinations = []
     for route in cfg.routes():
         fmt = payload_format(route.payload)
-        fmt.start(spark, route.table_path)
+        fmt.start(spark, route.location)
         prefix = counter_prefix(route.topics[0]) if routed else ""
         table = main_table(
             spark,
-            route.table_path,
+            route.location,
             fmt,
             checkpoint_every=every,
             lookback_commits=lookback,
             prefix=prefix,
             log_retention=cfg.delta.log_retention,
         )
-        table.writer.register_as = route.table_name  # a named table: entered in the catalog after a commit
+        table.writer.register_as = route.location.name  # a named table: entered in the catalog after a commit
         destinations.append(Destination(route.topics, table, fmt))
     dead = dead_letter_table(
         spark,
-        cfg.dead_letter_path,
+        cfg.dead_letter_table,
         checkpoint_every=every,
         lookback_commits=lookback,
         log_retention=cfg.delta.log_retention,
     )
-    dead.writer.register_as = cfg.dead_letter_name
+    dead.writer.register_as = cfg.dead_letter_table.name
     for table in [*(d.table for d in destinations), dead]:
         table.load()
     return destinations, dead

@@ -31,6 +31,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from app.sink.table_location import TableLocation
+
 COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
 CHECKSUM_FILE = re.compile(r"^(\d{20})\.crc$")
 
@@ -46,13 +48,14 @@ class CheckpointExists(Exception):
     """The latest version already has a checkpoint (another writer's, or Delta's own)."""
 
 
-def checkpoint_latest(session: SparkSession, table_path: str) -> Checkpointed:
+def checkpoint_latest(session: SparkSession, location: TableLocation) -> Checkpointed:
     """Checkpoint the table's latest version and clean its expired log; CheckpointExists when it
     already had one. Raises what Spark's fallback raises when neither can write it."""
     jvm = session.sparkContext._jvm
     jsc = session.sparkContext._jsc
     assert jvm is not None and jsc is not None
     hadoop = jsc.hadoopConfiguration()
+    table_path = location.path
     try:
         engine = jvm.io.delta.kernel.defaults.engine.DefaultEngine.create(hadoop)
         snapshot = jvm.io.delta.kernel.Table.forPath(engine, table_path).getLatestSnapshot(engine)
@@ -67,12 +70,12 @@ def checkpoint_latest(session: SparkSession, table_path: str) -> Checkpointed:
         delta_log.checkpoint()
         version = int(delta_log.unsafeVolatileSnapshot().version())
         how = f"Spark (Kernel refused: {str(kernel_error).splitlines()[0][:160]})"
-    return Checkpointed(version, how, drop_orphan_checksums(jvm, hadoop, table_path))
+    return Checkpointed(version, how, drop_orphan_checksums(jvm, hadoop, location))
 
 
-def drop_orphan_checksums(jvm: Any, hadoop: Any, table_path: str) -> int | None:
+def drop_orphan_checksums(jvm: Any, hadoop: Any, location: TableLocation) -> int | None:
     """Delete the `N.crc` files whose commit `N.json` is gone; the oldest commit left."""
-    log_dir = jvm.org.apache.hadoop.fs.Path(table_path.rstrip("/") + "/_delta_log")
+    log_dir = jvm.org.apache.hadoop.fs.Path(location.delta_log)
     fs = log_dir.getFileSystem(hadoop)
     names = [str(status.getPath().getName()) for status in fs.listStatus(log_dir)]
     commits = [int(m.group(1)) for m in map(COMMIT_FILE.match, names) if m]

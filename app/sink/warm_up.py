@@ -34,6 +34,7 @@ from app.sink.delta_sink import DeltaSink
 from app.sink.delta_writer import ROWS_PER_TASK
 from app.sink.destinations import Destination, dead_letter_table, main_table
 from app.sink.formats.base import PayloadFormat
+from app.sink.table_location import TableLocation
 
 log = logging.getLogger(__name__)
 
@@ -88,15 +89,15 @@ def warm_up(spark: SparkSession, formats: list[PayloadFormat], max_delivery_coun
             destinations, records = [], []
             for i, fmt in enumerate(formats):
                 twin = fmt.warm_up_twin()  # the format's reader, on a schema of its own where it keeps state
-                path = str(work / f"warm_up_{i}")  # writer name `warm_up`: not the real tables' fault points
-                table = main_table(spark, path, twin, checkpoint_every=10**6, lookback_commits=None, name="warm_up")
+                where = TableLocation.at(work / f"warm_up_{i}")  # writer `warm_up`: not the real tables' fault points
+                table = main_table(spark, where, twin, checkpoint_every=10**6, lookback_commits=None, name="warm_up")
                 tables.append(table)
                 destinations.append(Destination((f"{TOPIC}-{i}",), table, twin))
                 values, keys = twin.sample_values(2 * ROWS_PER_TASK), twin.sample_keys(2 * ROWS_PER_TASK)
                 records += [_Record(n, v, f"{TOPIC}-{i}", k) for n, (v, k) in enumerate(zip(values, keys, strict=True))]
             dead = dead_letter_table(
                 spark,
-                str(work / "warm_up_dead_letter"),
+                TableLocation.at(work / "warm_up_dead_letter"),
                 checkpoint_every=10**6,
                 lookback_commits=None,
                 name="warm_up_dead_letter",

@@ -47,6 +47,7 @@ from pyspark.sql import SparkSession
 
 from app import faults
 from app.error_lines import ConfigError, one_line
+from app.sink.table_location import TableLocation
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +61,11 @@ class LeaseLostError(RuntimeError):
     """Another job took the table's writer lease, or ours went unrenewed too long: no more commits."""
 
 
-def needs_lease(spark: SparkSession, location: str) -> bool:
+def needs_lease(spark: SparkSession, location: TableLocation) -> bool:
     """Whether `location`'s store lacks mutual exclusion for Delta commits (S3 with Delta's default
     log store)."""
-    scheme = location.split("://", 1)[0].lower() if "://" in location else ""
+    path = location.path
+    scheme = path.split("://", 1)[0].lower() if "://" in path else ""
     if scheme not in UNSAFE_SCHEMES:
         return False
     store = spark.conf.get(f"spark.delta.logStore.{scheme}.impl", None) or spark.conf.get(
@@ -75,8 +77,8 @@ def needs_lease(spark: SparkSession, location: str) -> bool:
 class WriterLease:
     """This job's lease on one table; `acquire()` at start, `release()` at the end."""
 
-    def __init__(self, spark: SparkSession, location: str, key: str, ttl_s: float, group: str) -> None:
-        self.location = location.rstrip("/")
+    def __init__(self, spark: SparkSession, location: TableLocation, key: str, ttl_s: float, group: str) -> None:
+        self.location = location
         self.key = key  # the config key naming the table, for the refusal line
         self.ttl_s = ttl_s
         self.holder = uuid.uuid4().hex
@@ -89,7 +91,7 @@ class WriterLease:
         jvm = spark.sparkContext._jvm
         assert jvm is not None and spark.sparkContext._jsc is not None
         self._jvm = jvm
-        self._path = jvm.org.apache.hadoop.fs.Path(f"{self.location}/{LEASE_FILE}")
+        self._path = jvm.org.apache.hadoop.fs.Path(location.file(LEASE_FILE))
         self._fs = self._path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
 
     # -- the file ---------------------------------------------------------------------------------------
@@ -160,7 +162,7 @@ class WriterLease:
                 return  # released: its holder stopped gracefully
             if now != seen:
                 raise ConfigError(
-                    f"{self.key} = {self.location!r} is written by another Sharelake job "
+                    f"{self.key} = {self.location.path!r} is written by another Sharelake job "
                     f"({now.get('host', '?')}, pid {now.get('pid', '?')}, group {now.get('group', '?')}): "
                     "S3 gives Delta no mutual exclusion, so a second writer could overwrite its commits; run one "
                     "job per S3 table, or set Delta's S3DynamoDBLogStore (README: Storage)"
@@ -229,7 +231,9 @@ class WriterLease:
             log.warning("%s: releasing the writer lease failed: %s", self.location, one_line(e, 200))
 
 
-def hold_leases(spark: SparkSession, tables: Iterable[tuple[str, str]], ttl_s: float, group: str) -> list[WriterLease]:
+def hold_leases(
+    spark: SparkSession, tables: Iterable[tuple[TableLocation, str]], ttl_s: float, group: str
+) -> list[WriterLease]:
     """A held lease for each (location, config key) on a store that needs one, taken side by side
     (a dead job's leases are waited out once, not once per table); ConfigError if a live job holds
     one (then none is kept)."""

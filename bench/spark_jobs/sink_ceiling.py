@@ -32,6 +32,7 @@ from app.sink.delta_writer import DeltaWriter
 from app.sink.formats.base import BAD
 from app.sink.formats.json import JsonFormat, JsonSettings
 from app.sink.offset_ranges import BatchOffsets
+from app.sink.table_location import TableLocation
 from app.spark_session import build_spark
 from bench.workload import record_key, record_value
 
@@ -71,8 +72,9 @@ def main() -> None:
     start_logging()
     spark = build_spark("bench-sink-ceiling")
     fmt = JsonFormat(JsonSettings(schema=args.schema))
-    fmt.start(spark, args.table)
-    writer = DeltaWriter(spark, args.table, "delta", checkpoint_every=100, stats_columns=fmt.stats_columns())
+    table = TableLocation.at(args.table)
+    fmt.start(spark, table)
+    writer = DeltaWriter(spark, table, "delta", checkpoint_every=100, stats_columns=fmt.stats_columns())
     batches = record_batches(args.records, args.partitions, args.batch_rows)
     print(f"bench-started: {time.time():.3f}", flush=True)
     for batch_id, records in enumerate(batches):

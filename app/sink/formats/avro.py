@@ -58,6 +58,7 @@ from app.sink.formats.base import (
     PayloadFormat,
 )
 from app.sink.formats.registry import SchemaRegistry
+from app.sink.table_location import TableLocation
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -441,7 +442,7 @@ class AvroFormat(PayloadFormat):
         self.registry: SchemaRegistry | None = None
         self._values: AvroColumn | None = None
 
-    def start(self, spark: SparkSession, table_path: str) -> None:
+    def start(self, spark: SparkSession, location: TableLocation) -> None:
         if self._values is not None:
             return
         jvm = spark.sparkContext._jvm
@@ -452,7 +453,7 @@ class AvroFormat(PayloadFormat):
             self.registry.check()
         elif fixed is not None:
             plain = json.dumps(fixed)  # values carry no header: bodies of the fixed schema
-        shape = _Shape(jvm, fixed, field_types(table_schema(spark, table_path), METADATA_COLUMNS))
+        shape = _Shape(jvm, fixed, field_types(table_schema(spark, location), METADATA_COLUMNS))
         self._values = AvroColumn("value", shape, self.registry, plain)
 
     def _fixed_schema(self, jvm: Any) -> dict[str, Any]:
@@ -530,15 +531,15 @@ class WarmUpRegistry:
         return None
 
 
-def table_schema(spark: SparkSession, table_path: str) -> StructType | None:
+def table_schema(spark: SparkSession, location: TableLocation) -> StructType | None:
     """The schema of the table from earlier runs; None for a new table."""
     jvm = spark.sparkContext._jvm
     jsc = spark.sparkContext._jsc
     assert jvm is not None and jsc is not None
-    log_dir = jvm.org.apache.hadoop.fs.Path(table_path.rstrip("/") + "/_delta_log")
+    log_dir = jvm.org.apache.hadoop.fs.Path(location.delta_log)
     if not log_dir.getFileSystem(jsc.hadoopConfiguration()).exists(log_dir):
         return None
-    return spark.read.format("delta").load(table_path).schema
+    return spark.read.format("delta").load(location.path).schema
 
 
 def field_types(struct: StructType | None, skip: tuple[str, ...] = ()) -> dict[str, str]:

@@ -34,6 +34,7 @@ from pyspark.sql import functions as F
 
 from app.bridge.arrow_rows import ROW_SCHEMA
 from app.secrets import resolve_secret
+from app.sink.table_location import TableLocation
 
 # the Kafka metadata columns every main-table row carries (payload fields must not reuse these names)
 METADATA_COLUMNS = tuple(ROW_SCHEMA.names)
@@ -237,7 +238,7 @@ class PayloadFormat(ABC):
     def __init__(self, settings: FormatSettings):
         self.settings = settings
 
-    def start(self, spark: SparkSession, table_path: str) -> None:  # noqa: B027 - most formats check nothing
+    def start(self, spark: SparkSession, location: TableLocation) -> None:  # noqa: B027 - most formats check nothing
         """The start-up check, before the job joins the group: ConfigError (one line) on a problem."""
 
     def probe(self) -> None:  # noqa: B027 - a format without a dependency is always there

@@ -51,6 +51,7 @@ from app.sink.formats.base import (
     FormatSettings,
     PayloadFormat,
 )
+from app.sink.table_location import TableLocation
 
 _CORRUPT = "_corrupt_record"
 _PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # a column name usable in delta.dataSkippingStatsColumns
@@ -182,7 +183,7 @@ class JsonFormat(PayloadFormat):
         self.schema: StructType | None = None
         self._read: _JsonRead | None = None
 
-    def start(self, spark: SparkSession, table_path: str) -> None:
+    def start(self, spark: SparkSession, location: TableLocation) -> None:
         if self._read is None:
             self.schema = parse_schema(self.json.schema_ddl or "", self.json.required_fields)
             self._read = _JsonRead(self.schema, self.json.required_fields)

@@ -39,6 +39,7 @@ from app.sink.formats.avro import (
 )
 from app.sink.formats.base import BAD, ERROR_CLASS, ERROR_MESSAGE, BadRecord, BatchRead, PayloadFormat
 from app.sink.formats.registry import SchemaRegistry
+from app.sink.table_location import TableLocation
 
 KEY = "key"
 KEY_PARSED = "_key_parsed"  # the key read into a struct (avro keys)
@@ -74,14 +75,14 @@ class KeyReader(ABC):
 
     format: str
 
-    def start(self, spark: SparkSession, table_path: str) -> None:
+    def start(self, spark: SparkSession, location: TableLocation) -> None:
         """Refuses (ConfigError) a table whose `key` column holds keys of another format, then `open`s."""
-        schema = table_schema(spark, table_path)
+        schema = table_schema(spark, location)
         found = next((f.dataType for f in (schema.fields if schema else []) if f.name == KEY), None)
         if found is not None and not found.simpleString().startswith(COLUMN_TYPES[self.format]):
             written = next((k for k, t in COLUMN_TYPES.items() if found.simpleString().startswith(t)), "?")
             raise ConfigError(
-                f"payload.key_format = {self.format!r}, but the table {table_path} holds keys as "
+                f"payload.key_format = {self.format!r}, but the table {location} holds keys as "
                 f"{found.simpleString()} (key_format = {written!r}): keep that key_format, or write this "
                 "topic to a new table"
             )
@@ -231,9 +232,9 @@ class KeyedFormat(PayloadFormat):
         self.values, self.keys = values, keys
         self.merge_schema = values.merge_schema or keys.format == "avro"  # a key's struct may grow
 
-    def start(self, spark: SparkSession, table_path: str) -> None:
-        self.values.start(spark, table_path)
-        self.keys.start(spark, table_path)
+    def start(self, spark: SparkSession, location: TableLocation) -> None:
+        self.values.start(spark, location)
+        self.keys.start(spark, location)
 
     def probe(self) -> None:
         self.values.probe()

@@ -57,6 +57,7 @@ from app.sink.formats.protobuf_decode import DecodePlan, Writer, decode_values
 from app.sink.formats.protobuf_schemas import SchemaProblem, message_at, schema_files, writer_schema
 from app.sink.formats.protobuf_wire import Headers, message_path, wire_headers
 from app.sink.formats.registry import SchemaRegistry
+from app.sink.table_location import TableLocation
 
 log = logging.getLogger(__name__)
 
@@ -191,14 +192,14 @@ class ProtobufFormat(PayloadFormat):
         self._writers: dict[MessageKey, Writer | BadRecord] = {}  # per (id, indexes): admitted, or why not
         self._last: tuple[tuple[Any, ...], _ProtobufRead] | None = None
 
-    def start(self, spark: SparkSession, table_path: str) -> None:
+    def start(self, spark: SparkSession, location: TableLocation) -> None:
         if self._shape is not None:
             return
         if self.registry is None:
             assert self.settings.registry is not None
             self.registry = SchemaRegistry(self.settings.registry)
             self.registry.check()
-        self._shape = _Shape(field_types(table_schema(spark, table_path), METADATA_COLUMNS))
+        self._shape = _Shape(field_types(table_schema(spark, location), METADATA_COLUMNS))
 
     def probe(self) -> None:
         if self.registry is not None:
