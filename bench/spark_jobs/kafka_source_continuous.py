@@ -17,8 +17,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from pyspark.sql import SparkSession
-
+from app.spark_session import build_spark
 from bench.spark_jobs.kafka_source_to_delta import ARGS, kafka_rows
 
 
@@ -28,7 +27,7 @@ def main() -> None:
         p.add_argument(name, required=True)
     p.add_argument("--trigger", default="0 seconds", help="Trigger.ProcessingTime interval")
     args = p.parse_args()
-    spark = SparkSession.builder.appName("bench-spark-kafka-source-continuous").getOrCreate()
+    spark = build_spark("bench-spark-kafka-source-continuous")
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     print(f"bench-started: {time.time():.3f}", flush=True)
     query = (

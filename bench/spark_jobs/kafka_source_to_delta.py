@@ -22,6 +22,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
+from app.spark_session import build_spark
+
 ARGS = ("--bootstrap", "--topic", "--table", "--checkpoint", "--schema")
 
 
@@ -57,7 +59,7 @@ def main() -> None:
         p.add_argument(name, required=True)
     p.add_argument("--avro-schema", help="the values are Confluent wire-format Avro of this writer schema")
     args = p.parse_args()
-    spark = SparkSession.builder.appName("bench-spark-kafka-source").getOrCreate()
+    spark = build_spark("bench-spark-kafka-source")
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     print(f"bench-started: {time.time():.3f}", flush=True)
     rows = kafka_rows(spark, args.bootstrap, args.topic, args.schema, args.avro_schema)
