@@ -20,20 +20,30 @@ class Commit:
     version: int
     timestamp_ms: int  # commitInfo.timestamp: when the writer committed
     operation: str
-    output_rows: int  # operationMetrics.numOutputRows of a WRITE / STREAMING UPDATE, else 0
+    # rows a WRITE / STREAMING UPDATE added (operationMetrics.numOutputRows; a commit retried on a new
+    # transaction after a conflict carries no metrics: its add actions' stats.numRecords), else 0
+    output_rows: int
     deleted_rows: int  # operationMetrics.numDeletedRows of a DELETE, else 0
     user_metadata: dict[str, Any]
 
 
-def _commit(version: int, info: dict[str, Any]) -> Commit:
+def _commit(version: int, info: dict[str, Any], lines: list[str]) -> Commit:
     metrics = info.get("operationMetrics") or {}
     operation = str(info.get("operation", ""))
-    out = int(metrics.get("numOutputRows", 0)) if operation in ("WRITE", "STREAMING UPDATE") else 0
+    out = 0
+    if operation in ("WRITE", "STREAMING UPDATE"):
+        out = int(metrics["numOutputRows"]) if "numOutputRows" in metrics else _added_records(lines)
     try:
         meta = json.loads(info["userMetadata"]) if info.get("userMetadata") else {}
     except (TypeError, ValueError):
         meta = {}
     return Commit(version, int(info.get("timestamp", 0)), operation, out, int(metrics.get("numDeletedRows", 0)), meta)
+
+
+def _added_records(lines: list[str]) -> int:
+    """Rows the commit's add actions hold, from each file's stats (Delta writes numRecords by default)."""
+    adds = (json.loads(line)["add"] for line in lines if line.startswith('{"add"'))
+    return sum(int(json.loads(a.get("stats") or "{}").get("numRecords", 0)) for a in adds)
 
 
 def _log_files(table: Path) -> list[tuple[int, list[str]]]:
@@ -58,7 +68,7 @@ def read_commits(table: Path) -> list[Commit]:
     for version, lines in _log_files(table):
         for line in lines:
             if '"commitInfo"' in line:
-                commits.append(_commit(version, json.loads(line)["commitInfo"]))
+                commits.append(_commit(version, json.loads(line)["commitInfo"], lines))
                 break
     return commits
 
@@ -82,7 +92,7 @@ class CommitTail:
             info = next((json.loads(line)["commitInfo"] for line in lines if '"commitInfo"' in line), None)
             if info is None:  # being written (Delta writes it whole, but a reader can race the rename)
                 return out
-            out.append(_commit(self.next_version, info))
+            out.append(_commit(self.next_version, info, lines))
             self.next_version += 1
 
 
