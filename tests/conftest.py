@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from app import faults
 from app.spark_session import LAUNCH_CONF, build_spark
 from devkit.kafka_broker import EmbeddedKafka
 from devkit.paths import jars_env
@@ -87,6 +88,14 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     session = build_spark("sharelake-tests", "local[2]", conf)
     yield session
     session.stop()
+
+
+@pytest.fixture
+def clean_faults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No fault point armed: the in-process hit counts reset and SHARELAKE_FAULTS unset, for a test
+    that runs the pipeline in-process and arms its own (`pytestmark = pytest.mark.usefixtures(...)`)."""
+    faults.reset()
+    monkeypatch.delenv(faults.ENV, raising=False)
 
 
 @pytest.fixture

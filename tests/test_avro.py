@@ -22,7 +22,6 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
-from app import faults
 from app.config import ConfigError
 from app.pipeline import run_ingest
 from devkit.kafka_broker import EmbeddedKafka
@@ -43,10 +42,7 @@ from tests.table_checks import dead_letter_rows
 COLUMNS = "topic string, partition int, offset long, key binary, id long, user string, amount double, kind string"
 
 
-@pytest.fixture(autouse=True)
-def clean_faults(monkeypatch: pytest.MonkeyPatch) -> None:
-    faults.reset()
-    monkeypatch.delenv(faults.ENV, raising=False)
+pytestmark = pytest.mark.usefixtures("clean_faults")  # fault points reset before each test (conftest)
 
 
 def avro_settings(registry: EmbeddedSchemaRegistry, *extra: str) -> tuple[str, ...]:

@@ -34,10 +34,7 @@ SCHEMA = "id long, user string, amount double, kind string"
 JSON = ("payload.format=json", f"payload.schema={SCHEMA}", 'payload.required_fields=["id", "user"]')
 
 
-@pytest.fixture(autouse=True)
-def clean_faults(monkeypatch: pytest.MonkeyPatch) -> None:
-    faults.reset()
-    monkeypatch.delenv(faults.ENV, raising=False)
+pytestmark = pytest.mark.usefixtures("clean_faults")  # fault points reset before each test (conftest)
 
 
 def dead_letters(spark: SparkSession, cfg: SharelakeConfig) -> dict[tuple[int, int], dict[str, object]]:

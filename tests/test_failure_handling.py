@@ -16,13 +16,7 @@ from tests.ingest_config import ingest_config
 from tests.kafka_helpers import nothing_left, share_receive
 from tests.table_checks import assert_exactly_once
 
-
-@pytest.fixture(autouse=True)
-def clean_faults(monkeypatch: pytest.MonkeyPatch) -> None:
-    from app import faults
-
-    faults.reset()
-    monkeypatch.delenv("SHARELAKE_FAULTS", raising=False)
+pytestmark = pytest.mark.usefixtures("clean_faults")  # fault points reset before each test (conftest)
 
 
 def test_batch_slower_than_the_record_lock(

@@ -78,7 +78,8 @@ def test_progress_lines_and_prometheus_counters_match_the_table(
     fields = [dict(kv.split("=") for kv in re.findall(r"(\w+=\d+)", ln)) for ln in lines]
     assert sum(int(f["accepted"]) for f in fields) == summary.accepted == len(produced)
     assert sum(int(f["in"]) for f in fields) == len(produced)
-    assert all(int(f["duration_ms"]) >= 0 and "members" in f for f in fields)
+    # a batch with records takes time, and some member polled it
+    assert all(int(f["duration_ms"]) > 0 and int(f["members"]) >= 1 for f in fields), lines
     writes = [int(m) for ln in lines for m in re.findall(r"sink_ms .*\bwrite=(\d+)", ln)]
     assert len(writes) == len(lines) and sum(writes) > 0, lines
 

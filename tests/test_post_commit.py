@@ -28,11 +28,7 @@ from tests.job_runner import JobSpec, drain_in_process, drain_job, run_summary
 from tests.kafka_helpers import nothing_left
 from tests.table_checks import assert_exactly_once
 
-
-@pytest.fixture(autouse=True)
-def clean_faults(monkeypatch: pytest.MonkeyPatch) -> None:
-    faults.reset()
-    monkeypatch.delenv(faults.ENV, raising=False)
+pytestmark = pytest.mark.usefixtures("clean_faults")  # fault points reset before each test (conftest)
 
 
 class RecordingConsumer(ShareConsumer):  # type: ignore[misc]

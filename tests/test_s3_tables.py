@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -135,13 +136,16 @@ def test_a_writer_lease_lets_commits_through_from_the_moment_it_is_held(
     )
     lease.acquire()
     try:
-        deadline = time.monotonic() + 2 * LEASE_S
-        checks = 0
-        while time.monotonic() < deadline:
+        start = time.monotonic()
+        checked = [start]
+        while checked[-1] < start + 2 * LEASE_S:  # through several renewals (one every LEASE_S / 3)
             lease.check()  # raises LeaseLostError when stale
-            checks += 1
+            checked.append(time.monotonic())
             time.sleep(0.05)
-        assert checks > 100
+        # every renewal period was checked (a check took under a renewal period): no moment went unproven
+        slowest = max(b - a for a, b in pairwise(checked))
+        if slowest >= LEASE_S / 3:
+            pytest.fail(f"scenario not provoked: a lease check took {slowest:.1f} s, a whole renewal period")
     finally:
         lease.release()
     jvm, hadoop = spark.sparkContext._jvm, spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
