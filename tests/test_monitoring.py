@@ -10,8 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from devkit.kafka_broker import EmbeddedKafka, free_port
 from devkit.sample_data import POISON_VALUES, produce_json_events, produce_poison_records
 from tests.ingest_config import ingest_config
 from tests.prometheus_server import PROMTOOL, PrometheusServer
+from tests.waiting import wait_for
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "monitoring"
 ALERTS = DOCS / "alerts.yml"
@@ -82,13 +82,6 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory, metrics_port: int) -> I
 MIN_SAMPLES = 'min(count_over_time(sharelake_polled_total{job="sharelake"}[1m]))'
 
 
-def wait_for(what: str, condition: Callable[[], bool], timeout_s: float = 180) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
-
-
 def value(server: PrometheusServer, expr: str) -> float | None:
     result = server.query(expr)
     return float(result[0]["value"][1]) if result else None
@@ -142,14 +135,36 @@ def test_every_dashboard_query_and_alert_expression_runs_on_a_real_jobs_series(
     try:
         # scraped after every record landed or was dead-lettered, and after the lag reader caught up
         poison = len(POISON_VALUES)
-        wait_for("the records in Prometheus", lambda: value(prometheus, "sum(sharelake_accepted_total)") == 2000)
-        wait_for("the dead letters", lambda: value(prometheus, "sum(sharelake_rejected_total)") == poison)
-        wait_for("each partition's lag", lambda: value(prometheus, "count(sharelake_group_lag)") == 3, 60)
-        wait_for("the group's lag of 0", lambda: value(prometheus, "sum(sharelake_group_lag)") == 0)
-        wait_for("the group's members", lambda: value(prometheus, "max(sharelake_group_members)") == 4)
+        wait_for(
+            lambda: value(prometheus, "sum(sharelake_accepted_total)") == 2000,
+            180,
+            "timed out waiting for the records in Prometheus",
+        )
+        wait_for(
+            lambda: value(prometheus, "sum(sharelake_rejected_total)") == poison,
+            180,
+            "timed out waiting for the dead letters",
+        )
+        wait_for(
+            lambda: value(prometheus, "count(sharelake_group_lag)") == 3,
+            60,
+            "timed out waiting for each partition's lag",
+        )
+        wait_for(
+            lambda: value(prometheus, "sum(sharelake_group_lag)") == 0,
+            180,
+            "timed out waiting for the group's lag of 0",
+        )
+        wait_for(
+            lambda: value(prometheus, "max(sharelake_group_members)") == 4,
+            180,
+            "timed out waiting for the group's members",
+        )
         assert value(prometheus, 'sum(sharelake_dead_lettered_by_class_total{error_class="malformed_json"})') == 1
         # a rate() needs two samples in its window: a fast drain can land everything within one scrape
-        wait_for("three scrapes in a minute", lambda: (value(prometheus, MIN_SAMPLES) or 0) >= 3)
+        wait_for(
+            lambda: (value(prometheus, MIN_SAMPLES) or 0) >= 3, 180, "timed out waiting for three scrapes in a minute"
+        )
 
         dashboard = json.loads((DOCS / "sharelake-dashboard.json").read_text())
         job_values = prometheus.api("label/job/values", **{"match[]": "sharelake_accepted_total"})["data"]
@@ -166,7 +181,11 @@ def test_every_dashboard_query_and_alert_expression_runs_on_a_real_jobs_series(
         # the server loaded alerts.yml itself and evaluates every rule without an error
         loaded = [r for g in prometheus.api("rules")["data"]["groups"] for r in g["rules"]]
         assert {r["name"] for r in loaded} == {r["alert"] for r in alert_rules()}
-        wait_for("an evaluation of every rule", lambda: all(r["health"] == "ok" for r in _rules(prometheus)), 30)
+        wait_for(
+            lambda: all(r["health"] == "ok" for r in _rules(prometheus)),
+            30,
+            "timed out waiting for an evaluation of every rule",
+        )
     finally:
         stop.set()
         job.join(120)
