@@ -117,7 +117,7 @@ def check_kafka(
         if topic is not None and topic.error is not None and topic.error.code() in AUTHORIZATION:
             raise ConfigError(
                 f"{key}: {user} is not authorized to read it ({topic.error.str()}); grant it READ "
-                "on the topic (README, Security)"
+                "on the topic (docs/security.md)"
             )
         if topic is None or topic.error is not None:
             raise ConfigError(f"{key}: no such topic on {k.bootstrap_servers}; create it or fix the name")

@@ -1,7 +1,7 @@
 """SASL_SSL with SCRAM-SHA-512, TLS certificates made at test time, and the standard authorizer with ACLs.
 
 One secured embedded broker for the module (`devkit.security`): `admin` is its only super
-user; the job's principal gets exactly the ACLs the README lists (READ on the topic and the share
+user; the job's principal gets exactly the ACLs docs/security.md lists (READ on the topic and the share
 group, DESCRIBE_CONFIGS and ALTER_CONFIGS on the group because the job sets group configs). The
 job reads its password from an environment variable (`env:NAME`), never from the command line, and
 the password, a canary, must not appear in any log. A principal without the group ACL, a wrong
@@ -47,7 +47,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedKafka]:
 
 
 def grant(kafka: EmbeddedKafka, user: str, topic: str, group: str, *, group_acls: bool = True) -> None:
-    """The job's ACLs (README, "Security"): READ on the topic; READ, DESCRIBE_CONFIGS, ALTER_CONFIGS on the group."""
+    """The job's ACLs (docs/security.md): READ on the topic; READ, DESCRIBE_CONFIGS, ALTER_CONFIGS on the group."""
 
     def allow(kind: ResourceType, name: str, op: AclOperation) -> AclBinding:
         return AclBinding(

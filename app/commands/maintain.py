@@ -2,7 +2,7 @@
 
 Schedule it beside the ingest job (hourly or daily; it is safe while the job writes): the ingest
 commits once per micro-batch, each with its own small files, and this compacts them and deletes
-what no version within `maintenance.vacuum_retain_hours` needs (README: Table health). Tables of
+what no version within `maintenance.vacuum_retain_hours` needs (docs/storage.md, table health). Tables of
 the config that do not exist yet are skipped. Exit codes: 0 every table done (one line each), 1 a
 table failed (the others were still done), 2 the configuration is wrong (one line on stderr).
 """

@@ -119,7 +119,7 @@ def _topic_setting(admin: AdminClient, k: KafkaConfig, name: str, setting: str) 
         user = k.client.get("sasl.username", "the job's principal")
         raise ConfigError(
             f"{KEY} = {name!r}: could not read the topic's {setting} ({one_line(e, 160)}); grant {user} "
-            "DESCRIBE_CONFIGS on the topic (README, Security)"
+            "DESCRIBE_CONFIGS on the topic (docs/security.md)"
         ) from None
     return None if entry is None else entry.value
 
@@ -136,5 +136,5 @@ def _create(admin: AdminClient, k: KafkaConfig, name: str) -> None:
         user = k.client.get("sasl.username", "the job's principal")
         raise ConfigError(
             f"{KEY} = {name!r}: no such topic, and creating it failed ({one_line(e, 160)}); create it with "
-            f"{TOPIC_ACCEPTS}=true, or grant {user} CREATE on it (README, Security)"
+            f"{TOPIC_ACCEPTS}=true, or grant {user} CREATE on it (docs/security.md)"
         ) from None

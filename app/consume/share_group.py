@@ -91,7 +91,7 @@ class ShareGroupType(GroupType):
                 raise ConfigError(
                     f"kafka.group_id = {k.group_id!r}: {user} is not authorized on the share group "
                     f"({e.args[0].str()}); grant it READ on the group, and DESCRIBE_CONFIGS and ALTER_CONFIGS when "
-                    "the job sets group configs (README, Security)"
+                    "the job sets group configs (docs/security.md)"
                 ) from None
             keys = ", ".join(f"{name}={value}" for name, value in settings.items())
             raise ConfigError(

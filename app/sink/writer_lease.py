@@ -26,7 +26,7 @@ lease on each table it writes, a small JSON file at `<table>/_sharelake/writer-l
   refused commit's records are RELEASEd, as for any failed write, and the job fails.
 
 The file is a guard, not a lock: S3 (as used here) has no compare-and-set, so it rests on renewals
-arriving within the TTL and on a write landing within `SETTLE_S`. The Storage section of docs/storage.md says
+arriving within the TTL and on a write landing within `SETTLE_S`. docs/storage.md says
 what is safe where; a multi-writer log store replaces it.
 """
 
@@ -165,7 +165,7 @@ class WriterLease:
                     f"{self.key} = {self.location.path!r} is written by another Sharelake job "
                     f"({now.get('host', '?')}, pid {now.get('pid', '?')}, group {now.get('group', '?')}): "
                     "S3 gives Delta no mutual exclusion, so a second writer could overwrite its commits; run one "
-                    "job per S3 table, or set Delta's S3DynamoDBLogStore (README: Storage)"
+                    "job per S3 table, or set Delta's S3DynamoDBLogStore (docs/storage.md)"
                 )
         log.info(
             "%s: the writer lease was not renewed for %.0fs: its holder is gone; taking it over", self.location, ttl
