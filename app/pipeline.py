@@ -1,11 +1,15 @@
-"""Wires one ingest run: group settings -> member pool -> RecordBuffer -> clock query -> DeltaSink.
+"""One ingest run, in named stages (`IngestRun`): open -> join -> warm -> loop -> close.
 
-Called by `sharelake ingest` (`app.commands.ingest`) and by the tests in-process. `run_ingest` blocks until
-the run ends: in `until-drained` mode when the backlog is drained, in `continuous` mode when
-`stop_event` is set (SIGTERM/SIGINT in the job). It then stops gracefully: members stop polling,
-the running micro-batch finishes and ACCEPTs, polls never written are RELEASEd, every member
-commits and closes, and the streaming query stops. Before anything polls, `app.preflight` checks
-the broker, the topic, the share-group settings and the table path (ConfigError on a problem).
+Called by `sharelake ingest` (`app.commands.ingest`) and by the tests in-process (`run_ingest`);
+`sharelake check` (`app.commands.check`) runs the open stage alone. The record's way through what
+the stages wire: group settings -> member pool -> RecordBuffer -> clock query -> DeltaSink.
+
+A run blocks until it ends: in `until-drained` mode when the backlog is drained, in `continuous`
+mode when `stop_event` is set (SIGTERM/SIGINT in the job). It then stops gracefully: members stop
+polling, the running micro-batch finishes and ACCEPTs, polls never written are RELEASEd, every
+member commits and closes, and the streaming query stops. Before anything polls, `app.preflight`
+checks the broker, the topic, the share-group settings and the table path (ConfigError on a
+problem).
 
 "Drained" is `MemberPool.drained`: every member has been polling and getting nothing for the
 idle timeout, and no polled record is still undecided.
@@ -21,6 +25,8 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -153,13 +159,6 @@ class IngestError(RuntimeError):
 QUERY_READY_TIMEOUT_S = 120.0
 
 
-def _wait_for_first_trigger(query: StreamingQuery, timeout_s: float) -> None:
-    """Until the clock query has run one micro-batch (its start-up is then paid), or failed, or the timeout."""
-    deadline = time.monotonic() + timeout_s
-    while query.lastProgress is None and query.isActive and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
 def hold_writer_leases(
     spark: SparkSession, cfg: SharelakeConfig, destinations: list[Destination], dead: DedupTable
 ) -> list[WriterLease]:
@@ -173,6 +172,256 @@ def hold_writer_leases(
     return leases
 
 
+@dataclass(frozen=True)
+class Opened:
+    """What the open stage found and opened: the broker's facts, the group, the tables and their leases."""
+
+    facts: KafkaFacts
+    group: GroupType
+    destinations: list[Destination]
+    dead: DedupTable
+    leases: list[WriterLease]
+    positions: dict[tuple[str, int], int]  # (topic, partition) -> the next offset the tables want
+
+    @property
+    def lock_ms(self) -> int:
+        return int(self.facts.group_settings.get("share.record.lock.duration.ms") or DEFAULT_LOCK_MS)
+
+    @property
+    def tables(self) -> list[DedupTable]:
+        return [*(d.table for d in self.destinations), self.dead]
+
+
+class IngestRun:
+    """One ingest run, in named stages. `run()` takes them in order:
+
+    - `open`: the start-up checks (`app.preflight`: ConfigError, one line, exit 2), every payload
+      format started, the tables opened with their dedup caches loaded, the writer leases held (S3).
+      `sharelake check` runs this stage alone, with `apply=False`: nothing changed on the broker,
+      no lease taken.
+    - `join`: the buffer, the member pool and the sink built; the members join the group (they
+      acquire nothing before they poll); the metrics, the lag reader and the progress log start.
+    - `warm`: older writers' leftover duplicates repaired, the write path warmed up
+      (`app.sink.warm_up`), the clock query started and its first micro-batch run, all before
+      any record is locked.
+    - `loop`: the members poll; the main thread watches the query and the members, ticks the
+      elastic sizer, and ends the run when drained (`until-drained`) or on `stop_event`.
+    - `close`: everything the stages opened closed once, in reverse (one `ExitStack`): the members
+      stop (the running batch finishes and ACCEPTs, unwritten polls are RELEASEd), the sink stops
+      writing, the query stops, the tables finish their post-commit work, the leases are released.
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        cfg: SharelakeConfig,
+        stop_event: threading.Event | None = None,
+        consumer_factory: ShareConsumerFactory = ShareConsumer,
+        on_pool_started: Callable[[MemberPool], None] | None = None,
+    ):
+        self.spark = spark
+        self.cfg = cfg
+        self.stop_event = stop_event or threading.Event()
+        self._consumer_factory = consumer_factory
+        self._on_pool_started = on_pool_started
+        self._closing = ExitStack()
+        self._started = time.monotonic()
+        self._members_at: float | None = None
+        self._warm_up_s = 0.0
+
+    # -- open ------------------------------------------------------------------------------------
+
+    def open(self, apply: bool = True) -> Opened:
+        """Checks, formats, tables, leases; raises ConfigError (one line) on the first problem."""
+        cfg, spark = self.cfg, self.spark
+        client_errors = ClientErrors()
+        admin = AdminClient({**cfg.kafka.client_config(), "error_cb": client_errors})  # type: ignore[dict-item]
+        positions: dict[tuple[str, int], int] = {}  # filled once the tables are open, below
+        group = group_type(
+            cfg.kafka, self._consumer_factory, lambda topic, partition: positions.get((topic, partition))
+        )
+        facts = check_start(spark, cfg, admin, group, client_errors, apply=apply)
+        # formats started (a bad schema or an unreachable registry raises ConfigError here), caches loaded
+        destinations, dead = open_destinations(spark, cfg)
+        tables = [*(d.table for d in destinations), dead]
+        for table in tables:
+            self._closing.callback(table.close)
+        for table in tables:
+            for key, offset in table.cache.next_offsets().items():
+                positions[key] = max(positions.get(key, 0), offset)
+        leases = hold_writer_leases(spark, cfg, destinations, dead) if apply else []  # S3: one job per table
+        for lease in leases:
+            self._closing.callback(lease.release)
+        self.opened = Opened(facts, group, destinations, dead, leases, positions)
+        return self.opened
+
+    # -- join ------------------------------------------------------------------------------------
+
+    def join(self) -> None:
+        """The pool, the sink and what observes them; the members join the group."""
+        cfg, o = self.cfg, self.opened
+        buffer = RecordBuffer(cfg.pump.buffer_max_records)
+        self.pool = pool = MemberPool(cfg.kafka, cfg.pump, buffer, o.group, o.group.member_cap(o.facts.partitions))
+        log_banner(cfg, o.facts, o.group, o.lock_ms, pool)
+        self.job_name = f"{cfg.run.app_name}/{cfg.kafka.group_id}@{socket.gethostname()}:{os.getpid()}"
+        self.sink = DeltaSink(
+            buffer,
+            o.destinations,
+            o.dead,
+            cfg.batch,
+            cfg.dead_letter.max_delivery_count,
+            o.lock_ms / 1000,
+            self.job_name,
+            on_fatal=pool.stop_polling,
+            on_pause=pool.pause_polling,
+            on_resume=pool.resume_polling,
+        )
+        self.query_name = f"sharelake-{cfg.kafka.group_id}"
+        temp_checkpoint = None if cfg.delta.checkpoint_path else tempfile.mkdtemp(prefix="sharelake-clock-")
+        if temp_checkpoint:
+            self._closing.callback(shutil.rmtree, temp_checkpoint, ignore_errors=True)
+        self.checkpoint = cfg.delta.checkpoint_path or temp_checkpoint
+        self.clock = clock_session(self.spark, local_checkpoint=temp_checkpoint is not None)
+        self._observe()
+        self.query: StreamingQuery | None = None
+        self._closing.callback(self._stop_writing)  # closed first: the members, the sink, the query
+        pool.join_group()  # the members join the group meanwhile; they acquire nothing before they poll
+
+    def owners(self) -> list[Any]:
+        """Every counter of the run (`app.counters` collects them)."""
+        return [*self.pool.member_stats(), self.sink.stats, *(t.stats for t in self.opened.tables), self.pool.gauges()]
+
+    def _observe(self) -> None:
+        """The progress log, the group's lag and the Prometheus endpoint, each stopped at close."""
+        cfg = self.cfg
+        if cfg.metrics.progress_log:
+            listener = ProgressListener(self.query_name, self.owners, self.sink.stats.batch_report)
+            self.clock.streams.addListener(listener)
+            self._closing.callback(self.clock.streams.removeListener, listener)
+        if not cfg.metrics.prometheus_port:
+            return
+        lag = []
+        if cfg.kafka.group_type == "share":  # the group's lag, read on a timer
+            client = cfg.kafka.client_config()
+            group_lag = GroupLag(
+                self.spark, client, cfg.kafka.group_id, cfg.kafka.subscribed, cfg.metrics.lag_interval_s
+            )
+            group_lag.start()
+            self._closing.callback(group_lag.stop)
+            lag.append(group_lag)
+        stop_metrics = serve_metrics(cfg.metrics.prometheus_port, cfg.metrics.prometheus_addr, self.owners, *lag)
+        self._closing.callback(stop_metrics)
+
+    def _stop_writing(self) -> None:
+        """The members stop (the running batch finishes), then the sink, then the query; the last
+        commit's post-commit work ends."""
+        self.pool.stop(self.cfg.run.stop_timeout_s)
+        self.sink.close()
+        if self.query is not None:
+            self.query.stop()
+        self.sink.finish()
+
+    # -- warm ------------------------------------------------------------------------------------
+
+    def warm(self) -> None:
+        """Repair, warm-up and the clock query's first micro-batch, before any record is locked."""
+        self.sink.repair_pending()  # duplicates a writer that died before repairing them left behind
+        formats = [d.format for d in self.opened.destinations]
+        self._warm_up_s = warm_up(self.spark, formats, self.cfg.dead_letter.max_delivery_count, self.job_name)
+        try:
+            self.query = (
+                clock_stream(self.clock)
+                .writeStream.foreachBatch(self.sink)
+                .option("checkpointLocation", self.checkpoint)
+                .queryName(self.query_name)
+                .start()
+            )
+        except Exception as e:
+            raise IngestError(f"the streaming query did not start: {one_line(e, 300)}") from e
+        wait_for_first_trigger(self.query, QUERY_READY_TIMEOUT_S)
+
+    # -- loop ------------------------------------------------------------------------------------
+
+    def loop(self) -> BaseException | None:
+        """The members poll until the run ends; the error that ended it, if any."""
+        cfg, pool, query = self.cfg, self.pool, self.query
+        assert query is not None
+        lock_s = self.opened.lock_ms / 1000
+        sizer = ElasticSizer(
+            pool,
+            pool.bounded(cfg.pump.lowest),
+            pool.bounded(cfg.pump.highest),
+            lock_s,
+            lambda: self.sink.stats.last_cycle_s,
+        )
+        pool.start()
+        self._members_at = time.monotonic()
+        log.info(
+            "%s members started: %d (start-up took %.1fs, warm-up %.1fs)",
+            self.opened.group.noun,
+            pool.size,
+            self._members_at - self._started,
+            self._warm_up_s,
+        )
+        if self._on_pool_started is not None:
+            self._on_pool_started(pool)
+        drain_mode = cfg.run.mode in ("until-drained", "available-now")
+        while not self.stop_event.is_set():
+            if query.exception() is not None:
+                log.warning("the streaming query failed; its error in full: %s", query.exception())
+                return IngestError(f"streaming query failed: {one_line(query.exception())}")
+            if pool.failures():
+                return IngestError(f"share member failed: {pool.failures()[0]!r}")
+            if drain_mode and pool.drained(cfg.run.idle_timeout_ms / 1000, cfg.run.empty_timeout_ms / 1000):
+                log.info("backlog drained: quiet for the idle timeout and nothing in flight")
+                return None
+            sizer.tick()
+            time.sleep(0.1)
+        return None
+
+    # -- close -----------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Everything the stages opened, closed once, in reverse."""
+        self._closing.close()
+
+    def summary(self) -> RunSummary:
+        """The run's counters and how long its parts took (after close)."""
+        pool, st, destinations = self.pool, self.sink.stats, self.opened.destinations
+        members_at = self._members_at or time.monotonic()
+        t = pool.totals()
+        last_commit = max((d.table.stats.last_commit_at or members_at for d in destinations), default=members_at)
+        first = t.first_record_at or members_at
+        return RunSummary(
+            collect([*pool.member_stats(), st, *(table.stats for table in self.opened.tables)]),
+            {
+                "mean_cycle_s": st.cycle_s_sum / max(1, st.cycles),
+                "start_s": members_at - self._started,  # checks, caches, the warm-up, the clock's first batch
+                "first_record_s": first - self._started,  # the group join ends there
+                "ingest_s": max(0.0, last_commit - first),  # first record -> last commit
+                "seconds": time.monotonic() - self._started,
+            },
+        )
+
+    def run(self) -> RunSummary:
+        """open, join, warm, loop, close; raises the error that ended the run (IngestError, ConfigError)."""
+        with self._closing:
+            self.open()
+            self.join()
+            self.warm()
+            error = self.loop()
+        if error is not None:
+            raise error
+        return self.summary()
+
+
+def wait_for_first_trigger(query: StreamingQuery, timeout_s: float) -> None:
+    """Until the clock query has run one micro-batch (its start-up is then paid), or failed, or the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while query.lastProgress is None and query.isActive and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def run_ingest(
     spark: SparkSession,
     cfg: SharelakeConfig,
@@ -180,148 +429,5 @@ def run_ingest(
     consumer_factory: ShareConsumerFactory = ShareConsumer,
     on_pool_started: Callable[[MemberPool], None] | None = None,
 ) -> RunSummary:
-    """One run; `on_pool_started` lets a caller (a test) steer the member pool while it runs."""
-    stop_event = stop_event or threading.Event()
-    started = time.monotonic()
-    client_errors = ClientErrors()
-    admin = AdminClient({**cfg.kafka.client_config(), "error_cb": client_errors})  # type: ignore[dict-item]
-    positions: dict[tuple[str, int], int] = {}  # where the tables are: filled once they are opened, below
-    group = group_type(cfg.kafka, consumer_factory, lambda topic, partition: positions.get((topic, partition)))
-    facts = check_start(spark, cfg, admin, group, client_errors)  # raises ConfigError: one line, exit code 2
-    group_settings = facts.group_settings
-    # formats started (a bad schema or an unreachable registry raises ConfigError here), caches loaded
-    destinations, dead = open_destinations(spark, cfg)
-    for table in (*(d.table for d in destinations), dead):
-        for key, offset in table.cache.next_offsets().items():
-            positions[key] = max(positions.get(key, 0), offset)
-    leases = hold_writer_leases(spark, cfg, destinations, dead)  # S3: one job per table, else ConfigError
-    lock_ms = int(group_settings.get("share.record.lock.duration.ms") or DEFAULT_LOCK_MS)
-    buffer = RecordBuffer(cfg.pump.buffer_max_records)
-    pool = MemberPool(cfg.kafka, cfg.pump, buffer, group, group.member_cap(facts.partitions))
-    log_banner(cfg, facts, group, lock_ms, pool)
-    job_name = f"{cfg.run.app_name}/{cfg.kafka.group_id}@{socket.gethostname()}:{os.getpid()}"
-    sink = DeltaSink(
-        buffer,
-        destinations,
-        dead,
-        cfg.batch,
-        cfg.dead_letter.max_delivery_count,
-        lock_ms / 1000,
-        job_name,
-        on_fatal=pool.stop_polling,
-        on_pause=pool.pause_polling,
-        on_resume=pool.resume_polling,
-    )
-    pool.join_group()  # the members join the share group meanwhile; they acquire nothing before they poll
-    query_name = f"sharelake-{cfg.kafka.group_id}"
-    temp_checkpoint = None if cfg.delta.checkpoint_path else tempfile.mkdtemp(prefix="sharelake-clock-")
-    clock = clock_session(spark, local_checkpoint=temp_checkpoint is not None)
-    try:
-        sink.repair_pending()  # duplicates a writer that died before repairing them left behind
-        formats = [d.format for d in destinations]
-        warm_up_s = warm_up(spark, formats, cfg.dead_letter.max_delivery_count, job_name)  # before any lock
-        try:
-            query = (
-                clock_stream(clock)
-                .writeStream.foreachBatch(sink)
-                .option("checkpointLocation", cfg.delta.checkpoint_path or temp_checkpoint)
-                .queryName(query_name)
-                .start()
-            )
-        except Exception as e:
-            raise IngestError(f"the streaming query did not start: {one_line(e, 300)}") from e
-    except BaseException:
-        pool.stop(cfg.run.stop_timeout_s)  # the members joined the group: leave it
-        for lease in leases:
-            lease.release()
-        if temp_checkpoint:
-            shutil.rmtree(temp_checkpoint, ignore_errors=True)
-        raise
-
-    tables = [*(d.table.stats for d in destinations), dead.stats]
-
-    def owners() -> list[Any]:  # every counter of the run: app.counters collects them
-        return [*pool.member_stats(), sink.stats, *tables, pool.gauges()]
-
-    listener = ProgressListener(query_name, owners, sink.stats.batch_report) if cfg.metrics.progress_log else None
-    if listener is not None:
-        clock.streams.addListener(listener)
-    group_lag = None
-    if cfg.metrics.prometheus_port and cfg.kafka.group_type == "share":  # the group's lag, read on a timer
-        subscribed = cfg.kafka.subscribed
-        client = cfg.kafka.client_config()
-        group_lag = GroupLag(spark, client, cfg.kafka.group_id, subscribed, cfg.metrics.lag_interval_s)
-        group_lag.start()
-    stop_metrics = (
-        serve_metrics(
-            cfg.metrics.prometheus_port, cfg.metrics.prometheus_addr, owners, *([group_lag] if group_lag else [])
-        )
-        if cfg.metrics.prometheus_port
-        else None
-    )
-    sizer = ElasticSizer(
-        pool,
-        pool.bounded(cfg.pump.lowest),
-        pool.bounded(cfg.pump.highest),
-        lock_ms / 1000,
-        lambda: sink.stats.last_cycle_s,
-    )
-    _wait_for_first_trigger(query, QUERY_READY_TIMEOUT_S)  # the clock's first micro-batch, before any lock
-    pool.start()
-    members_at = time.monotonic()
-    log.info(
-        "%s members started: %d (start-up took %.1fs, warm-up %.1fs)",
-        group.noun,
-        pool.size,
-        members_at - started,
-        warm_up_s,
-    )
-    if on_pool_started is not None:
-        on_pool_started(pool)
-    drain_mode = cfg.run.mode in ("until-drained", "available-now")
-    error: BaseException | None = None
-    try:
-        while not stop_event.is_set():
-            if query.exception() is not None:
-                log.warning("the streaming query failed; its error in full: %s", query.exception())
-                error = IngestError(f"streaming query failed: {one_line(query.exception())}")
-                break
-            if pool.failures():
-                error = IngestError(f"share member failed: {pool.failures()[0]!r}")
-                break
-            if drain_mode and pool.drained(cfg.run.idle_timeout_ms / 1000, cfg.run.empty_timeout_ms / 1000):
-                log.info("backlog drained: quiet for the idle timeout and nothing in flight")
-                break
-            sizer.tick()
-            time.sleep(0.1)
-    finally:
-        pool.stop(cfg.run.stop_timeout_s)
-        sink.close()
-        query.stop()
-        sink.finish()
-        for lease in leases:
-            lease.release()
-        if listener is not None:
-            clock.streams.removeListener(listener)
-        if group_lag is not None:
-            group_lag.stop()
-        if stop_metrics is not None:
-            stop_metrics()
-        if temp_checkpoint:
-            shutil.rmtree(temp_checkpoint, ignore_errors=True)
-    t, st = pool.totals(), sink.stats
-    last_commit = max((d.table.stats.last_commit_at or members_at for d in destinations), default=members_at)
-    first = t.first_record_at or members_at
-    summary = RunSummary(
-        collect([*pool.member_stats(), st, *tables]),
-        {
-            "mean_cycle_s": st.cycle_s_sum / max(1, st.cycles),
-            "start_s": members_at - started,  # checks, caches, the warm-up, the clock's first batch
-            "first_record_s": first - started,  # the group join ends there
-            "ingest_s": max(0.0, last_commit - first),  # first record -> last commit
-            "seconds": time.monotonic() - started,
-        },
-    )
-    if error is not None:
-        raise error
-    return summary
+    """One run (`IngestRun.run`); `on_pool_started` lets a caller (a test) steer the member pool while it runs."""
+    return IngestRun(spark, cfg, stop_event, consumer_factory, on_pool_started).run()

@@ -1,11 +1,13 @@
 """`sharelake check`: the start-up checks of `sharelake ingest` alone, without ingesting.
 
-Validates the config, reaches the broker (topics, the group's settings and bounds, the broker's
-dead-letter topic), the tables (each path a Delta table or empty, and writable; names in the
-catalog) and each format's schema registry (writer schemas against the table's columns). It changes
-nothing on the broker: the group's settings are read, not applied, and a missing broker dead-letter
-topic is not created. Exit code 0 with one line naming what was checked, or 2 with the one line of
-the first problem (the same line `ingest` would stop with).
+Runs the open stage of an ingest run (`app.pipeline.IngestRun.open`) and nothing else: validates
+the config, reaches the broker (topics, the group's settings and bounds, the broker's dead-letter
+topic), each format's schema registry (writer schemas against the table's columns) and the tables
+(each path a Delta table or empty, and writable; names in the catalog; their recent commits
+read). It changes nothing: the group's settings are read, not applied, a missing broker
+dead-letter topic is not created, and no writer lease is taken. Exit code 0 with one line naming
+what was checked, or 2 with the one line of the first problem (the same line `ingest` would stop
+with).
 """
 
 from __future__ import annotations
@@ -13,13 +15,9 @@ from __future__ import annotations
 import argparse
 import logging
 
-from confluent_kafka import ShareConsumer
-from confluent_kafka.admin import AdminClient
-
 from app.cli import add_config_arguments, job_config
-from app.consume.group_client import group_type
-from app.preflight import ClientErrors, check_not_spark_connect, check_start
-from app.sink.formats import payload_format
+from app.pipeline import IngestRun
+from app.preflight import check_not_spark_connect
 from app.spark_session import build_spark
 
 HELP = "check a config: reach the broker, the registry and the tables, without ingesting (exit 0, or 2 and one line)"
@@ -34,12 +32,12 @@ def run(args: argparse.Namespace) -> int:
     cfg = job_config(args)
     check_not_spark_connect()
     spark = build_spark(f"{cfg.run.app_name}-check", extra_conf=cfg.spark_conf)
-    errors = ClientErrors()
-    admin = AdminClient({**cfg.kafka.client_config(), "error_cb": errors})  # type: ignore[dict-item]
-    group = group_type(cfg.kafka, ShareConsumer, lambda topic, partition: None)
-    facts = check_start(spark, cfg, admin, group, errors, apply=False)
-    for route in cfg.routes():
-        payload_format(route.payload).start(spark, route.location)  # the registry reached, schemas checked
+    run = IngestRun(spark, cfg)
+    try:
+        opened = run.open(apply=False)
+    finally:
+        run.close()
+    facts, group = opened.facts, opened.group
     tables = [r.location.name or r.location.path for r in cfg.routes()]
     dead = cfg.dead_letter_table
     print(

@@ -231,9 +231,8 @@ class DeltaSink:
         self._closed.set()
 
     def finish(self) -> None:
-        """Once the query has stopped: the last commit's post-commit work and any checkpoint end."""
-        for table in self._tables():
-            table.close()
+        """Once the query has stopped: the per-table write threads end (the tables are their opener's
+        to close: `app.pipeline.IngestRun`, the warm-up)."""
         if self._parallel is not None:
             self._parallel.shutdown(wait=True)
 
