@@ -143,6 +143,25 @@ class FormatSettings(BaseModel):
             )
         return self
 
+    def registry_note(self) -> str:
+        """The registry for the banner ("" without one): its URL, never its credentials."""
+        if self.registry is None:
+            return ""
+        return f"registry {self.registry.url}{' (basic auth)' if self.registry.basic_auth_user else ''}"
+
+    def values_note(self) -> str:
+        """How values are read, for the banner: the format's name; a format with schemas says whence."""
+        return self.format
+
+    def describe(self) -> str:
+        """The payload as the start-up banner shows it (`app.pipeline`): values, then keys unless raw."""
+        note = self.values_note()
+        if self.key_format != "raw":
+            note += f", {self.key_format} keys"
+            if self.key_format == "avro" and self.format != "avro":
+                note += f" (schemas from {self.registry_note()})"
+        return note
+
 
 @dataclass(frozen=True)
 class BadRecord:
@@ -231,6 +250,7 @@ class PayloadFormat(ABC):
     """One payload format's reader: built from its settings by `app.sink.formats.payload_format`."""
 
     name: ClassVar[str]
+    settings_model: ClassVar[type[FormatSettings]]  # its `[payload]` keys (`app.sink.formats.PayloadSettings`)
     error_classes: ClassVar[tuple[str, ...]]  # its own classes, beside SHARED_ERROR_CLASSES
     # whether an append may add columns to the main table (formats whose shape can grow)
     merge_schema: bool = False
