@@ -111,8 +111,9 @@ class FormatSettings(BaseModel):
 
     format: str = Field(
         description="How record values are read: `raw` (the value as bytes), `text` (a UTF-8 string), `json` "
-        "(parsed with `schema` into columns), `avro` (Avro records into columns), `protobuf` (Protobuf messages "
-        "into columns). Keys of another format are refused at start (`docs/payload-formats.md`)."
+        "(parsed with `schema` into columns), or a format whose writer schemas say the columns (`avro`, "
+        "`protobuf`, ...). Each is described in `docs/payload-formats.md`. Keys of another format are refused at "
+        "start."
     )
     max_value_bytes: int = Field(
         default=1_048_576, ge=1, description="A longer value is dead-lettered (`too_large`), not written."
@@ -130,8 +131,9 @@ class FormatSettings(BaseModel):
     )
     registry: RegistrySettings | None = Field(
         default=None,
-        description="`[payload.registry]`: the schema registry (Confluent REST API) of `avro` values in the wire "
-        "format, `protobuf` values (needed) and `avro` keys. Each schema id is fetched once per job; unreachable "
+        description="`[payload.registry]`: the schema registry (Confluent REST API) of values in the Confluent wire "
+        "format (`avro` values with a registry; `protobuf` and the other wire formats need it) and of `avro` keys. "
+        "Each schema id is fetched once per job; unreachable "
         "at start, the job stops (exit 2); during a run the batch is RELEASEd and retried, never dead-lettered.",
     )
 
