@@ -20,6 +20,7 @@ from pydantic import Discriminator, Tag
 from app.sink.formats.avro import AvroFormat
 from app.sink.formats.base import FormatSettings, PayloadFormat
 from app.sink.formats.json import JsonFormat
+from app.sink.formats.json_schema import JsonSchemaFormat
 from app.sink.formats.keys import KeyedFormat, key_reader
 from app.sink.formats.protobuf import ProtobufFormat
 from app.sink.formats.raw import RawFormat
@@ -33,6 +34,7 @@ READERS: tuple[type[PayloadFormat], ...] = (
     JsonFormat,
     AvroFormat,
     ProtobufFormat,
+    JsonSchemaFormat,
 )
 
 FORMATS: dict[str, type[PayloadFormat]] = {f.name: f for f in READERS}
