@@ -52,9 +52,7 @@ from app.preflight import ClientErrors, KafkaFacts, check_start
 from app.sink.dedup_table import DedupTable
 from app.sink.delta_sink import DeltaSink
 from app.sink.destinations import Destination, open_destinations
-from app.sink.formats.avro import AvroSettings
 from app.sink.formats.base import FormatSettings
-from app.sink.formats.protobuf import ProtobufSettings
 from app.sink.warm_up import warm_up
 from app.sink.writer_lease import WriterLease, hold_leases
 
@@ -102,18 +100,7 @@ def route_note(route: Route) -> str:
 
 
 def payload_note(p: FormatSettings) -> str:
-    registry = ""
-    if p.registry is not None:
-        registry = f"registry {p.registry.url}{' (basic auth)' if p.registry.basic_auth_user else ''}"
-    note = p.format
-    if isinstance(p, AvroSettings):
-        note = f"avro, writer schemas from {registry or 'payload.avro_schema'}"
-    if isinstance(p, ProtobufSettings):
-        note = f"protobuf, writer schemas from {registry}"
-    if p.key_format != "raw":
-        keys = f"{p.key_format} keys"
-        note += f", {keys}" + (f" (schemas from {registry})" if p.key_format == "avro" and p.format != "avro" else "")
-    return note
+    return p.describe()
 
 
 def log_banner(cfg: SharelakeConfig, facts: KafkaFacts, group: GroupType, lock_ms: int, pool: MemberPool) -> None:

@@ -33,9 +33,10 @@ from pyspark.sql.pandas.types import to_arrow_type
 
 from app.pipeline import run_ingest
 from app.sink.formats.base import PARSED, DependencyUnavailable, RegistrySettings
-from app.sink.formats.protobuf import ProtobufFormat, ProtobufSettings, _Shape
+from app.sink.formats.protobuf import ProtobufFormat, ProtobufSettings, spark_type
 from app.sink.formats.protobuf_decode import DecodePlan, Writer, decode_values
 from app.sink.formats.protobuf_schemas import message_at, writer_schema
+from app.sink.formats.shape import Shape
 from app.sink.table_location import TableLocation
 from devkit.kafka_broker import EmbeddedKafka
 from devkit.sample_data import produce_records
@@ -219,8 +220,9 @@ def test_protobuf_types_land_as_spark_types_and_an_empty_body_reads_as_the_defau
     cls = message_factory.GetMessageClass(pool.FindMessageTypeByName("types.M"))
     writer = Writer((file.SerializeToString(),), "types.M")
     assert message_at(writer.files, (1,)) == "types.M"  # indexes [1]: the file's second message
-    shape = _Shape({})
-    assert shape.admit((7, (1,)), writer.name, writer_schema(writer)) is None
+    shape = Shape({})
+    columns = [(column.name, column.type) for column in writer_schema(writer)]
+    assert shape.admit(f"{writer.name} (schema id 7)", columns, spark_type) is None
     assert shape.spark_type().simpleString() == (
         "struct<c:string,big:decimal(20,0),attrs:map<string,int>,inner:struct<q:int>>"
     )

@@ -1,30 +1,43 @@
 """The payload formats: one module each, behind the seam of `app.sink.formats.base`.
 
-`PayloadSettings` is the `[payload]` section: the settings model of the format its `format` key
-names (validated by `app.config`). `payload_format` builds that format's reader (called by
-`app.pipeline`), wrapped in a `KeyedFormat` (`app.sink.formats.keys`) when `key_format` is not raw.
-Adding a format: a module with its settings and its `PayloadFormat`, and one line in each of
-`PayloadSettings` and `FORMATS`.
+`FORMATS` (the readers by name, for `app.config`'s messages and `payload_format`) and
+`PayloadSettings` (the `[payload]` section: the settings model of the format its `format` key names,
+a pydantic discriminated union validated by `app.config`; its order is the config reference's,
+`devkit.config_reference`) are both built from `READERS`. `payload_format` builds a format's reader
+(called by `app.pipeline`'s sinks and `app.commands.check`), wrapped in a `KeyedFormat`
+(`app.sink.formats.keys`) when `key_format` is not raw. Adding a format: a module with its settings
+and its `PayloadFormat` (naming its settings in `settings_model`), and one line in `READERS`.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import functools
+import operator
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Discriminator, Tag
 
-from app.sink.formats.avro import AvroFormat, AvroSettings
+from app.sink.formats.avro import AvroFormat
 from app.sink.formats.base import FormatSettings, PayloadFormat
-from app.sink.formats.json import JsonFormat, JsonSettings
+from app.sink.formats.json import JsonFormat
+from app.sink.formats.json_schema import JsonSchemaFormat
 from app.sink.formats.keys import KeyedFormat, key_reader
-from app.sink.formats.protobuf import ProtobufFormat, ProtobufSettings
-from app.sink.formats.raw import RawFormat, RawSettings
+from app.sink.formats.protobuf import ProtobufFormat
+from app.sink.formats.raw import RawFormat
 from app.sink.formats.registry import SchemaRegistry
-from app.sink.formats.text import TextFormat, TextSettings
+from app.sink.formats.text import TextFormat
 
-FORMATS: dict[str, type[PayloadFormat]] = {
-    f.name: f for f in (RawFormat, TextFormat, JsonFormat, AvroFormat, ProtobufFormat)
-}
+# every payload format, one line each
+READERS: tuple[type[PayloadFormat], ...] = (
+    RawFormat,
+    TextFormat,
+    JsonFormat,
+    AvroFormat,
+    ProtobufFormat,
+    JsonSchemaFormat,
+)
+
+FORMATS: dict[str, type[PayloadFormat]] = {f.name: f for f in READERS}
 
 
 def _format_of(value: Any) -> str:
@@ -33,14 +46,13 @@ def _format_of(value: Any) -> str:
     return str(found)
 
 
-PayloadSettings = Annotated[
-    Annotated[RawSettings, Tag("raw")]
-    | Annotated[TextSettings, Tag("text")]
-    | Annotated[JsonSettings, Tag("json")]
-    | Annotated[AvroSettings, Tag("avro")]
-    | Annotated[ProtobufSettings, Tag("protobuf")],
-    Discriminator(_format_of),
-]
+if TYPE_CHECKING:  # a union built at run time: type checkers see what every member is
+    PayloadSettings = FormatSettings
+else:
+    PayloadSettings = Annotated[
+        functools.reduce(operator.or_, (Annotated[f.settings_model, Tag(f.name)] for f in READERS)),
+        Discriminator(_format_of),
+    ]
 
 
 def payload_format(settings: FormatSettings) -> PayloadFormat:

@@ -11,7 +11,9 @@ the job (`unknown_schema_id` on a 404) and admitted to the table's shape, or not
 (`schema_incompatible`, naming the field and both types). A registry that does not answer, or
 refuses us (timeout, 5xx, 401/403), raises `RegistryUnavailableError`: never the record's fault.
 
-**The table's shape** (the reader schema, `_Shape`) grows with the writer schemas: a field a new
+**The header** is read by `app.sink.formats.wire`, as for every wire format.
+
+**The table's shape** (the reader schema, `AvroShape`) grows with the writer schemas: a field a new
 writer adds joins it as a nullable column (`mergeSchema` adds it to the table), a field a writer
 lacks reads null (or its default), a narrower type Avro promotes (int -> long, float -> double,
 string <-> bytes) reads as the table's type. A writer whose field would need a column of the table
@@ -38,7 +40,6 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 from pydantic import Field, model_validator
 from pyspark.sql import Column, SparkSession
@@ -57,23 +58,22 @@ from app.sink.formats.base import (
     FormatSettings,
     PayloadFormat,
 )
-from app.sink.formats.registry import SchemaRegistry
+from app.sink.formats.registry import WARM_UP_ID, SchemaRegistry, WarmUpRegistry
+from app.sink.formats.shape import PROMOTIONS, clash_message, clashing, field_types, table_schema
+from app.sink.formats.wire import NOT_WIRE_FORMAT, body_column, header, schema_id_column, schema_ids
 from app.sink.table_location import TableLocation
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-MAGIC = 0
-HEADER_BYTES = 5  # magic byte + 4-byte big-endian schema id
 DECODED = "__sharelake_decoded"  # the reader schema's extra field: true for every body that decodes
-# Avro's promotions (writer type -> reader type), as Spark names the types (`simpleString`)
-PROMOTIONS = {
-    ("int", "bigint"),
+# Avro's promotions (writer type -> reader type), as Spark names the types (`simpleString`): the
+# ones every format reads, and those Avro's resolution adds
+AVRO_PROMOTIONS = PROMOTIONS | {
     ("int", "float"),
     ("int", "double"),
     ("bigint", "float"),
     ("bigint", "double"),
-    ("float", "double"),
     ("string", "binary"),
     ("binary", "string"),
 }
@@ -104,40 +104,8 @@ class AvroSettings(FormatSettings):
             )
         return self
 
-
-# -- the wire format ---------------------------------------------------------------------------------
-
-
-def wire_headers(values: pa.Array | pa.ChunkedArray) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
-    """Per value: whether it has a Confluent wire-format header, and its schema id (-1 if not).
-
-    Null values count as having one (they are judged elsewhere) with id -1. Vectorized over the
-    Arrow buffers: the first five bytes of each value, never a Python loop over records.
-    """
-    arr = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
-    n = len(arr)
-    ids = np.full(n, -1, dtype=np.int64)
-    if n == 0:
-        return np.ones(0, dtype=np.bool_), ids
-    valid = arr.is_valid().to_numpy(zero_copy_only=False)
-    buffers = arr.buffers()
-    offsets = np.frombuffer(buffers[1], dtype=np.int32)[arr.offset : arr.offset + n + 1]
-    data = np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None else np.zeros(0, np.uint8)
-    starts, lengths = offsets[:-1], np.diff(offsets)
-    long_enough = valid & (lengths >= HEADER_BYTES)
-    at = starts[long_enough].astype(np.int64)
-    magic_ok = np.zeros(n, dtype=np.bool_)
-    magic_ok[long_enough] = data[at] == MAGIC
-    framed = magic_ok
-    at = starts[framed].astype(np.int64)
-    b = [data[at + k].astype(np.int64) for k in range(1, HEADER_BYTES)]
-    ids[framed] = (b[0] << 24) | (b[1] << 16) | (b[2] << 8) | b[3]
-    return framed | ~valid, ids
-
-
-def _schema_id_column(column: str) -> Column:
-    """The schema id of a wire-format value of `column`, in Spark (bytes 2-5, big-endian)."""
-    return F.conv(F.hex(F.substring(F.col(column), 2, 4)), 16, 10).cast("long")
+    def values_note(self) -> str:
+        return f"avro, writer schemas from {self.registry_note() or 'payload.avro_schema'}"
 
 
 # -- the table's shape ---------------------------------------------------------------------------------
@@ -172,11 +140,12 @@ def _record(record: dict[str, Any], fields: list[dict[str, Any]], name_of: dict[
     return {**named, "type": "record", "fields": fields}
 
 
-class _Shape:
-    """The reader schema the batch's records are read into: the table's payload columns."""
+class AvroShape:
+    """The reader schema the batch's records are read into: the table's payload columns (or the
+    fields of the `key` struct, for `app.sink.formats.keys`)."""
 
     def __init__(self, jvm: Any, fixed: dict[str, Any] | None, table_types: dict[str, str], of: str = "value"):
-        self._jvm = jvm
+        self.jvm = jvm
         self.of = of  # "value" (fields become the table's columns) or "key" (fields of the `key` struct)
         self.fixed = fixed is not None
         self.fields: list[dict[str, Any]] = list(fixed["fields"]) if fixed is not None else []
@@ -207,14 +176,9 @@ class _Shape:
             )
         names = [f["name"] for f in writer.get("fields", [])]
         top_level = self.of == "value"  # a key's fields live inside the `key` column: no clash
-        clash = sorted(n for n in names if top_level and (n.lower() in METADATA_COLUMNS or n.startswith("_")))
+        clash = clashing(names) if top_level else []
         if clash:
-            return Admission(
-                None,
-                "schema_incompatible",
-                f"field(s) {', '.join(clash)} of writer schema id {schema_id} collide with Sharelake's own "
-                f"columns ({', '.join(METADATA_COLUMNS)}, or a leading underscore)",
-            )
+            return Admission(None, "schema_incompatible", clash_message(clash, f"writer schema id {schema_id}"))
         try:
             writer_types = self._spark_types(writer)
         except Exception as e:  # noqa: BLE001 - Avro or Spark refuse the schema
@@ -225,7 +189,7 @@ class _Shape:
             name, got = field["name"], writer_types[field["name"]]
             if name in known:
                 want = self._types.get(name)
-                if want is not None and got != want and (got, want) not in PROMOTIONS:
+                if want is not None and got != want and (got, want) not in AVRO_PROMOTIONS:
                     return self._refused(schema_id, name, want, got)
                 continue
             if self.fixed:
@@ -233,7 +197,7 @@ class _Shape:
             want = self.table_types.get(name)
             if want is None or want == got:
                 fields.append(_nullable(copy.deepcopy(field)))
-            elif (got, want) in PROMOTIONS and want in AVRO_OF_SPARK:
+            elif (got, want) in AVRO_PROMOTIONS and want in AVRO_OF_SPARK:
                 fields.append(_nullable({**copy.deepcopy(field), "type": AVRO_OF_SPARK[want]}))
             else:
                 return self._refused(schema_id, name, want, got)
@@ -265,10 +229,10 @@ class _Shape:
         )
 
     def _parse(self, schema: dict[str, Any]) -> Any:
-        return self._jvm.org.apache.avro.Schema.Parser().parse(json.dumps(schema))
+        return self.jvm.org.apache.avro.Schema.Parser().parse(json.dumps(schema))
 
     def _struct_json(self, schema: dict[str, Any]) -> str:
-        converters = self._jvm.org.apache.spark.sql.avro.SchemaConverters
+        converters = self.jvm.org.apache.spark.sql.avro.SchemaConverters
         return str(converters.toSqlType(self._parse(schema)).dataType().json())
 
     def _spark_types(self, schema: dict[str, Any]) -> dict[str, str]:
@@ -278,7 +242,7 @@ class _Shape:
     def _resolution_problem(self, reader: dict[str, Any], writer: dict[str, Any]) -> str | None:
         """Avro's own verdict on reading `writer` data with `reader`: None when it resolves."""
         try:
-            result = self._jvm.org.apache.avro.SchemaCompatibility.checkReaderWriterCompatibility(
+            result = self.jvm.org.apache.avro.SchemaCompatibility.checkReaderWriterCompatibility(
                 self._parse(reader), self._parse(writer)
             )
         except Exception as e:  # noqa: BLE001 - Avro refuses one of the schemas
@@ -303,7 +267,7 @@ class AvroColumn:
     `from_avro` per schema id of the batch, all into the shape, with the decode marker.
     """
 
-    def __init__(self, column: str, shape: _Shape, registry: Any, plain: str | None, prefix: str = ""):
+    def __init__(self, column: str, shape: AvroShape, registry: Any, plain: str | None, prefix: str = ""):
         self.column, self.shape, self.registry, self.plain, self.prefix = column, shape, registry, plain, prefix
         self.said = "" if column == "value" else f"the {column}: "  # before a message about a key
         self._admitted: dict[int, Admission] = {}
@@ -331,16 +295,12 @@ class AvroColumn:
         Raises `RegistryUnavailableError` when the registry did not answer for a new id."""
         if self.plain is not None:
             return [], {}
-        framed, ids = wire_headers(rows.column(self.column))
-        bad: list[BadRecord] = []
-        for i in np.flatnonzero(~framed).tolist():
-            bad.append(
-                BadRecord(
-                    i,
-                    f"{self.prefix}not_wire_format",
-                    f"{self.said}not in the Confluent wire format (shorter than 5 bytes, or magic byte not 0)",
-                )
-            )
+        framing = schema_ids(rows.column(self.column))
+        framed, ids = framing.framed, framing.ids
+        bad = [
+            BadRecord(i, f"{self.prefix}not_wire_format", self.said + NOT_WIRE_FORMAT)
+            for i in np.flatnonzero(~framed).tolist()
+        ]
         present = np.unique(ids[framed & (ids >= 0)]).tolist()
         for sid in present:  # ids never seen: fetched and admitted once (the shape evolves here)
             if sid not in self._admitted:
@@ -376,8 +336,8 @@ class AvroColumn:
         if self.plain is not None:  # no registry: the whole value is the body
             options = {"mode": "PERMISSIVE", "avroSchema": self.shape.reader_json({})}
             return from_avro(F.col(self.column), self.plain, options), F.lit(None).cast("long")
-        schema_id = _schema_id_column(self.column)
-        body = F.expr(f"substring({self.column}, 6)")
+        schema_id = schema_id_column(self.column)
+        body = body_column(self.column)
         decoded: Column | None = None
         for sid, writer in sorted(writers.items()):
             options = {"mode": "PERMISSIVE", "avroSchema": self.shape.reader_json(json.loads(writer))}
@@ -427,6 +387,7 @@ class _AvroRead(ColumnRead):
 
 class AvroFormat(PayloadFormat):
     name = "avro"
+    settings_model = AvroSettings
     error_classes = (
         "not_wire_format",
         "unknown_schema_id",
@@ -453,7 +414,7 @@ class AvroFormat(PayloadFormat):
             self.registry.check()
         elif fixed is not None:
             plain = json.dumps(fixed)  # values carry no header: bodies of the fixed schema
-        shape = _Shape(jvm, fixed, field_types(table_schema(spark, location), METADATA_COLUMNS))
+        shape = AvroShape(jvm, fixed, field_types(table_schema(spark, location), METADATA_COLUMNS))
         self._values = AvroColumn("value", shape, self.registry, plain)
 
     def _fixed_schema(self, jvm: Any) -> dict[str, Any]:
@@ -494,18 +455,18 @@ class AvroFormat(PayloadFormat):
         body = WARM_UP_BODY
         broken = b"\x02"  # the string is missing: it fails in Spark, so the diagnosis is warmed too
         assert self._values is not None
-        header = WARM_UP_HEADER if self._values.plain is None else b""
-        return [header + body] * (count - 1) + [header + broken]
+        framing = WARM_UP_HEADER if self._values.plain is None else b""
+        return [framing + body] * (count - 1) + [framing + broken]
 
     def warm_up_twin(self) -> PayloadFormat:
         """A reader of one built-in schema, on no registry: it warms `from_avro`'s code path."""
         assert self._values is not None
-        jvm = self._values.shape._jvm
+        jvm = self._values.shape.jvm
         twin = AvroFormat(self.avro)
         if self._values.plain is not None:
-            twin._values = AvroColumn("value", _Shape(jvm, WARM_UP_SCHEMA, {}), None, json.dumps(WARM_UP_SCHEMA))
+            twin._values = AvroColumn("value", AvroShape(jvm, WARM_UP_SCHEMA, {}), None, json.dumps(WARM_UP_SCHEMA))
         else:
-            twin._values = AvroColumn("value", _Shape(jvm, None, {}), WarmUpRegistry(), None)
+            twin._values = AvroColumn("value", AvroShape(jvm, None, {}), warm_up_registry(), None)
         return twin
 
 
@@ -514,35 +475,10 @@ WARM_UP_SCHEMA = {
     "name": "sharelake_warm_up",
     "fields": [{"name": "id", "type": "long"}, {"name": "name", "type": "string"}],
 }
-WARM_UP_ID = 2**31 - 1
 WARM_UP_BODY = b"\x02\x0ewarm-up"  # long 1, string "warm-up"
-WARM_UP_HEADER = bytes([MAGIC]) + WARM_UP_ID.to_bytes(4, "big")
+WARM_UP_HEADER = header(WARM_UP_ID)
 
 
-class WarmUpRegistry:
-    """The warm-up's registry: knows only the built-in schema (the warm-up must not need the network)."""
-
-    url = "(warm-up)"
-
-    def writer_schema(self, schema_id: int) -> tuple[str, str | None] | None:
-        return (json.dumps(WARM_UP_SCHEMA), None) if schema_id == WARM_UP_ID else None
-
-    def probe(self) -> None:
-        return None
-
-
-def table_schema(spark: SparkSession, location: TableLocation) -> StructType | None:
-    """The schema of the table from earlier runs; None for a new table."""
-    jvm = spark.sparkContext._jvm
-    jsc = spark.sparkContext._jsc
-    assert jvm is not None and jsc is not None
-    log_dir = jvm.org.apache.hadoop.fs.Path(location.delta_log)
-    if not log_dir.getFileSystem(jsc.hadoopConfiguration()).exists(log_dir):
-        return None
-    return spark.read.format("delta").load(location.path).schema
-
-
-def field_types(struct: StructType | None, skip: tuple[str, ...] = ()) -> dict[str, str]:
-    """The fields of `struct` but `skip`, by name, as Spark names their types; {} for None."""
-    fields = [] if struct is None else struct.fields
-    return {f.name: f.dataType.simpleString() for f in fields if f.name not in skip}
+def warm_up_registry() -> WarmUpRegistry:
+    """The warm-up's registry of Avro values and keys: it knows WARM_UP_SCHEMA only."""
+    return WarmUpRegistry(json.dumps(WARM_UP_SCHEMA), None)

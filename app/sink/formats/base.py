@@ -111,8 +111,9 @@ class FormatSettings(BaseModel):
 
     format: str = Field(
         description="How record values are read: `raw` (the value as bytes), `text` (a UTF-8 string), `json` "
-        "(parsed with `schema` into columns), `avro` (Avro records into columns), `protobuf` (Protobuf messages "
-        "into columns). Keys of another format are refused at start (`docs/payload-formats.md`)."
+        "(parsed with `schema` into columns), or a format whose writer schemas say the columns (`avro`, "
+        "`protobuf`, ...). Each is described in `docs/payload-formats.md`. Keys of another format are refused at "
+        "start."
     )
     max_value_bytes: int = Field(
         default=1_048_576, ge=1, description="A longer value is dead-lettered (`too_large`), not written."
@@ -130,8 +131,9 @@ class FormatSettings(BaseModel):
     )
     registry: RegistrySettings | None = Field(
         default=None,
-        description="`[payload.registry]`: the schema registry (Confluent REST API) of `avro` values in the wire "
-        "format, `protobuf` values (needed) and `avro` keys. Each schema id is fetched once per job; unreachable "
+        description="`[payload.registry]`: the schema registry (Confluent REST API) of values in the Confluent wire "
+        "format (`avro` values with a registry; `protobuf` and the other wire formats need it) and of `avro` keys. "
+        "Each schema id is fetched once per job; unreachable "
         "at start, the job stops (exit 2); during a run the batch is RELEASEd and retried, never dead-lettered.",
     )
 
@@ -142,6 +144,25 @@ class FormatSettings(BaseModel):
                 "payload.key_format = 'avro' reads keys in the Confluent wire format: set payload.registry.url"
             )
         return self
+
+    def registry_note(self) -> str:
+        """The registry for the banner ("" without one): its URL, never its credentials."""
+        if self.registry is None:
+            return ""
+        return f"registry {self.registry.url}{' (basic auth)' if self.registry.basic_auth_user else ''}"
+
+    def values_note(self) -> str:
+        """How values are read, for the banner: the format's name; a format with schemas says whence."""
+        return self.format
+
+    def describe(self) -> str:
+        """The payload as the start-up banner shows it (`app.pipeline`): values, then keys unless raw."""
+        note = self.values_note()
+        if self.key_format != "raw":
+            note += f", {self.key_format} keys"
+            if self.key_format == "avro" and self.format != "avro":
+                note += f" (schemas from {self.registry_note()})"
+        return note
 
 
 @dataclass(frozen=True)
@@ -231,6 +252,7 @@ class PayloadFormat(ABC):
     """One payload format's reader: built from its settings by `app.sink.formats.payload_format`."""
 
     name: ClassVar[str]
+    settings_model: ClassVar[type[FormatSettings]]  # its `[payload]` keys (`app.sink.formats.PayloadSettings`)
     error_classes: ClassVar[tuple[str, ...]]  # its own classes, beside SHARED_ERROR_CLASSES
     # whether an append may add columns to the main table (formats whose shape can grow)
     merge_schema: bool = False

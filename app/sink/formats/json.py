@@ -174,6 +174,7 @@ def _mismatch(name: str, type_name: str) -> Column:
 
 class JsonFormat(PayloadFormat):
     name = "json"
+    settings_model = JsonSettings
     error_classes = ("invalid_utf8", "malformed_json", "schema_mismatch", "missing_required_field")
     merge_schema = True  # payload.schema may gain fields between runs
 

@@ -27,18 +27,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
 from app.error_lines import ConfigError
-from app.sink.formats.avro import (
-    DECODED,
-    WARM_UP_BODY,
-    WARM_UP_HEADER,
-    AvroColumn,
-    WarmUpRegistry,
-    _Shape,
-    field_types,
-    table_schema,
-)
+from app.sink.formats.avro import DECODED, WARM_UP_BODY, WARM_UP_HEADER, AvroColumn, AvroShape, warm_up_registry
 from app.sink.formats.base import BAD, ERROR_CLASS, ERROR_MESSAGE, BadRecord, BatchRead, PayloadFormat
-from app.sink.formats.registry import SchemaRegistry
+from app.sink.formats.registry import SchemaRegistry, WarmUpRegistry
+from app.sink.formats.shape import field_types, table_schema
 from app.sink.table_location import TableLocation
 
 KEY = "key"
@@ -160,7 +152,7 @@ class _AvroKeys(KeyReader):
         assert isinstance(self.registry, SchemaRegistry)
         self.registry.check()
         struct = column if isinstance(column, StructType) else None
-        shape = _Shape(spark.sparkContext._jvm, None, field_types(struct), of=KEY)
+        shape = AvroShape(spark.sparkContext._jvm, None, field_types(struct), of=KEY)
         self._keys = AvroColumn(KEY, shape, self.registry, None, prefix="key_")
 
     def sample_keys(self, count: int) -> Sequence[bytes | None]:
@@ -169,8 +161,8 @@ class _AvroKeys(KeyReader):
     def warm_up_twin(self) -> KeyReader:
         """Keys of the warm-up's built-in schema, on no registry: it warms the key's `from_avro`."""
         assert self._keys is not None
-        twin = _AvroKeys(WarmUpRegistry())
-        twin._keys = AvroColumn(KEY, _Shape(self._keys.shape._jvm, None, {}, of=KEY), twin.registry, None, "key_")
+        twin = _AvroKeys(warm_up_registry())
+        twin._keys = AvroColumn(KEY, AvroShape(self._keys.shape.jvm, None, {}, of=KEY), twin.registry, None, "key_")
         return twin
 
     def probe(self) -> None:

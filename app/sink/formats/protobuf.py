@@ -1,23 +1,24 @@
-"""`payload.format = "protobuf"`: Protobuf messages in the Confluent wire format, with a schema registry.
+"""`payload.format = "protobuf"`: Protobuf messages in the Confluent wire format, with a schema
+registry.
 
 Called through the format seam by the Delta sink (`read` per batch, on the driver), by the job's
 start-up (`start`) and, after a registry outage, by the sink's retry (`probe`).
 
 A value is magic byte 0, a 4-byte big-endian schema id, the message indexes (which message of the
-schema's file), then the Protobuf body (`app.sink.formats.protobuf_wire`). Per batch, on the driver
+schema's file), then the Protobuf body (read by `app.sink.formats.wire`). Per batch, on the driver
 (numpy over the Arrow value column, no per-record Python): each value's header (`not_wire_format`:
-shorter than 5 bytes or magic byte not 0; `bad_message_index`: the indexes are cut short, or point at
-no message of the schema); each schema id not seen before is fetched from the registry once for the
-life of the job (`unknown_schema_id` on a 404) and turned into descriptors
+shorter than 5 bytes or magic byte not 0; `bad_message_index`: the indexes are cut short, or point
+at no message of the schema); each schema id not seen before is fetched from the registry once for
+the life of the job (`unknown_schema_id` on a 404) and turned into descriptors
 (`app.sink.formats.protobuf_schemas`); each (id, message) is admitted to the table's shape, or not
 (`schema_incompatible`). A registry that does not answer, or refuses us, raises
 `RegistryUnavailableError`: never the record's fault, the batch is RELEASEd and retried.
 
-**The table's shape** grows with the writer messages, by field name: a field a new writer adds joins
-it as a nullable column (`mergeSchema` adds it to the table), a field a writer lacks reads null, an
-int32 reads into a table's bigint and a float into a double. A field whose type would change a
-column's type is refused, nested messages included (a nested message that gains a field is a new
-type of its column).
+**The table's shape** (`app.sink.formats.shape.Shape`) grows with the writer messages, by field
+name: a field a new writer adds joins it as a nullable column (`mergeSchema` adds it to the table),
+a field a writer lacks reads null, an int32 reads into a table's bigint and a float into a double. A
+field whose type would change a column's type is refused, nested messages included (a nested message
+that gains a field is a new type of its column).
 
 **In Spark**, inside the one write job: a scalar Arrow UDF over the value column
 (`app.sink.formats.protobuf_decode`) decodes each body with ptars (Rust, into Arrow columns) and
@@ -39,8 +40,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_type, to_arrow_type
 from pyspark.sql.types import BooleanType, DataType, StringType, StructField, StructType
 
-from app.error_lines import one_line
-from app.sink.formats.avro import field_types, table_schema
 from app.sink.formats.base import (
     BAD,
     ERROR_CLASS,
@@ -55,14 +54,13 @@ from app.sink.formats.base import (
 )
 from app.sink.formats.protobuf_decode import DecodePlan, Writer, decode_values
 from app.sink.formats.protobuf_schemas import SchemaProblem, message_at, schema_files, writer_schema
-from app.sink.formats.protobuf_wire import Headers, message_path, wire_headers
-from app.sink.formats.registry import SchemaRegistry
+from app.sink.formats.registry import WARM_UP_ID, SchemaRegistry, WarmUpRegistry
+from app.sink.formats.shape import Shape, field_types, table_schema
+from app.sink.formats.wire import NOT_WIRE_FORMAT, Headers, header, message_headers, message_path
 from app.sink.table_location import TableLocation
 
 log = logging.getLogger(__name__)
 
-# a narrower writer type that reads into the table's wider column (Spark's names)
-PROMOTIONS = {("int", "bigint"), ("float", "double")}
 MessageKey = tuple[int, tuple[int, ...]]  # (schema id, message indexes)
 DECODED = "_decoded"  # the decode's struct: PARSED, BAD and the error class and message
 
@@ -75,6 +73,9 @@ class ProtobufSettings(FormatSettings):
         if self.registry is None:
             raise ValueError("payload.format = 'protobuf' reads the Confluent wire format: set payload.registry.url")
         return self
+
+    def values_note(self) -> str:
+        return f"protobuf, writer schemas from {self.registry_note()}"
 
 
 def _spark_ready(kind: pa.DataType) -> pa.DataType:
@@ -98,48 +99,6 @@ def _spark_ready(kind: pa.DataType) -> pa.DataType:
 def spark_type(kind: pa.DataType) -> DataType:
     """The Spark type of an Arrow column ptars decodes (unsupported ones raise)."""
     return from_arrow_type(_spark_ready(kind), prefer_timestamp_ntz=False)
-
-
-class _Shape:
-    """The table's payload columns: the union of the admitted writers' fields, by name."""
-
-    def __init__(self, table_types: dict[str, str]):
-        self.fields: dict[str, DataType] = {}
-        self.table_types = dict(table_types)  # the table's columns from earlier runs (Spark type names)
-
-    def admit(self, key: MessageKey, name: str, columns: pa.Schema) -> str | None:
-        """None when the writer's fields fit (the shape may grow), else why not."""
-        sid = key[0]
-        clash = sorted(f.name for f in columns if f.name.lower() in METADATA_COLUMNS or f.name.startswith("_"))
-        if clash:
-            return (
-                f"field(s) {', '.join(clash)} of {name} (schema id {sid}) collide with Sharelake's own "
-                f"columns ({', '.join(METADATA_COLUMNS)}, or a leading underscore)"
-            )
-        added: dict[str, DataType] = {}
-        for column in columns:
-            try:
-                got = spark_type(column.type)
-            except Exception as e:  # noqa: BLE001 - a type Spark cannot hold
-                return f"field {column.name} of {name} (schema id {sid}): {one_line(e, 160)}"
-            want = self.fields.get(column.name)
-            want_name = want.simpleString() if want is not None else self.table_types.get(column.name)
-            if want_name is not None and want_name != got.simpleString():
-                if (got.simpleString(), want_name) in PROMOTIONS:
-                    continue
-                return (
-                    f"field {column.name} is {want_name} in the table, {got.simpleString()} in {name} "
-                    f"(schema id {sid}): the column's type cannot change"
-                )
-            if want is None:
-                added[column.name] = got
-        if added:
-            self.fields |= added
-            log.info("writer %s (schema id %d) adds column(s) %s", name, sid, ", ".join(added))
-        return None
-
-    def spark_type(self) -> StructType:
-        return StructType([StructField(n, t, nullable=True) for n, t in self.fields.items()])
 
 
 class _ProtobufRead(ColumnRead):
@@ -175,6 +134,7 @@ class _ProtobufRead(ColumnRead):
 
 class ProtobufFormat(PayloadFormat):
     name = "protobuf"
+    settings_model = ProtobufSettings
     error_classes = (
         "not_wire_format",
         "unknown_schema_id",
@@ -187,7 +147,7 @@ class ProtobufFormat(PayloadFormat):
     def __init__(self, settings: ProtobufSettings, registry: Any = None):
         super().__init__(settings)
         self.registry: Any = registry
-        self._shape: _Shape | None = None
+        self._shape: Shape | None = None
         self._files: dict[int, tuple[bytes, ...] | BadRecord] = {}  # per schema id: its files, or why not
         self._writers: dict[MessageKey, Writer | BadRecord] = {}  # per (id, indexes): admitted, or why not
         self._last: tuple[tuple[Any, ...], _ProtobufRead] | None = None
@@ -199,7 +159,7 @@ class ProtobufFormat(PayloadFormat):
             assert self.settings.registry is not None
             self.registry = SchemaRegistry(self.settings.registry)
             self.registry.check()
-        self._shape = _Shape(field_types(table_schema(spark, location), METADATA_COLUMNS))
+        self._shape = Shape(field_types(table_schema(spark, location), METADATA_COLUMNS))
 
     def probe(self) -> None:
         if self.registry is not None:
@@ -208,13 +168,8 @@ class ProtobufFormat(PayloadFormat):
     def read(self, rows: pa.Table) -> tuple[list[BadRecord], BatchRead]:
         assert self._shape is not None, "ProtobufFormat.start() first"
         values = rows.column("value")
-        headers = wire_headers(values)
-        bad = [
-            BadRecord(
-                i, "not_wire_format", "not in the Confluent wire format (shorter than 5 bytes, or magic byte not 0)"
-            )
-            for i in np.flatnonzero(~headers.framed).tolist()
-        ]
+        headers = message_headers(values)
+        bad = [BadRecord(i, "not_wire_format", NOT_WIRE_FORMAT) for i in np.flatnonzero(~headers.framed).tolist()]
         cut = headers.framed & ~headers.indexes_ok
         bad += [
             BadRecord(i, "bad_message_index", "the message indexes after the schema id are cut short or negative")
@@ -256,7 +211,8 @@ class ProtobufFormat(PayloadFormat):
         except SchemaProblem as e:
             verdict: Writer | BadRecord = BadRecord(-1, "bad_message_index", f"schema id {sid}: {e}")
         else:
-            problem = self._shape.admit(key, writer.name, writer_schema(writer))
+            columns = [(column.name, column.type) for column in writer_schema(writer)]
+            problem = self._shape.admit(f"{writer.name} (schema id {sid})", columns, spark_type)
             verdict = writer if problem is None else BadRecord(-1, "schema_incompatible", problem)
         self._writers[key] = verdict
         return verdict
@@ -293,13 +249,12 @@ class ProtobufFormat(PayloadFormat):
     def warm_up_twin(self) -> PayloadFormat:
         """A reader of one built-in message, on no registry: it warms the decode's code path."""
         assert isinstance(self.settings, ProtobufSettings)
-        twin = ProtobufFormat(self.settings, WarmUpRegistry())
-        twin._shape = _Shape({})
+        twin = ProtobufFormat(self.settings, WarmUpRegistry(_warm_up_schema(), "PROTOBUF"))
+        twin._shape = Shape({})
         return twin
 
 
-WARM_UP_ID = 2**31 - 1
-WARM_UP_HEADER = bytes([0]) + WARM_UP_ID.to_bytes(4, "big") + b"\x00"  # message indexes [0]
+WARM_UP_HEADER = header(WARM_UP_ID) + b"\x00"  # message indexes [0]
 WARM_UP_BODY = b"\x08\x01\x12\x07warm-up"  # id = 1, name = "warm-up"
 
 
@@ -314,15 +269,3 @@ def _warm_up_schema() -> str:
     message.field.add(name="id", number=1, type=field.TYPE_INT64, label=field.LABEL_OPTIONAL)
     message.field.add(name="name", number=2, type=field.TYPE_STRING, label=field.LABEL_OPTIONAL)
     return base64.b64encode(file.SerializeToString()).decode()
-
-
-class WarmUpRegistry:
-    """The warm-up's registry: knows only the built-in message (the warm-up must not need the network)."""
-
-    url = "(warm-up)"
-
-    def writer_schema(self, schema_id: int) -> tuple[str, str | None] | None:
-        return (_warm_up_schema(), "PROTOBUF") if schema_id == WARM_UP_ID else None
-
-    def probe(self) -> None:
-        return None

@@ -2,7 +2,7 @@
 
 Called by Spark's Python workers as a scalar Arrow UDF over the `value` column (the read of one
 batch is built by `app.sink.formats.protobuf`; only the values travel to Python). Per Arrow batch:
-the wire headers (`protobuf_wire`, vectorised), then per (schema id, message indexes) one call to
+the wire headers (`app.sink.formats.wire`, vectorised), then per (schema id, message indexes) one call to
 ptars, which parses the bodies straight into Arrow columns in Rust (no per-record Python). A body
 that does not parse fails the whole call, so the bodies of a failed call are halved until each bad
 one stands alone (`protobuf_decode_failed`); the good ones are decoded in as few calls as that
@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as _pc
 
 from app.sink.formats.base import BAD, ERROR_CLASS, ERROR_MESSAGE, PARSED
-from app.sink.formats.protobuf_wire import message_path, wire_headers
+from app.sink.formats.wire import message_headers, message_path
 
 pc: Any = _pc  # pyarrow.compute's kernels are generated at import: untyped
 
@@ -112,7 +112,7 @@ def decode_values(plan: DecodePlan, values: pa.Array) -> pa.StructArray:
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     n = len(values)
-    headers = wire_headers(values)
+    headers = message_headers(values)
     valid = values.is_valid().to_numpy(zero_copy_only=False) if n else np.ones(0, np.bool_)
     readable = valid & headers.framed & headers.indexes_ok & (headers.ids >= 0)
     keys, group_of = headers.message_keys(readable)

@@ -35,6 +35,7 @@ class _RawRead(BatchRead):
 
 class RawFormat(PayloadFormat):
     name = "raw"
+    settings_model = RawSettings
     error_classes = ()
 
     def __init__(self, settings: RawSettings):

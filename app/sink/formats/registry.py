@@ -1,12 +1,14 @@
-"""The schema registry client: writer schemas by id over the Confluent REST API (Apicurio's ccompat too).
+"""The schema registry client: writer schemas by id over the Confluent REST API (Apicurio's ccompat
+too).
 
-Used by the Avro format for values (`app.sink.formats.avro`) and by the key reader for Avro keys
-(`app.sink.formats.keys`): `check` at start (ConfigError, one line, on an unreachable or refusing
-registry), `writer_schema` per new id, `probe` after an outage. A registry that does not answer, or
-refuses us (timeout, 5xx, 401/403), raises `RegistryUnavailableError`: never the record's fault.
-Its settings (`RegistrySettings`, `[payload.registry]`) live in `app.sink.formats.base`, beside the
-other keys every format has.
-"""
+Used by every format whose values carry a schema id (`app.sink.formats.avro`, `protobuf`, ...) and
+by the key reader for Avro keys (`app.sink.formats.keys`): `check` at start (ConfigError, one line,
+on an unreachable or refusing registry), `writer_schema` per new id, `probe` after an outage. A
+registry that does not answer, or refuses us (timeout, 5xx, 401/403), raises
+`RegistryUnavailableError`: never the record's fault. Its settings (`RegistrySettings`,
+`[payload.registry]`) live in `app.sink.formats.base`, beside the other keys every format has.
+`WarmUpRegistry` stands in for it in the warm-up (`app.sink.warm_up`): each wire format's
+`warm_up_twin` reads one built-in schema under `WARM_UP_ID`, with no network."""
 
 from __future__ import annotations
 
@@ -73,3 +75,21 @@ class SchemaRegistry:
         if "Timeout" in kind:
             return f"did not answer within payload.registry.timeout_s = {self.settings.timeout_s}s ({kind})"
         return f"unreachable ({kind}: {one_line(e, 160)})"
+
+
+WARM_UP_ID = 2**31 - 1  # the schema id of the warm-up's values (no registry hands out ids this high)
+
+
+class WarmUpRegistry:
+    """The warm-up's registry: knows only one built-in schema (the warm-up must not need the network)."""
+
+    url = "(warm-up)"
+
+    def __init__(self, schema: str, schema_type: str | None):
+        self.schema, self.schema_type = schema, schema_type
+
+    def writer_schema(self, schema_id: int) -> tuple[str, str | None] | None:
+        return (self.schema, self.schema_type) if schema_id == WARM_UP_ID else None
+
+    def probe(self) -> None:
+        return None

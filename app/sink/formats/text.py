@@ -39,6 +39,7 @@ def _text_read() -> ColumnRead:
 
 class TextFormat(PayloadFormat):
     name = "text"
+    settings_model = TextSettings
     error_classes = ("invalid_utf8",)
 
     def __init__(self, settings: TextSettings):

@@ -1,0 +1,101 @@
+"""The table's shape: the payload columns a format with writer schemas reads its records into.
+
+Called by the formats whose columns follow writer schemas (`app.sink.formats.avro`, `protobuf`,
+...) and by the key reader (`app.sink.formats.keys`) at start: `table_schema` and `field_types` give
+the columns earlier runs wrote. `Shape` is the union of the admitted writers' fields by name (for
+formats whose bodies are read by field name, such as Protobuf); Avro keeps
+its own reader schema (`avro.AvroShape`), resolved by Avro's rules, on the same `PROMOTIONS`.
+
+A field a new writer adds joins the shape as a nullable column (the format writes with `mergeSchema`,
+so Delta adds it to the table); a field a writer lacks reads null; a narrower number reads into the
+table's wider column (`PROMOTIONS`). A writer whose field would change a column's type is refused,
+naming the field and both types: the table's columns are never rewritten because of one producer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from pyspark.sql import SparkSession
+from pyspark.sql.types import DataType, StructField, StructType
+
+from app.error_lines import one_line
+from app.sink.formats.base import METADATA_COLUMNS
+from app.sink.table_location import TableLocation
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# a narrower writer type every format reads into the table's wider column (writer, table), as Spark
+# names the types (`simpleString`); Avro's resolution adds its own (`avro.AVRO_PROMOTIONS`)
+PROMOTIONS = frozenset({("int", "bigint"), ("float", "double")})
+
+
+def table_schema(spark: SparkSession, location: TableLocation) -> StructType | None:
+    """The schema of the table from earlier runs; None for a new table."""
+    jvm = spark.sparkContext._jvm
+    jsc = spark.sparkContext._jsc
+    assert jvm is not None and jsc is not None
+    log_dir = jvm.org.apache.hadoop.fs.Path(location.delta_log)
+    if not log_dir.getFileSystem(jsc.hadoopConfiguration()).exists(log_dir):
+        return None
+    return spark.read.format("delta").load(location.path).schema
+
+
+def field_types(struct: StructType | None, skip: tuple[str, ...] = ()) -> dict[str, str]:
+    """The fields of `struct` but `skip`, by name, as Spark names their types; {} for None."""
+    fields = [] if struct is None else struct.fields
+    return {f.name: f.dataType.simpleString() for f in fields if f.name not in skip}
+
+
+def clashing(names: Sequence[str]) -> list[str]:
+    """The names of `names` that would collide with Sharelake's own columns (or start with `_`)."""
+    return sorted(n for n in names if n.lower() in METADATA_COLUMNS or n.startswith("_"))
+
+
+def clash_message(clash: list[str], writer: str) -> str:
+    return (
+        f"field(s) {', '.join(clash)} of {writer} collide with Sharelake's own "
+        f"columns ({', '.join(METADATA_COLUMNS)}, or a leading underscore)"
+    )
+
+
+class Shape:
+    """The table's payload columns: the union of the admitted writers' fields, by name."""
+
+    def __init__(self, table_types: dict[str, str]):
+        self.fields: dict[str, DataType] = {}
+        self.table_types = dict(table_types)  # the table's columns from earlier runs (Spark type names)
+
+    def admit(self, writer: str, fields: Sequence[tuple[str, T]], spark_type: Callable[[T], DataType]) -> str | None:
+        """None when the fields of `writer` (named so in messages: "types.M (schema id 7)", "schema id 7") fit: the
+        shape may grow. Else why not. Each field's type is the Spark type `spark_type` makes of it."""
+        clash = clashing([name for name, _ in fields])
+        if clash:
+            return clash_message(clash, writer)
+        added: dict[str, DataType] = {}
+        for name, kind in fields:
+            try:
+                got = spark_type(kind)
+            except Exception as e:  # noqa: BLE001 - a type Spark cannot hold
+                return f"field {name} of {writer}: {one_line(e, 160)}"
+            want = self.fields.get(name)
+            want_name = want.simpleString() if want is not None else self.table_types.get(name)
+            if want_name is not None and want_name != got.simpleString():
+                if (got.simpleString(), want_name) in PROMOTIONS:
+                    continue
+                return (
+                    f"field {name} is {want_name} in the table, {got.simpleString()} in {writer}: "
+                    "the column's type cannot change"
+                )
+            if want is None:
+                added[name] = got
+        if added:
+            self.fields |= added
+            log.info("writer %s adds column(s) %s", writer, ", ".join(added))
+        return None
+
+    def spark_type(self) -> StructType:
+        return StructType([StructField(n, t, nullable=True) for n, t in self.fields.items()])
