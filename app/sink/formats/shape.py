@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from pyspark.sql import SparkSession
-from pyspark.sql.types import DataType, StructField, StructType
+from pyspark.sql.types import DataType, DoubleType, LongType, StructField, StructType
 
 from app.error_lines import one_line
 from app.sink.formats.base import METADATA_COLUMNS
@@ -31,6 +31,7 @@ T = TypeVar("T")
 # a narrower writer type every format reads into the table's wider column (writer, table), as Spark
 # names the types (`simpleString`); Avro's resolution adds its own (`avro.AVRO_PROMOTIONS`)
 PROMOTIONS = frozenset({("int", "bigint"), ("float", "double")})
+WIDER = {"bigint": LongType(), "double": DoubleType()}  # the table's type a promoted field reads into
 
 
 def table_schema(spark: SparkSession, location: TableLocation) -> StructType | None:
@@ -85,6 +86,8 @@ class Shape:
             want_name = want.simpleString() if want is not None else self.table_types.get(name)
             if want_name is not None and want_name != got.simpleString():
                 if (got.simpleString(), want_name) in PROMOTIONS:
+                    if want is None:  # a column of earlier runs that no writer of this run had yet
+                        added[name] = WIDER[want_name]
                     continue
                 return (
                     f"field {name} is {want_name} in the table, {got.simpleString()} in {writer}: "

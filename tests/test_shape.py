@@ -1,0 +1,27 @@
+"""The table shape of the formats with writer schemas (`app.sink.formats.shape`): no broker, no Spark."""
+
+from __future__ import annotations
+
+from pyspark.sql.types import DataType, IntegerType, LongType, StringType
+
+from app.sink.formats.shape import Shape
+
+
+def spark(kind: DataType) -> DataType:
+    return kind
+
+
+def test_a_narrower_field_of_an_earlier_runs_column_reads_into_the_tables_type() -> None:
+    """A table from an earlier run has `n bigint`; this run's only writer sends `n` as int32: the
+    field joins the shape as the table's bigint (it once stayed out, and `n` landed null)."""
+    shape = Shape({"n": "bigint", "name": "string"})
+    assert shape.admit("schema id 7", [("n", IntegerType()), ("name", StringType())], spark) is None
+    assert shape.spark_type()["n"].dataType == LongType()
+    assert shape.spark_type()["name"].dataType == StringType()
+
+
+def test_a_column_type_change_is_refused() -> None:
+    shape = Shape({"n": "string"})
+    problem = shape.admit("schema id 7", [("n", IntegerType())], spark)
+    assert problem == "field n is string in the table, int in schema id 7: the column's type cannot change"
+    assert shape.fields == {}
