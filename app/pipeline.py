@@ -35,7 +35,8 @@ from app.bridge.clock_stream import clock_session, clock_stream
 from app.bridge.record_buffer import RecordBuffer
 from app.config import Route, SharelakeConfig
 from app.consume.elastic import ElasticSizer
-from app.consume.group_client import GroupType, group_type
+from app.consume.group_client import GroupType, table_positions
+from app.consume.group_types import group_type
 from app.consume.member_pool import MemberPool
 from app.consume.share_group import ShareConsumerFactory
 from app.counters import collect
@@ -185,19 +186,16 @@ def run_ingest(
     started = time.monotonic()
     client_errors = ClientErrors()
     admin = AdminClient({**cfg.kafka.client_config(), "error_cb": client_errors})  # type: ignore[dict-item]
-    positions: dict[tuple[str, int], int] = {}  # where the tables are: filled once they are opened, below
-    group = group_type(cfg.kafka, consumer_factory, lambda topic, partition: positions.get((topic, partition)))
+    group = group_type(cfg.kafka, consumer_factory)
     facts = check_start(spark, cfg, admin, group, client_errors)  # raises ConfigError: one line, exit code 2
     group_settings = facts.group_settings
     # formats started (a bad schema or an unreachable registry raises ConfigError here), caches loaded
     destinations, dead = open_destinations(spark, cfg)
-    for table in (*(d.table for d in destinations), dead):
-        for key, offset in table.cache.next_offsets().items():
-            positions[key] = max(positions.get(key, 0), offset)
+    positions = table_positions(t.cache.next_offsets() for t in (*(d.table for d in destinations), dead))
     leases = hold_writer_leases(spark, cfg, destinations, dead)  # S3: one job per table, else ConfigError
     lock_ms = int(group_settings.get("share.record.lock.duration.ms") or DEFAULT_LOCK_MS)
     buffer = RecordBuffer(cfg.pump.buffer_max_records)
-    pool = MemberPool(cfg.kafka, cfg.pump, buffer, group, group.member_cap(facts.partitions))
+    pool = MemberPool(cfg.kafka, cfg.pump, buffer, group, group.member_cap(facts.partitions), positions)
     log_banner(cfg, facts, group, lock_ms, pool)
     job_name = f"{cfg.run.app_name}/{cfg.kafka.group_id}@{socket.gethostname()}:{os.getpid()}"
     sink = DeltaSink(
@@ -247,10 +245,8 @@ def run_ingest(
     if listener is not None:
         clock.streams.addListener(listener)
     group_lag = None
-    if cfg.metrics.prometheus_port and cfg.kafka.group_type == "share":  # the group's lag, read on a timer
-        subscribed = cfg.kafka.subscribed
-        client = cfg.kafka.client_config()
-        group_lag = GroupLag(spark, client, cfg.kafka.group_id, subscribed, cfg.metrics.lag_interval_s)
+    if cfg.metrics.prometheus_port:  # the group's lag, read on a timer
+        group_lag = GroupLag(spark, cfg.kafka, group, cfg.metrics.lag_interval_s)
         group_lag.start()
     stop_metrics = (
         serve_metrics(

@@ -13,11 +13,10 @@ from __future__ import annotations
 import argparse
 import logging
 
-from confluent_kafka import ShareConsumer
 from confluent_kafka.admin import AdminClient
 
 from app.cli import add_config_arguments, job_config
-from app.consume.group_client import group_type
+from app.consume.group_types import group_type
 from app.preflight import ClientErrors, check_not_spark_connect, check_start
 from app.sink.formats import payload_format
 from app.spark_session import build_spark
@@ -36,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     spark = build_spark(f"{cfg.run.app_name}-check", extra_conf=cfg.spark_conf)
     errors = ClientErrors()
     admin = AdminClient({**cfg.kafka.client_config(), "error_cb": errors})  # type: ignore[dict-item]
-    group = group_type(cfg.kafka, ShareConsumer, lambda topic, partition: None)
+    group = group_type(cfg.kafka)
     facts = check_start(spark, cfg, admin, group, errors, apply=False)
     for route in cfg.routes():
         payload_format(route.payload).start(spark, route.location)  # the registry reached, schemas checked
