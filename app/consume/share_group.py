@@ -1,16 +1,16 @@
 """The share group type (`kafka.group_type = "share"`, the default): per-record acknowledgements.
 
-Behind `app.consume.group_client`'s seam, chosen by `app.consume.group_types.group_type` (the only
-module that imports it besides the tests; `app.pipeline` passes the tests' share-consumer factory
-through it). At start, `ShareGroupType.prepare` sets the group configs
-the job owns (app.consume.group_settings) after checking the broker-side dead-letter topic
-(app.consume.broker_dead_letter_topic). Each member's `ShareGroupClient` holds one
-`ShareConsumer` in explicit mode: every record of a poll must be acknowledged before the next poll;
-`acknowledge` applies one AckCommand (each of its records with the command's ACCEPT, RELEASE or
-REJECT), `commit` sends the poll's acknowledgements with `commit_sync` once all are applied. With
-`pump.acknowledgement_commit = "async"` they go with `commit_async` instead and the member polls
-again at once; the broker's per-partition results come back inside a later poll, to the commit
-callback (a refused partition is an ack error: its records come back and are deduplicated).
+Behind `app.consume.group_client`'s seam, chosen by `app.consume.group_types.group_type` (to which
+`app.pipeline` passes the tests' share-consumer factory, typed `ShareConsumerFactory` here). At
+start, `ShareGroupType.prepare` sets the group configs the job owns (app.consume.group_settings)
+after checking the broker-side dead-letter topic (app.consume.broker_dead_letter_topic). Each
+member's `ShareGroupClient` holds one `ShareConsumer` in explicit mode: every record of a poll must
+be acknowledged before the next poll; `acknowledge` applies one AckCommand (each of its records with
+the command's ACCEPT, RELEASE or REJECT), `commit` sends the poll's acknowledgements with
+`commit_sync` once all are applied. With `pump.acknowledgement_commit = "async"` they go with
+`commit_async` instead and the member polls again at once; the broker's per-partition results come
+back inside a later poll, to the commit callback (a refused partition is an ack error: its records
+come back and are deduplicated).
 
 `ShareGroupType.read_state` reads the group's members and each share partition's start offset and
 lag through the Java Admin (`GroupAdmin.java`: `describeShareGroups`, `listShareGroupOffsets`), for
