@@ -382,8 +382,9 @@ class MetricsConfig(_Section):
     lag_interval_s: float = Field(
         default=15.0,
         ge=1.0,
-        description="With the endpoint on and a share group: how often the group's lag per partition and its "
-        "members are read through the Kafka Java Admin (`sharelake_group_lag`, `sharelake_group_members`).",
+        description="With the endpoint on: how often the group's lag per partition and its members are read "
+        "(`sharelake_group_lag`, `sharelake_group_members`; a share group's through the Kafka Java Admin, a "
+        "consumer group's through librdkafka's admin client).",
     )
     progress_log: bool = Field(
         default=True,

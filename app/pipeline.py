@@ -41,7 +41,8 @@ from app.bridge.clock_stream import clock_session, clock_stream
 from app.bridge.record_buffer import RecordBuffer
 from app.config import Route, SharelakeConfig
 from app.consume.elastic import ElasticSizer
-from app.consume.group_client import GroupType, group_type
+from app.consume.group_client import GroupType, TablePositions, table_positions
+from app.consume.group_types import group_type
 from app.consume.member_pool import MemberPool
 from app.consume.share_group import ShareConsumerFactory
 from app.counters import collect
@@ -168,7 +169,7 @@ class Opened:
     destinations: list[Destination]
     dead: DedupTable
     leases: list[WriterLease]
-    positions: dict[tuple[str, int], int]  # (topic, partition) -> the next offset the tables want
+    positions: TablePositions  # (topic, partition) -> the next offset the tables want
 
     @property
     def lock_ms(self) -> int:
@@ -223,19 +224,14 @@ class IngestRun:
         cfg, spark = self.cfg, self.spark
         client_errors = ClientErrors()
         admin = AdminClient({**cfg.kafka.client_config(), "error_cb": client_errors})  # type: ignore[dict-item]
-        positions: dict[tuple[str, int], int] = {}  # filled once the tables are open, below
-        group = group_type(
-            cfg.kafka, self._consumer_factory, lambda topic, partition: positions.get((topic, partition))
-        )
+        group = group_type(cfg.kafka, self._consumer_factory)
         facts = check_start(spark, cfg, admin, group, client_errors, apply=apply)
         # formats started (a bad schema or an unreachable registry raises ConfigError here), caches loaded
         destinations, dead = open_destinations(spark, cfg)
         tables = [*(d.table for d in destinations), dead]
         for table in tables:
             self._closing.callback(table.close)
-        for table in tables:
-            for key, offset in table.cache.next_offsets().items():
-                positions[key] = max(positions.get(key, 0), offset)
+        positions = table_positions(t.cache.next_offsets() for t in tables)  # a consumer group starts there
         leases = hold_writer_leases(spark, cfg, destinations, dead) if apply else []  # S3: one job per table
         for lease in leases:
             self._closing.callback(lease.release)
@@ -248,7 +244,8 @@ class IngestRun:
         """The pool, the sink and what observes them; the members join the group."""
         cfg, o = self.cfg, self.opened
         buffer = RecordBuffer(cfg.pump.buffer_max_records)
-        self.pool = pool = MemberPool(cfg.kafka, cfg.pump, buffer, o.group, o.group.member_cap(o.facts.partitions))
+        cap = o.group.member_cap(o.facts.partitions)
+        self.pool = pool = MemberPool(cfg.kafka, cfg.pump, buffer, o.group, cap, o.positions)
         log_banner(cfg, o.facts, o.group, o.lock_ms, pool)
         self.job_name = f"{cfg.run.app_name}/{cfg.kafka.group_id}@{socket.gethostname()}:{os.getpid()}"
         self.sink = DeltaSink(
@@ -287,16 +284,10 @@ class IngestRun:
             self._closing.callback(self.clock.streams.removeListener, listener)
         if not cfg.metrics.prometheus_port:
             return
-        lag = []
-        if cfg.kafka.group_type == "share":  # the group's lag, read on a timer
-            client = cfg.kafka.client_config()
-            group_lag = GroupLag(
-                self.spark, client, cfg.kafka.group_id, cfg.kafka.subscribed, cfg.metrics.lag_interval_s
-            )
-            group_lag.start()
-            self._closing.callback(group_lag.stop)
-            lag.append(group_lag)
-        stop_metrics = serve_metrics(cfg.metrics.prometheus_port, cfg.metrics.prometheus_addr, self.owners, *lag)
+        group_lag = GroupLag(self.spark, cfg.kafka, self.opened.group, cfg.metrics.lag_interval_s)  # on a timer
+        group_lag.start()
+        self._closing.callback(group_lag.stop)
+        stop_metrics = serve_metrics(cfg.metrics.prometheus_port, cfg.metrics.prometheus_addr, self.owners, group_lag)
         self._closing.callback(stop_metrics)
 
     def _stop_writing(self) -> None:

@@ -48,7 +48,7 @@ SHARELAKE_CONF = {
 RUNTIME_PACKAGES = (
     f"io.delta:delta-spark_4.2_2.13:{version('delta-spark')}",
     f"org.apache.spark:spark-avro_2.13:{version('pyspark')}",
-    "org.apache.kafka:kafka-clients:4.4.0",  # its Admin: the share group's state (app.group_status)
+    "org.apache.kafka:kafka-clients:4.4.0",  # its Admin: a share group's state (app.group_admin)
 )
 # kafka-clients' own dependencies that Spark's jars already hold
 RUNTIME_EXCLUDES = (

@@ -1,42 +1,55 @@
-"""`sharelake status` and its reader (app/group_status.py) against a real broker and a real Delta
-table: the group's live members while a job runs, none after; the lag of the records produced after
-the job stopped; the table's last Sharelake commit; the command's `--json` output."""
+"""`sharelake status` and its reader (app/group_status.py, each group type's `read_state`) against a
+real broker and a real Delta table: the group's live members while a job runs, none after; the lag
+of the records produced after the job stopped; the table's last Sharelake commit; the command's
+`--json` output. The same for a consumer group, whose lag the running job also serves to Prometheus."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import Consumer
+from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import SparkSession
 
+from app.config import KafkaConfig
+from app.consume.group_client import NO_SUCH_GROUP, GroupState
+from app.consume.group_types import group_type
 from app.consume.member_pool import MemberPool
 from app.error_lines import ConfigError
-from app.group_status import NO_SUCH_GROUP, GroupState, read_group_state, read_group_status
-from app.java_admin import close_admin, create_admin, java_admin_config
-from app.pipeline import run_ingest
-from devkit.kafka_broker import EmbeddedKafka
+from app.group_admin import GroupAdmin
+from app.group_status import GroupStatus, read_group_status
+from app.java_admin import java_admin_config
+from app.pipeline import RunSummary, run_ingest
+from devkit.kafka_broker import EmbeddedKafka, free_port
 from devkit.paths import PROJECT_ROOT as ROOT
 from devkit.paths import VENV_BIN
 from devkit.sample_data import produce_json_events
 from tests.ingest_config import ingest_config
+from tests.waiting import wait_for
 
 
-def wait_for_state(spark: SparkSession, admin: Any, group: str, done: Any, timeout_s: float = 30) -> GroupState:
-    """The group's state once `done(state)` holds (the broker persists share state asynchronously)."""
+def wait_for_state(
+    admin: GroupAdmin, k: KafkaConfig, done: Callable[[GroupState], bool], timeout_s: float = 30
+) -> GroupState:
+    """The group's state (its type's `read_state`) once `done(state)` holds (the broker persists share
+    state asynchronously)."""
     deadline = time.monotonic() + timeout_s
+    group = group_type(k)
     while True:
-        state = read_group_state(spark, admin, group)
+        state = group.read_state(admin, k)
         if done(state) or time.monotonic() > deadline:
             return state
         time.sleep(0.5)
 
 
-def assigned(state: GroupState) -> set[tuple[str, int]]:
+def assigned(state: GroupState | GroupStatus) -> set[tuple[str, int]]:
     return {tp for m in state.members for tp in m.partitions}
 
 
@@ -47,13 +60,13 @@ def test_status_shows_members_lag_and_the_last_commit(
     broker.create_topic(topic, partitions=3)
     produce_json_events(broker.bootstrap, topic, 600)
     cfg = ingest_config(broker, topic, group, table, "pump.members=2", idle_ms=2000)
-    admin = create_admin(spark, cfg.kafka.client_config())
+    admin = GroupAdmin(cfg.kafka, spark)
     live: list[GroupState] = []
 
     def while_running(pool: MemberPool) -> None:
         # both members joined and the broker has spread the 3 partitions over them (a moment after the joins)
         everything = {(topic, p) for p in range(3)}
-        live.append(wait_for_state(spark, admin, group, lambda s: len(s.members) == 2 and assigned(s) == everything))
+        live.append(wait_for_state(admin, cfg.kafka, lambda s: len(s.members) == 2 and assigned(s) == everything))
 
     try:
         summary = run_ingest(spark, cfg, on_pool_started=while_running)
@@ -63,9 +76,9 @@ def test_status_shows_members_lag_and_the_last_commit(
 
         late = produce_json_events(broker.bootstrap, topic, 50)  # after the job: nobody reads them
         per_partition = {p: sum(1 for r in late if r.partition == p) for p in range(3)}
-        after = wait_for_state(spark, admin, group, lambda s: sum(p.lag or 0 for p in s.partitions) == 50)
+        after = wait_for_state(admin, cfg.kafka, lambda s: sum(p.lag or 0 for p in s.partitions) == 50)
     finally:
-        close_admin(spark, admin)
+        admin.close()
 
     assert after.members == [] and after.state == "Empty", after
     assert {p.partition: p.lag for p in after.partitions if p.topic == topic} == per_partition, after
@@ -116,6 +129,72 @@ def test_a_group_that_does_not_exist_or_is_not_a_share_group(
     classic.close()
     with pytest.raises(ConfigError, match="is not a share group"):
         read_group_status(spark, ingest_config(broker, topic, f"classic-{unique}", tmp_path / "table"))
+
+
+def scrape(port: int) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """The job's metrics endpoint now: series name -> labels -> value."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+    return out
+
+
+def test_status_and_the_lag_gauge_read_a_consumer_group(
+    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
+) -> None:
+    topic, group, table = f"status-cg-{unique}", f"cg-{unique}", tmp_path / "table"
+    broker.create_topic(topic, partitions=3)
+    port = free_port()
+    sets = ("kafka.group_type=consumer", "pump.members=2", "run.mode=continuous", f"metrics.prometheus_port={port}",
+            "metrics.prometheus_addr=127.0.0.1", "metrics.lag_interval_s=1")  # fmt: skip
+    cfg = ingest_config(broker, topic, group, table, *sets)
+    before = read_group_status(spark, cfg)  # no member ever joined, nothing committed
+    assert (before.state, before.members, before.partitions) == (NO_SUCH_GROUP, [], []), before
+    assert before.lines()[0] == f"consumer group {group}: {NO_SUCH_GROUP}, 0 members, lag 0"
+
+    first = produce_json_events(broker.bootstrap, topic, 900)
+    landed = {p: sum(1 for r in first if r.partition == p) for p in range(3)}
+    stop, ran = threading.Event(), list[RunSummary]()
+    job = threading.Thread(target=lambda: ran.append(run_ingest(spark, cfg, stop_event=stop)), name="cg-status-job")
+    job.start()
+    everything = {(topic, p) for p in range(3)}
+    try:
+        # the job's gauge: every partition's committed offset at its end (lag 0), the job's 2 members
+        def caught_up() -> bool:
+            try:
+                metrics = scrape(port)
+            except OSError:  # the endpoint is not up yet
+                return False
+            lag = metrics.get("sharelake_group_lag", {})
+            return len(lag) == 3 and sum(lag.values()) == 0 and metrics["sharelake_group_members"][()] == 2
+
+        wait_for(lambda: job.is_alive() and caught_up(), 240, lambda: f"the gauge never caught up: {ran}")
+
+        def both_members() -> GroupStatus | None:
+            status = read_group_status(spark, cfg)
+            return status if len(status.members) == 2 and assigned(status) == everything else None
+
+        live = wait_for(both_members, 60, "the status never showed the job's 2 members holding the 3 partitions")
+    finally:
+        stop.set()
+        job.join(180)
+    assert ran and ran[0].accepted == 900, ran
+    assert live.state == "Stable" and live.total_lag == 0, live
+    assert {p.partition: p.start_offset for p in live.partitions} == landed, live  # committed: each partition's end
+
+    late = produce_json_events(broker.bootstrap, topic, 60)  # after the job: nobody reads them
+    remaining = {p: sum(1 for r in late if r.partition == p) for p in range(3)}
+    after = read_group_status(spark, cfg)
+    assert (after.state, after.members) == ("Empty", []), after
+    assert {p.partition: p.lag for p in after.partitions} == remaining, after
+    assert {p.partition: p.start_offset for p in after.partitions} == landed, after
+    assert after.lines()[0] == f"consumer group {group}: Empty, 0 members, lag 60", after.lines()
+    assert after.tables[0].version is not None, after  # the job's last commit to its table
+    doc = json.loads(json.dumps(after.as_json()))
+    assert doc["group_type"] == "consumer" and doc["total_lag"] == 60, doc
 
 
 def test_the_java_admin_config_maps_librdkafka_security_settings() -> None:

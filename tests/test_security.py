@@ -21,8 +21,8 @@ from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, R
 from pyspark.sql import SparkSession
 
 from app.config import load_config
-from app.group_status import read_group_state
-from app.java_admin import close_admin, create_admin
+from app.consume.group_types import group_type
+from app.group_admin import GroupAdmin
 from devkit.kafka_broker import EmbeddedKafka
 from devkit.sample_data import produce_json_events
 from devkit.security import Security, make_tls
@@ -111,11 +111,8 @@ def test_the_whole_ingest_runs_over_sasl_ssl_with_only_the_acls_it_needs(
     # `sharelake status` reads the group with the job's settings (the Java Admin: SCRAM, the PEM CA)
     # and the same ACLs
     cfg = load_config(ROOT / "conf" / "local.toml", spec.sets(*job_security(secure, JOB_USER)))
-    admin = create_admin(spark, cfg.kafka.client_config())
-    try:
-        state = read_group_state(spark, admin, spec.group)
-    finally:
-        close_admin(spark, admin)
+    with GroupAdmin(cfg.kafka, spark) as admin:
+        state = group_type(cfg.kafka).read_state(admin, cfg.kafka)
     assert [(p.partition, p.lag) for p in state.partitions] == [(0, 0), (1, 0)], state
 
 

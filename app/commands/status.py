@@ -1,7 +1,9 @@
-"""`sharelake status`: the share group and the tables as they are now, without Kafka's own tools.
+"""`sharelake status`: the group and the tables as they are now, without Kafka's own tools.
 
-The group's members, each partition's start offset and lag (Kafka's admin API), and each table's
-last Sharelake commit and its age (the Delta history). `--json` prints the same as one JSON object
+The group's members and their partitions, each partition's offset and lag (Kafka's admin API,
+through the group type: a share group's start offset and the broker's lag, a consumer group's
+committed offset and its lag to the end offset; `app.group_status`), and each table's last
+Sharelake commit and its age (the Delta history). `--json` prints the same as one JSON object
 for a script. Reads only; exit code 0, or 2 with one line when the config is wrong or the broker
 does not answer.
 """
@@ -15,7 +17,7 @@ from app.cli import add_config_arguments, job_config
 from app.group_status import read_group_status
 from app.spark_session import build_spark
 
-HELP = "show the share group's members, each partition's lag, and each table's last commit and its age"
+HELP = "show the group's members, each partition's lag, and each table's last commit and its age"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

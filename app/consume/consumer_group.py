@@ -1,37 +1,55 @@
 """The consumer group type (`kafka.group_type = "consumer"`): offsets committed after the Delta commit.
 
-Behind `app.consume.group_client`'s seam, for brokers before share groups (4.2), for order per
-partition, and for teams moving a topic between the two types with one table. Each member's
-`ConsumerGroupClient` holds one classic `Consumer` (cooperative-sticky assignment, no auto-commit).
-A poll's decisions become offsets: ACCEPT and REJECT (after the dead-letter table's commit) let a
-partition's committed offset move past the record; RELEASE rewinds the partition to the record, so
-it and the records after it are read again (the dedup recognises those the table already holds).
-The offsets are committed to Kafka once every record of the poll is decided, so only after the
-Delta commit that holds them. A member polls again only then, so a rebalance, which the client
-runs inside a poll, never finds a member holding records: the group pauses while a member's poll
-is written (the trade-off), and a revoked partition's records are never lost nor written twice.
+Behind `app.consume.group_client`'s seam (chosen by `app.consume.group_types.group_type`), for
+brokers before share groups (4.2), for order per partition, and for teams moving a topic between the
+two types with one table. Each member's `ConsumerGroupClient` holds one classic `Consumer`
+(cooperative-sticky assignment, no auto-commit). A poll's decisions become offsets: ACCEPT and
+REJECT (after the dead-letter table's commit) let a partition's committed offset move past the
+record; RELEASE rewinds the partition to the record, so it and the records after it are read again
+(the dedup recognises those the table already holds). The offsets are committed to Kafka once every
+record of the poll is decided, so only after the Delta commit that holds them. A member polls again
+only then, so a rebalance, which the client runs inside a poll, never finds a member holding
+records: the group pauses while a member's poll is written (the trade-off), and a revoked
+partition's records are never lost nor written twice.
 
-At assignment the member starts each partition at the later of the offset this group committed
-and the tables' (`TablePositions`: the offset after the highest one the main and dead-letter tables
-hold, from their commit metadata at start): after a crash between the Delta commit and the Kafka
-commit the table is ahead, and is the source of truth. A partition without a committed offset
-starts at `auto.offset.reset`, and the dedup recognises what the table holds. No group configs
-are set; members beyond the partition count would idle, so the pool is capped at it.
+At assignment the member starts each partition at the later of the offset this group committed and
+the tables' (`TablePositions`, handed to `client` as a value once the tables are open: the offset
+after the highest one the main and dead-letter tables hold, from their commit metadata): after a
+crash between the Delta commit and the Kafka commit the table is ahead, and is the source of truth.
+A partition without a committed offset starts at `auto.offset.reset`, and the dedup recognises what
+the table holds. No group configs are set; members beyond the partition count would idle, so the
+pool is capped at it.
+
+`ConsumerGroupType.read_state` gives `sharelake status` (`app.group_status`) and the lag gauge
+(`app.group_lag`) the group's members and their partitions (librdkafka's `describe_consumer_groups`)
+and, per partition of the subscribed topics, the committed offset and the lag: the end offset
+(read-committed) minus it. No JVM is needed.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
-from confluent_kafka.admin import AdminClient, ClusterMetadata
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka.admin import AdminClient, ClusterMetadata, OffsetSpec
 
 from app.acknowledge.lifecycle import AckCommand
 from app.acknowledge.proof import Decision
 from app.config import ConfigError, KafkaConfig, PumpConfig
-from app.consume.group_client import GroupClient, GroupType, TablePositions
+from app.consume.group_client import (
+    NO_POSITIONS,
+    NO_SUCH_GROUP,
+    GroupClient,
+    GroupMember,
+    GroupState,
+    GroupType,
+    PartitionState,
+    TablePositions,
+)
+from app.group_admin import ADMIN_TIMEOUT_S, GroupAdmin
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +73,6 @@ class ConsumerGroupType(GroupType):
     name = "consumer"
     noun = "consumer group"
 
-    def __init__(self, positions: TablePositions | None = None):
-        self._positions = positions
-
     def prepare(
         self, admin: AdminClient, k: KafkaConfig, metadata: ClusterMetadata, broker: dict[str, str], apply: bool = True
     ) -> dict[str, str]:
@@ -68,10 +83,10 @@ class ConsumerGroupType(GroupType):
             )
         return {}  # a classic group has no configs the job owns
 
-    def client(self, kafka: KafkaConfig, pump: PumpConfig, member_id: int) -> GroupClient:
-        return ConsumerGroupClient(
-            consumer_config(kafka, pump, member_id), member_id, pump.max_poll_records, self._positions
-        )
+    def client(
+        self, kafka: KafkaConfig, pump: PumpConfig, member_id: int, positions: TablePositions = NO_POSITIONS
+    ) -> GroupClient:
+        return ConsumerGroupClient(consumer_config(kafka, pump, member_id), member_id, pump.max_poll_records, positions)
 
     def member_cap(self, partitions: int) -> int | None:
         return partitions
@@ -83,9 +98,72 @@ class ConsumerGroupType(GroupType):
             "per-record RELEASE (a failed write rewinds the partition)"
         )
 
+    def read_state(self, admin: GroupAdmin, k: KafkaConfig) -> GroupState:
+        described = _describe(admin.client, k.group_id)
+        if described.state.name == "DEAD":  # the broker knows no such consumer group
+            return GroupState(k.group_id, NO_SUCH_GROUP, [], [])
+        members = sorted(
+            (
+                GroupMember(
+                    str(m.member_id),
+                    str(m.client_id),
+                    str(m.host),
+                    sorted((tp.topic, tp.partition) for tp in m.assignment.topic_partitions),
+                )
+                for m in described.members
+            ),
+            key=lambda m: m.member_id,
+        )
+        metadata = admin.client.list_topics(timeout=ADMIN_TIMEOUT_S)
+        partitions = [
+            TopicPartition(t, p)
+            for t in k.subscribed
+            if t in metadata.topics
+            for p in sorted(metadata.topics[t].partitions)
+        ]
+        committed = admin.committed(partitions) if partitions else []
+        ends: dict[tuple[str, int], int] = {}
+        if partitions:
+            latest = {tp: OffsetSpec.latest() for tp in partitions}  # type: ignore[no-untyped-call]
+            futures = admin.client.list_offsets(
+                latest, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=ADMIN_TIMEOUT_S
+            )
+            ends = {(tp.topic, tp.partition): int(f.result().offset) for tp, f in futures.items()}
+        states = []
+        for tp in committed:
+            end = ends.get((tp.topic, tp.partition))
+            done = tp.offset if tp.offset >= 0 else None  # negative: the group committed nothing there
+            lag = None if done is None or end is None else max(0, end - done)
+            states.append(PartitionState(tp.topic, tp.partition, done, lag))
+        state = described.state.name.replace("_", " ").title().replace(" ", "")  # Stable, PreparingRebalance
+        return GroupState(k.group_id, state, members, states)
+
+
+RETRIABLE_DESCRIBE_S = 0.5  # between attempts while the group's coordinator is not ready
+COORDINATOR_NOT_READY = (
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+)
+
+
+def _describe(admin: AdminClient, group_id: str) -> Any:
+    """The group's description, retried while the broker answers with a retriable error (a coordinator
+    not ready yet: NOT_COORDINATOR) until `ADMIN_TIMEOUT_S`."""
+    deadline = time.monotonic() + ADMIN_TIMEOUT_S
+    while True:
+        try:
+            return admin.describe_consumer_groups([group_id], request_timeout=ADMIN_TIMEOUT_S)[group_id].result()
+        except KafkaException as e:
+            error = e.args[0] if e.args else None
+            waiting = error is not None and (error.retriable() or error.code() in COORDINATOR_NOT_READY)
+            if not waiting or time.monotonic() > deadline:
+                raise
+            time.sleep(RETRIABLE_DESCRIBE_S)
+
 
 class ConsumerGroupClient(GroupClient):
-    def __init__(self, config: dict[str, Any], member_id: int, max_records: int, positions: TablePositions | None):
+    def __init__(self, config: dict[str, Any], member_id: int, max_records: int, positions: TablePositions):
         self._consumer = Consumer(config)
         self._member_id = member_id
         self._max = max_records
@@ -133,14 +211,14 @@ class ConsumerGroupClient(GroupClient):
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Start each new partition at the tables' position when they are ahead of Kafka's committed offset."""
-        if self._positions is not None and partitions:
+        if self._positions and partitions:
             try:
                 committed = consumer.committed(partitions, timeout=COMMITTED_TIMEOUT_S)
             except KafkaException as e:
                 log.warning("member %d: committed offsets unreadable (%s); starting from Kafka's", self._member_id, e)
                 committed = partitions
             for tp, seen in zip(partitions, committed, strict=True):
-                table = self._positions(tp.topic, tp.partition)
+                table = self._positions.get((tp.topic, tp.partition))
                 # only ahead of an offset this group committed: a group without one (new, or moving from a
                 # share group, whose table may have gaps) starts at auto.offset.reset, and the dedup knows the rest
                 if table is not None and seen.offset >= 0 and seen.offset < table:

@@ -1,15 +1,26 @@
-"""The group type's seam (`kafka.group_type`): what a member polls with and what its decisions mean.
+"""The group type's seam (`kafka.group_type`): the abstract types, and the group's state as values.
 
-Called by `app.preflight` at start (`GroupType.prepare`: the group's settings), by
-`app.consume.member_pool` (`GroupType.client`, `GroupType.member_cap`) and by each member thread
-(`app.consume.member`), which only ever talks to its `GroupClient`. Two types, each one module:
+Only abstractions live here; each implementation is one module that imports this one, and
+`app.consume.group_types.group_type` (the only module importing both) chooses between them, so the
+import graph has no cycle. Callers of the seam:
+
+- `app.preflight` at start (`GroupType.prepare`: the group's settings), `app.commands.check` and
+  `app.pipeline` (which build the type with `group_types.group_type`);
+- `app.consume.member_pool` (`GroupType.client`, `GroupType.member_cap`) and each member thread
+  (`app.consume.member`), which only ever talks to its `GroupClient`;
+- `app.group_status` (`sharelake status`) and `app.group_lag` (the Prometheus lag gauge), through
+  `GroupType.read_state` and the admin clients of `app.group_admin.GroupAdmin`.
+
+Two types, each one module:
 
 - `share` (`app.consume.share_group`): a share group. ACCEPT, RELEASE and REJECT are the broker's
-  per-record acknowledgements, sent with the poll's commit; RELEASE redelivers one record.
+  per-record acknowledgements, sent with the poll's commit; RELEASE redelivers one record. Its
+  state: each share partition's start offset and lag (the Java Admin).
 - `consumer` (`app.consume.consumer_group`): a classic consumer group. ACCEPT and REJECT let the
   partition's committed offset move past the record, committed to Kafka only after the Delta
   commit that holds it; RELEASE rewinds the partition to the record (it and those after it are
-  read again, and the dedup recognises those already in the table).
+  read again, and the dedup recognises those already in the table). Its state: each partition's
+  committed offset and its lag to the end offset (librdkafka's admin client).
 
 The dedup, the sink, the dead-letter table and the replay do not know which type fed them.
 """
@@ -17,17 +28,65 @@ The dedup, the sink, the dead-letter table and the replay do not know which type
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
 
 from confluent_kafka import Message
 from confluent_kafka.admin import AdminClient, ClusterMetadata
 
 from app.acknowledge.lifecycle import AckCommand
 from app.config import KafkaConfig, PumpConfig
+from app.group_admin import GroupAdmin
 
 # (topic, partition) -> the next offset the Delta tables want: the one after the highest they hold
-TablePositions = Callable[[str, int], int | None]
+TablePositions = Mapping[tuple[str, int], int]
+NO_POSITIONS: TablePositions = MappingProxyType({})
+
+NO_SUCH_GROUP = "does not exist"  # the state of a group the broker does not know (no member ever joined)
+
+
+def table_positions(tables: Iterable[Mapping[tuple[str, int], int]]) -> TablePositions:
+    """The tables' positions as one value: per partition the furthest of the tables' next offsets
+    (each `DedupCache.next_offsets()`), read once the tables are open."""
+    out: dict[tuple[str, int], int] = {}
+    for offsets in tables:
+        for key, offset in offsets.items():
+            out[key] = max(out.get(key, 0), offset)
+    return MappingProxyType(out)
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    """One member of the group, as the broker describes it."""
+
+    member_id: str
+    client_id: str
+    host: str
+    partitions: list[tuple[str, int]]
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """One partition as the group sees it. `start_offset`: a share partition's start offset, or a
+    consumer group's committed offset (the next record it reads); `lag`: the records after it not yet
+    done (a share group: not delivered to completion; a consumer group: up to the end offset)."""
+
+    topic: str
+    partition: int
+    start_offset: int | None  # None: the group holds no state for the partition yet
+    lag: int | None  # None: the broker did not report one (or no offset is committed)
+    in_flight: int | None = None  # not in the admin API: None unless a running job says
+
+
+@dataclass(frozen=True)
+class GroupState:
+    """What the broker says about the group: its state, members and partitions."""
+
+    group_id: str
+    state: str  # the broker's: Stable, Empty, ...; NO_SUCH_GROUP when it does not exist
+    members: list[GroupMember]
+    partitions: list[PartitionState]
 
 
 class GroupClient(ABC):
@@ -53,7 +112,7 @@ class GroupClient(ABC):
 
 
 class GroupType(ABC):
-    """A group type's start-up and its members' clients."""
+    """A group type: its start-up, its members' clients, and its state on the broker."""
 
     name: str  # the kafka.group_type value
     noun: str  # how the banner names the group
@@ -67,7 +126,12 @@ class GroupType(ABC):
         (`sharelake check`): the same checks, changing nothing; the group's settings as they are."""
 
     @abstractmethod
-    def client(self, kafka: KafkaConfig, pump: PumpConfig, member_id: int) -> GroupClient: ...
+    def client(
+        self, kafka: KafkaConfig, pump: PumpConfig, member_id: int, positions: TablePositions = NO_POSITIONS
+    ) -> GroupClient:
+        """One member's client. `positions`: where the tables are (`table_positions`), read before any
+        member is made; a consumer group starts a partition there when the tables are ahead of its
+        committed offset, a share group has no use for it."""
 
     @abstractmethod
     def member_cap(self, partitions: int) -> int | None:
@@ -77,15 +141,8 @@ class GroupType(ABC):
     def describe(self, k: KafkaConfig, settings: dict[str, str], broker_lock_cap: int | None, lock_ms: int) -> str:
         """The banner's lines on the group: its settings, and what this type gives and costs."""
 
-
-def group_type(
-    k: KafkaConfig, share_consumer_factory: Callable[[dict[str, Any]], Any], positions: TablePositions | None = None
-) -> GroupType:
-    """The job's group type (`positions`: where the tables are, for a consumer group's start offsets)."""
-    if k.group_type == "consumer":
-        from app.consume.consumer_group import ConsumerGroupType
-
-        return ConsumerGroupType(positions)
-    from app.consume.share_group import ShareGroupType
-
-    return ShareGroupType(share_consumer_factory)
+    @abstractmethod
+    def read_state(self, admin: GroupAdmin, k: KafkaConfig) -> GroupState:
+        """The group's state now: its members and each partition's offset and lag (all jobs'). Raises
+        ConfigError (one line) when the group is of the other type; the admin client's own error when
+        the broker does not answer."""

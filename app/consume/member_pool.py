@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from app.bridge.record_buffer import RecordBuffer
 from app.config import KafkaConfig, PumpConfig
-from app.consume.group_client import GroupType
+from app.consume.group_client import NO_POSITIONS, GroupType, TablePositions
 from app.consume.member import Member, MemberStats
 from app.counters import gauge, summed
 
@@ -47,11 +47,15 @@ class MemberPool:
         buffer: RecordBuffer,
         group: GroupType,
         max_members: int | None = None,
+        positions: TablePositions = NO_POSITIONS,
     ):
+        """`positions`: where the tables are (`group_client.table_positions`), read before the pool
+        is made; each member's client gets them (a consumer group starts its partitions there)."""
         self.buffer = buffer
         self._kafka = kafka
         self._pump = pump
         self._group = group
+        self._positions = positions
         self._lock = threading.Lock()
         self._next_id = 0
         self.members: list[Member] = []  # active: polling
@@ -68,7 +72,7 @@ class MemberPool:
         self._next_id += 1
         return Member(
             i,
-            lambda: self._group.client(self._kafka, self._pump, i),
+            lambda: self._group.client(self._kafka, self._pump, i, self._positions),
             self._kafka.subscribed,
             self.buffer,
             self._pump.poll_timeout_ms / 1000,

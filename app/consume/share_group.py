@@ -1,14 +1,22 @@
 """The share group type (`kafka.group_type = "share"`, the default): per-record acknowledgements.
 
-Behind `app.consume.group_client`'s seam. At start, `ShareGroupType.prepare` sets the group configs
-the job owns (app.consume.group_settings) after checking the broker-side dead-letter topic
-(app.consume.broker_dead_letter_topic). Each member's `ShareGroupClient` holds one
-`ShareConsumer` in explicit mode: every record of a poll must be acknowledged before the next poll;
-`acknowledge` applies one AckCommand (each of its records with the command's ACCEPT, RELEASE or
-REJECT), `commit` sends the poll's acknowledgements with `commit_sync` once all are applied. With
-`pump.acknowledgement_commit = "async"` they go with `commit_async` instead and the member polls
-again at once; the broker's per-partition results come back inside a later poll, to the commit
-callback (a refused partition is an ack error: its records come back and are deduplicated).
+Behind `app.consume.group_client`'s seam, chosen by `app.consume.group_types.group_type` (to which
+`app.pipeline` passes the tests' share-consumer factory, typed `ShareConsumerFactory` here). At
+start, `ShareGroupType.prepare` sets the group configs the job owns (app.consume.group_settings)
+after checking the broker-side dead-letter topic (app.consume.broker_dead_letter_topic). Each
+member's `ShareGroupClient` holds one `ShareConsumer` in explicit mode: every record of a poll must
+be acknowledged before the next poll; `acknowledge` applies one AckCommand (each of its records with
+the command's ACCEPT, RELEASE or REJECT), `commit` sends the poll's acknowledgements with
+`commit_sync` once all are applied. With `pump.acknowledgement_commit = "async"` they go with
+`commit_async` instead and the member polls again at once; the broker's per-partition results come
+back inside a later poll, to the commit callback (a refused partition is an ack error: its records
+come back and are deduplicated).
+
+`ShareGroupType.read_state` reads the group's members and each share partition's start offset and
+lag through the Java Admin (`GroupAdmin.java`: `describeShareGroups`, `listShareGroupOffsets`), for
+`sharelake status` (`app.group_status`) and the lag gauge (`app.group_lag`). The lag is the broker's:
+records at or after the start offset not yet delivered to completion (available or in flight); how
+many are in flight now is not in the admin API.
 """
 
 from __future__ import annotations
@@ -19,12 +27,22 @@ from typing import Any
 
 from confluent_kafka import AcknowledgeType, KafkaError, KafkaException, Message, ShareConsumer, TopicPartition
 from confluent_kafka.admin import AdminClient, ClusterMetadata
+from py4j.protocol import Py4JJavaError
 
 from app.acknowledge.lifecycle import AckCommand
 from app.acknowledge.proof import Decision
 from app.config import MAX_RECORD_LOCKS, ConfigError, KafkaConfig, PumpConfig
 from app.consume.broker_dead_letter_topic import check_broker_dead_letter_topic
-from app.consume.group_client import GroupClient, GroupType
+from app.consume.group_client import (
+    NO_POSITIONS,
+    NO_SUCH_GROUP,
+    GroupClient,
+    GroupMember,
+    GroupState,
+    GroupType,
+    PartitionState,
+    TablePositions,
+)
 from app.consume.group_settings import (
     AUTHORIZATION,
     BROKER_LOCK_CAP,
@@ -38,6 +56,8 @@ from app.consume.group_settings import (
     with_broker_defaults,
 )
 from app.error_lines import one_line
+from app.group_admin import GroupAdmin
+from app.java_admin import ADMIN_TIMEOUT_MS
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +121,9 @@ class ShareGroupType(GroupType):
                 "broker's group.share.* bounds and ACLs"
             ) from None
 
-    def client(self, kafka: KafkaConfig, pump: PumpConfig, member_id: int) -> GroupClient:
+    def client(
+        self, kafka: KafkaConfig, pump: PumpConfig, member_id: int, positions: TablePositions = NO_POSITIONS
+    ) -> GroupClient:
         consumer = self._factory(share_consumer_config(kafka, pump, member_id))
         return ShareGroupClient(consumer, member_id, pump.acknowledgement_commit == "async")
 
@@ -115,6 +137,40 @@ class ShareGroupType(GroupType):
             f"{settings.get(DELIVERY_LIMIT, '?')}; client RENEW {renew})\n"
             f"  record locks per partition {lock_note(k, settings, broker_lock_cap)}"
         )
+
+    def read_state(self, admin: GroupAdmin, k: KafkaConfig) -> GroupState:
+        group_id, jvm = k.group_id, admin.jvm
+        ms = jvm.java.util.concurrent.TimeUnit.MILLISECONDS
+        groups = jvm.java.util.Collections.singletonList(group_id)
+        java = admin.java
+        try:
+            described = java.describeShareGroups(groups).describedGroups().get(group_id).get(ADMIN_TIMEOUT_MS, ms)
+        except Py4JJavaError as e:
+            cause = e.java_exception.getCause()
+            if cause is None or cause.getClass().getSimpleName() != "GroupIdNotFoundException":
+                raise
+            if "not a share group" in str(cause.getMessage()):
+                raise ConfigError(
+                    f"kafka.group_id = {group_id!r} is not a share group: set kafka.group_type = "
+                    '"consumer" to read a consumer group'
+                ) from None
+            return GroupState(group_id, NO_SUCH_GROUP, [], [])
+        members = []
+        for m in jvm.java.util.ArrayList(described.members()):
+            assigned = sorted((str(tp.topic()), int(tp.partition())) for tp in m.assignment().topicPartitions())
+            members.append(GroupMember(str(m.consumerId()), str(m.clientId()), str(m.host()), assigned))
+        all_partitions = jvm.org.apache.kafka.clients.admin.ListShareGroupOffsetsSpec()
+        spec = jvm.java.util.Collections.singletonMap(group_id, all_partitions)
+        offsets = java.listShareGroupOffsets(spec).partitionsToOffsetInfo(group_id).get(ADMIN_TIMEOUT_MS, ms)
+        partitions = []
+        for tp in offsets.keySet():
+            info = offsets.get(tp)
+            start = None if info is None else int(info.startOffset())
+            lag = None if info is None or not info.lag().isPresent() else int(info.lag().get())
+            partitions.append(PartitionState(str(tp.topic()), int(tp.partition()), start, lag))
+        partitions.sort(key=lambda p: (p.topic, p.partition))
+        members.sort(key=lambda m: m.member_id)
+        return GroupState(group_id, str(described.groupState()), members, partitions)
 
 
 def lock_note(k: KafkaConfig, settings: dict[str, str], cap: int | None) -> str:
