@@ -97,10 +97,10 @@ class Writer:
 
 
 @pytest.fixture
-def at_point(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str, Callable[[], None]], None]]:
-    """Run a callback once, at the next hit of a fault point."""
-    faults.reset()
-    monkeypatch.delenv(faults.ENV, raising=False)
+def at_point(
+    clean_faults: None, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[[str, Callable[[], None]], None]]:
+    """Run a callback once, at the next hit of a fault point (none armed before: `clean_faults`)."""
     pending: dict[str, Callable[[], None]] = {}
     original = faults.hit
 
