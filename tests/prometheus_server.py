@@ -16,6 +16,7 @@ import requests
 
 from devkit.kafka_broker import free_port
 from devkit.paths import CACHE_DIR
+from tests.waiting import wait_for
 
 PROMETHEUS_BIN = CACHE_DIR / "prometheus" / "usr" / "bin"
 PROMTOOL = PROMETHEUS_BIN / "promtool"
@@ -54,11 +55,14 @@ class PrometheusServer:
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        deadline = time.monotonic() + timeout_s
-        while not self._ready():
-            if self._proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"Prometheus did not start:\n{self.tail_logs(30)}")
-            time.sleep(0.2)
+        proc = self._proc
+        wait_for(
+            self._ready,
+            timeout_s,
+            lambda: f"Prometheus did not start (exit code {proc.poll()}):\n{self.tail_logs(30)}",
+            interval_s=0.2,
+            give_up=lambda: proc.poll() is not None,
+        )
 
     def _ready(self) -> bool:
         try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from chispa import assert_df_equality
@@ -11,6 +10,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
 from devkit.sample_data import Produced
+from tests.waiting import wait_for
 
 KEY_COLUMNS = StructType(
     [
@@ -53,9 +53,12 @@ class DownstreamStream:
     def __init__(self, spark: SparkSession, table: Path, out: Path, timeout_s: float = 180):
         self.out = out
         log_dir = table / "_delta_log"
-        deadline = time.monotonic() + timeout_s
-        while not any(log_dir.glob("*.json")) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_for(
+            lambda: any(log_dir.glob("*.json")),
+            timeout_s,
+            f"no commit in {log_dir} within {timeout_s} s: the downstream stream has no table to read",
+            interval_s=0.2,
+        )
         self.query = (
             spark.readStream.format("delta")
             .load(str(table))

@@ -38,6 +38,7 @@ from tests.ingest_config import ingest_config
 from tests.job_runner import JobSpec, run_job, run_summary
 from tests.kafka_helpers import nothing_left
 from tests.table_checks import dead_letter_rows
+from tests.waiting import wait_for
 
 COLUMNS = "topic string, partition int, offset long, key binary, id long, user string, amount double, kind string"
 
@@ -200,10 +201,10 @@ def test_a_registry_outage_mid_run_loses_duplicates_and_dead_letters_nothing(
     job = threading.Thread(target=lambda: result.update(summary=run_ingest(spark, cfg)), daemon=True)
     job.start()
     table = tmp_path / "t"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (table / "_delta_log").exists():  # the first batch landed
-        time.sleep(0.2)
-    assert (table / "_delta_log").exists(), "the job landed nothing before the outage"
+    wait_for(  # the first batch landed
+        (table / "_delta_log").exists, 120, "the job landed nothing before the outage", interval_s=0.2,
+        give_up=lambda: not job.is_alive(),
+    )  # fmt: skip
     registry.pause()  # the registry hangs: every request times out
     try:
         keyed = ((f"k-{i}".encode(), v) for i, v in zip(ids, later, strict=True))

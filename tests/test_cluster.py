@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
@@ -27,6 +26,7 @@ from devkit.paths import CACHE_DIR
 from devkit.sample_data import produce_json_events
 from tests.job_runner import ROOT
 from tests.table_checks import assert_exactly_once
+from tests.waiting import wait_for
 
 RUNTIME = CACHE_DIR / "runtime"  # `make runtime-env`
 SPARK_CLASS = RUNTIME / "bin" / "spark-class"
@@ -72,19 +72,23 @@ def standalone_cluster(tmp_path: Path) -> Iterator[tuple[str, Path]]:
          "--webui-port", str(free_port())],
         stdout=logs[0], stderr=subprocess.STDOUT, env=env,
     )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while "I have been elected leader" not in (tmp_path / "master.log").read_text(errors="replace"):
-        assert time.monotonic() < deadline and master.poll() is None, (tmp_path / "master.log").read_text()[-2000:]
-        time.sleep(0.2)
+    wait_for(
+        lambda: "I have been elected leader" in (tmp_path / "master.log").read_text(errors="replace"),
+        60, interval_s=0.2, give_up=lambda: master.poll() is not None,
+        failure=lambda: f"the Spark master was not elected leader in 60 s (exit {master.poll()}):\n"
+        + (tmp_path / "master.log").read_text()[-2000:],
+    )  # fmt: skip
     worker = subprocess.Popen(
         [str(SPARK_CLASS), "org.apache.spark.deploy.worker.Worker", master_url, "--host", "127.0.0.1",
          "--cores", "1", "--memory", "2g", "--work-dir", str(work), "--webui-port", str(free_port())],
         stdout=logs[1], stderr=subprocess.STDOUT, env=env,
     )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while "Successfully registered with master" not in (tmp_path / "worker.log").read_text(errors="replace"):
-        assert time.monotonic() < deadline, (tmp_path / "worker.log").read_text()[-2000:]
-        time.sleep(0.5)
+    wait_for(
+        lambda: "Successfully registered with master" in (tmp_path / "worker.log").read_text(errors="replace"),
+        60, give_up=lambda: worker.poll() is not None,
+        failure=lambda: f"the Spark worker did not register with the master in 60 s (exit {worker.poll()}):\n"
+        + (tmp_path / "worker.log").read_text()[-2000:],
+    )  # fmt: skip
     try:
         yield master_url, work
     finally:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import queue
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from app.acknowledge.lifecycle import AckCommand, PollBatch
 from app.acknowledge.proof import RecordState
 from app.bridge.arrow_rows import poll_rows
 from app.bridge.record_buffer import Poll, RecordBuffer
+from app.bridge.synthetic_record import SyntheticRecord
 from app.config import BatchConfig
 from app.sink.commit_log import user_metadata_json
 from app.sink.dedup_table import micros
@@ -50,39 +50,14 @@ from tests.test_lifecycle import state_of
 TOPIC = "race"
 
 
-@dataclass
-class Rec:
+def record(offset: int) -> SyntheticRecord:
     """A polled record as the sink sees it."""
-
-    off: int
-
-    def topic(self) -> str:
-        return TOPIC
-
-    def partition(self) -> int:
-        return 0
-
-    def offset(self) -> int:
-        return self.off
-
-    def key(self) -> bytes:
-        return b"k%d" % self.off
-
-    def value(self) -> bytes:
-        return b'{"n": %d}' % self.off
-
-    def headers(self) -> None:
-        return None
-
-    def timestamp(self) -> tuple[int, int]:
-        return (1, 1_700_000_000_000)
-
-    def delivery_count(self) -> int:
-        return 1
+    key, value = b"k%d" % offset, b'{"n": %d}' % offset
+    return SyntheticRecord(TOPIC, 0, offset, key=key, value=value, timestamp_ms=1_700_000_000_000)
 
 
 def produced(offsets: Iterable[int]) -> list[Produced]:
-    return [Produced(TOPIC, 0, o, Rec(o).key(), Rec(o).value()) for o in offsets]
+    return [Produced(TOPIC, 0, o, record(o).key(), record(o).value()) for o in offsets]
 
 
 class Writer:
@@ -111,7 +86,7 @@ class Writer:
 
     def poll(self, offsets: range) -> PollBatch:
         commands: queue.Queue[AckCommand] = queue.Queue()
-        records: Any = [Rec(o) for o in offsets]
+        records: Any = [record(o) for o in offsets]
         batch = PollBatch(member_id=0, records=records, commands=commands)
         assert self.buffer.put(Poll(batch, poll_rows(records)), 1)
         self.polls.append(batch)
@@ -122,10 +97,10 @@ class Writer:
 
 
 @pytest.fixture
-def at_point(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str, Callable[[], None]], None]]:
-    """Run a callback once, at the next hit of a fault point."""
-    faults.reset()
-    monkeypatch.delenv(faults.ENV, raising=False)
+def at_point(
+    clean_faults: None, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[[str, Callable[[], None]], None]]:
+    """Run a callback once, at the next hit of a fault point (none armed before: `clean_faults`)."""
     pending: dict[str, Callable[[], None]] = {}
     original = faults.hit
 

@@ -15,6 +15,7 @@ from devkit.sample_data import produce_json_events
 from tests.ingest_config import ingest_config
 from tests.kafka_helpers import nothing_left, share_receive
 from tests.table_checks import assert_exactly_once
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.usefixtures("clean_faults")  # fault points reset before each test (conftest)
 
@@ -84,19 +85,28 @@ def test_broker_restart_mid_run(spark: SparkSession, tmp_path: Path, unique: str
         runner = threading.Thread(target=lambda: result.update(summary=run_ingest(spark, cfg, stop)))
         runner.start()
         table = tmp_path / "t"
-        deadline = time.monotonic() + 120
-        while not (table / "_delta_log").exists() and time.monotonic() < deadline:
-            time.sleep(0.5)
-        kafka.stop()  # the broker goes away under the running job ...
-        time.sleep(3)
-        kafka.start()  # ... and comes back on the same port and data
-        produced += produce_json_events(kafka.bootstrap, topic, 3000, start=3000)
-        while time.monotonic() < deadline:
-            if spark.read.format("delta").load(str(table)).count() >= len(produced):
-                break
-            time.sleep(2)
-        stop.set()
-        runner.join(120)
+        deadline = time.monotonic() + 120  # for both waits
+
+        def rows() -> int:
+            return int(spark.read.format("delta").load(str(table)).count())
+
+        def stopped() -> bool:
+            return not runner.is_alive()
+
+        try:
+            wait_for((table / "_delta_log").exists, 120, "the job made no first commit in 120 s", give_up=stopped)
+            kafka.stop()  # the broker goes away under the running job ...
+            time.sleep(3)  # the outage's length, not a wait for anything
+            kafka.start()  # ... and comes back on the same port and data
+            produced += produce_json_events(kafka.bootstrap, topic, 3000, start=3000)
+            wait_for(
+                lambda: rows() >= len(produced), max(0.0, deadline - time.monotonic()), interval_s=2, give_up=stopped,
+                failure=lambda: f"the table holds {rows()} of {len(produced)} records 120 s after the job's start "
+                f"(the job {'stopped' if stopped() else 'still runs'})",
+            )  # fmt: skip
+        finally:
+            stop.set()
+            runner.join(120)
         assert "summary" in result
         assert_exactly_once(spark, table, produced)
         assert nothing_left(kafka, topic, group)  # every record ACCEPTed: no redelivery could add a duplicate later

@@ -13,8 +13,9 @@ from pyspark.sql import SparkSession
 
 from devkit.kafka_broker import EmbeddedKafka
 from devkit.sample_data import produce_json_events
-from tests.job_runner import JobSpec, drain_in_process, run_summary, start_job
+from tests.job_runner import JobSpec, drain_in_process, kill_job, run_summary, start_job
 from tests.table_checks import assert_exactly_once
+from tests.waiting import wait_for
 
 STOP_BOUND_S = 30
 
@@ -27,18 +28,29 @@ def test_sigterm_drains_then_exits_and_loses_nothing(
     broker.create_topic(spec.topic, partitions=2)
     produced = produce_json_events(broker.bootstrap, spec.topic, 30_000)
     job = start_job(spec, "run.mode=continuous", f"run.stop_timeout_s={STOP_BOUND_S}", log=tmp_path / "run1.log")
-    deadline = time.monotonic() + 120
-    while len(list(spec.table.glob("_delta_log/*.json"))) < 2 and time.monotonic() < deadline:
-        time.sleep(0.2)  # mid-stream: the job has committed a batch and is writing the next
 
-    # what YARN/Kubernetes do (SIGTERM to the container's main process) or a terminal's kill of the group
-    sent = time.monotonic()
-    if target == "driver-jvm":
-        os.kill(job.pid, signal.SIGTERM)
-    else:
-        os.killpg(job.pid, signal.SIGTERM)
-    rc = job.wait(STOP_BOUND_S + 30)
-    took = time.monotonic() - sent
+    def commits() -> int:
+        return len(list(spec.table.glob("_delta_log/*.json")))
+
+    try:
+        # mid-stream: the job has committed a batch and is writing the next
+        wait_for(
+            lambda: commits() >= 2, 120, interval_s=0.2, give_up=lambda: job.poll() is not None,
+            failure=lambda: f"the job made {commits()} commits in 120 s, not 2 (exit {job.poll()}):\n"
+            + (tmp_path / "run1.log").read_text(errors="replace")[-3000:],
+        )  # fmt: skip
+
+        # what YARN/Kubernetes do (SIGTERM to the container's main process) or a terminal's kill of the group
+        sent = time.monotonic()
+        if target == "driver-jvm":
+            os.kill(job.pid, signal.SIGTERM)
+        else:
+            os.killpg(job.pid, signal.SIGTERM)
+        rc = job.wait(STOP_BOUND_S + 30)
+        took = time.monotonic() - sent
+    finally:
+        if job.poll() is None:
+            kill_job(job)
     log = (tmp_path / "run1.log").read_text()
 
     assert rc in (0, 143), log[-3000:]

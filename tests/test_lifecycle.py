@@ -7,33 +7,19 @@ that crosses Kafka or Delta is tested end to end elsewhere.
 from __future__ import annotations
 
 import queue
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from app.acknowledge.lifecycle import AckCommand, PollBatch
 from app.acknowledge.proof import CommitProof, Decision, IllegalTransition, RecordState
+from app.bridge.synthetic_record import SyntheticRecord
 from tests.proofs import proof_for_tests
-
-
-@dataclass
-class Rec:
-    off: int
-
-    def topic(self) -> str:
-        return "t"
-
-    def partition(self) -> int:
-        return 0
-
-    def offset(self) -> int:
-        return self.off
 
 
 def make_batch(n: int) -> tuple[PollBatch, queue.Queue[AckCommand]]:
     q: queue.Queue[AckCommand] = queue.Queue()
-    records: Any = [Rec(i) for i in range(n)]
+    records: Any = [SyntheticRecord("t", 0, i) for i in range(n)]
     return PollBatch(member_id=0, records=records, commands=q), q
 
 

@@ -12,22 +12,15 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from app.bridge.arrow_rows import poll_rows, stamped
+from app.bridge.synthetic_record import SyntheticRecord
 from app.sink.formats.base import ERROR_CLASS, precheck
 from app.sink.formats.json import JsonFormat, JsonSettings
 from app.sink.table_location import TableLocation
-from tests.test_concurrent_writers import Rec
 
-
-class Valued(Rec):
-    def __init__(self, off: int, value: bytes | None):
-        super().__init__(off)
-        self._value = value
-
-    def value(self) -> Any:
-        return self._value
-
-
-RECORDS: Any = [Valued(0, b'{"id": 1}'), Valued(1, None)]
+RECORDS: Any = [
+    SyntheticRecord("t", 0, offset, key=b"k%d" % offset, value=value, timestamp_ms=1_700_000_000_000)
+    for offset, value in ((0, b'{"id": 1}'), (1, None))
+]
 
 
 def test_a_tombstone_is_dead_lettered_unless_null_values_are_allowed(spark: SparkSession) -> None:

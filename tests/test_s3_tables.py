@@ -28,6 +28,7 @@ from devkit.s3_server import EmbeddedS3
 from devkit.sample_data import produce_json_events
 from tests.job_runner import ROOT, JobSpec, drain_in_process, drain_job, kill_job, run_summary, start_job
 from tests.table_checks import assert_exactly_once
+from tests.waiting import wait_for
 
 LEASE_S = 6  # the writer lease's TTL: a restart after a kill -9 waits this long for the dead job's lease
 
@@ -91,10 +92,11 @@ def test_a_second_job_on_the_same_s3_table_stops_at_start_and_a_taken_lease_stop
         jvm, hadoop = spark.sparkContext._jvm, spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
         lease = jvm.org.apache.hadoop.fs.Path(f"{table}/{LEASE_FILE}")  # type: ignore[union-attr]
         fs = lease.getFileSystem(hadoop)
-        deadline = time.monotonic() + 180
-        while not fs.exists(lease):
-            assert first.poll() is None and time.monotonic() < deadline, first_log.read_text()[-3000:]
-            time.sleep(0.5)
+        wait_for(
+            lambda: fs.exists(lease), 180, give_up=lambda: first.poll() is not None,
+            failure=lambda: f"the first job took no writer lease in 180 s (exit {first.poll()}):\n"
+            + first_log.read_text()[-3000:],
+        )  # fmt: skip
 
         second = load_config(ROOT / "conf" / "local.toml", spec.sets("run.mode=until-drained"))
         with pytest.raises(ConfigError) as refused:
@@ -169,13 +171,18 @@ def test_a_writer_lease_whose_renewals_stall_refuses_commits_and_names_the_stall
         faults.reset()
         monkeypatch.setenv(faults.ENV, f"delay@before_lease_renewal={LEASE_S * 5 / 6}")
         refusals: list[str] = []
-        deadline = time.monotonic() + 3 * LEASE_S
-        while time.monotonic() < deadline and not any("without a renewal" in r for r in refusals):
+
+        def lost_naming_the_stall() -> bool:
             try:
                 lease.check()
             except LeaseLostError as e:
                 refusals.append(str(e))
-            time.sleep(0.1)
+            return any("without a renewal" in r for r in refusals)
+
+        wait_for(
+            lost_naming_the_stall, 3 * LEASE_S, interval_s=0.1,
+            failure=lambda: f"the stalled lease was not lost naming the stall in {3 * LEASE_S} s: refusals {refusals}",
+        )  # fmt: skip
     finally:
         lease.release()
     assert refusals, "the stalled lease still let commits through"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from devkit.sample_data import produce_json_events
 from tests.job_runner import JobSpec, drain_in_process, kill_job, start_job
 from tests.kafka_helpers import nothing_left
 from tests.table_checks import assert_exactly_once
+from tests.waiting import wait_for
 
 CAUSES = {"read-only": "Read-only file system", "disk-full": "No space left on device"}
 
@@ -46,13 +46,19 @@ def disk(tmp_path: Path) -> Iterator[Path]:
 def remount(mnt: Path, options: str, timeout_s: float = 30.0) -> None:
     """Remount `mnt`; a read-only remount is refused while a file is open for writing (the job
     mid-write), so it is tried again until the write is over."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+    refused = [""]
+
+    def remounted() -> bool:
         done = subprocess.run(["mount", "-o", f"remount,{options}", str(mnt)], capture_output=True, text=True)
-        if done.returncode == 0:
-            return
-        assert time.monotonic() < deadline, f"remount,{options} of {mnt}: {done.stderr.strip()}"
-        time.sleep(0.05)
+        refused[0] = done.stderr.strip()
+        return done.returncode == 0
+
+    wait_for(
+        remounted,
+        timeout_s,
+        lambda: f"remount,{options} of {mnt} refused for {timeout_s} s: {refused[0]}",
+        interval_s=0.05,
+    )
 
 
 def fill(mnt: Path) -> Path:
@@ -86,9 +92,11 @@ def test_a_storage_fault_stops_the_job_clearly_and_a_restart_lands_everything_on
     log = tmp_path / "run1.log"
     job = start_job(spec, "run.mode=continuous", "batch.write_attempts=2", log=log)
     try:
-        deadline = time.monotonic() + 120
-        while not data_commits(read_commits(spec.table)) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_for(
+            lambda: data_commits(read_commits(spec.table)), 120, interval_s=0.2, give_up=lambda: job.poll() is not None,
+            failure=lambda: f"the job made no data commit in 120 s (exit {job.poll()}):\n"
+            + log.read_text(errors="replace")[-3000:],
+        )  # fmt: skip
         if fault == "read-only":
             remount(disk, "ro")
         else:

@@ -29,6 +29,7 @@ from tests.job_runner import ROOT, JobSpec, kill_job, run_summary, start_job
 from tests.kafka_helpers import nothing_left
 from tests.maintenance_loop import FOREIGN, RETENTION_CHECK, Maintenance
 from tests.table_checks import DownstreamStream, assert_exactly_once, dead_letter_rows
+from tests.waiting import wait_for
 
 
 def test_optimize_vacuum_and_a_foreign_writer_lose_and_double_nothing(
@@ -55,28 +56,37 @@ def test_optimize_vacuum_and_a_foreign_writer_lose_and_double_nothing(
                 after_kill = time.monotonic() + 8  # the successor finds these: the crash is mid-stream
             time.sleep(1.0)
 
-    job = start_job(spec, "run.mode=continuous", log=tmp_path / "run1.log")
-    deadline = time.monotonic() + 120
-    while not data_commits(read_commits(spec.table)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    producer = threading.Thread(target=produce_steadily)
-    producer.start()
-    silver = downstream(spec.table, tmp_path / "silver")
+    log1 = tmp_path / "run1.log"
+    job = start_job(spec, "run.mode=continuous", log=log1)
     maintenance = Maintenance(spark, spec.table)
-    maintenance.start()
     try:
+        wait_for(
+            lambda: data_commits(read_commits(spec.table)), 120, interval_s=0.2, give_up=lambda: job.poll() is not None,
+            failure=lambda: f"the job made no data commit in 120 s (exit {job.poll()}):\n"
+            + log1.read_text(errors="replace")[-3000:],
+        )  # fmt: skip
+        producer = threading.Thread(target=produce_steadily)
+        producer.start()
+        silver = downstream(spec.table, tmp_path / "silver")
+        maintenance.start()
         # compaction under the live job ... (the maintenance session's first round is slow: 60-120 s
         # on a loaded machine; a budget of its own, so a slow first OPTIMIZE is not a failure)
-        compacted_by = time.monotonic() + 300
-        while maintenance.optimized_files == 0 and time.monotonic() < compacted_by:
-            time.sleep(0.5)
+        wait_for(
+            lambda: maintenance.optimized_files, 300,
+            lambda: "scenario not provoked: no OPTIMIZE compacted a file under the live job in 300 s "
+            f"({maintenance.rounds} rounds; conflicts {maintenance.conflicts})",
+        )  # fmt: skip
         kill_job(job)  # ... then a crash: its successor loads the dedup cache from the maintained log
         killed.set()
         rc = start_job(spec, "run.mode=until-drained", "run.idle_timeout_ms=12000", log=tmp_path / "run2.log").wait(300)
         producer.join()
     finally:
+        killed.set()  # a failed wait: the producer stops too, and the job
+        if job.poll() is None:
+            kill_job(job)
         maintenance.stop.set()
-        maintenance.join(120)
+        if maintenance.is_alive():
+            maintenance.join(120)
     log2 = (tmp_path / "run2.log").read_text(errors="replace")
     assert rc == 0, log2[-3000:]
     second = run_summary(tmp_path / "run2.log")

@@ -29,12 +29,17 @@ def wait_for(
 
     Fails the test with `failure` (a callable is called then, to describe the state at that moment)
     once `timeout_s` passed, or as soon as `give_up()` is truthy (say the process it waits on exited).
+    The condition gets one more look when `give_up()` turns truthy: what it waits on may have
+    happened just before the process exited.
     """
     deadline = time.monotonic() + timeout_s
     while True:
         value = condition()
         if value:
             return value
-        if time.monotonic() >= deadline or (give_up is not None and give_up()):
+        gave_up = give_up is not None and bool(give_up())
+        if gave_up and (value := condition()):
+            return value
+        if gave_up or time.monotonic() >= deadline:
             pytest.fail(failure() if callable(failure) else failure)
         time.sleep(interval_s)

@@ -18,7 +18,6 @@ import queue
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from app import faults
 from app.acknowledge.lifecycle import AckCommand, PollBatch
 from app.bridge.arrow_rows import poll_rows
 from app.bridge.record_buffer import Poll, RecordBuffer
+from app.bridge.synthetic_record import SyntheticRecord
 from app.config import BatchConfig
 from app.sink.dedup_table import DedupTable
 from app.sink.delta_sink import DeltaSink
@@ -41,38 +41,10 @@ log = logging.getLogger(__name__)
 TOPIC = "sharelake-warm-up"  # the synthetic records' topic (one per format: `-0`, `-1`, ...)
 
 
-@dataclass
-class _Record:
-    """A synthetic polled record (the parts of confluent_kafka.Message a row needs)."""
-
-    off: int
-    payload: bytes | None
-    on: str = TOPIC
-    k: bytes | None = None
-
-    def topic(self) -> str:
-        return self.on
-
-    def partition(self) -> int:
-        return self.off % 2
-
-    def offset(self) -> int:
-        return self.off
-
-    def key(self) -> bytes | None:
-        return self.k
-
-    def value(self) -> bytes | None:
-        return self.payload
-
-    def headers(self) -> list[tuple[str, bytes]] | None:
-        return [("warm", b"up")] if self.off % 3 == 0 else None
-
-    def timestamp(self) -> tuple[int, int]:
-        return (1, int(time.time() * 1000))
-
-    def delivery_count(self) -> int:
-        return 1
+def _record(topic: str, n: int, value: bytes | None, key: bytes | None) -> SyntheticRecord:
+    """The `n`th synthetic record of a topic: two partitions, headers on every third, created now."""
+    headers = [("warm", b"up")] if n % 3 == 0 else None
+    return SyntheticRecord(topic, n % 2, n, key=key, value=value, headers=headers, timestamp_ms=int(time.time() * 1000))
 
 
 def warm_up(spark: SparkSession, formats: list[PayloadFormat], max_delivery_count: int, job_name: str) -> float:
@@ -94,7 +66,7 @@ def warm_up(spark: SparkSession, formats: list[PayloadFormat], max_delivery_coun
                 tables.append(table)
                 destinations.append(Destination((f"{TOPIC}-{i}",), table, twin))
                 values, keys = twin.sample_values(2 * ROWS_PER_TASK), twin.sample_keys(2 * ROWS_PER_TASK)
-                records += [_Record(n, v, f"{TOPIC}-{i}", k) for n, (v, k) in enumerate(zip(values, keys, strict=True))]
+                records += [_record(f"{TOPIC}-{i}", n, v, k) for n, (v, k) in enumerate(zip(values, keys, strict=True))]
             dead = dead_letter_table(
                 spark,
                 TableLocation.at(work / "warm_up_dead_letter"),
