@@ -27,6 +27,7 @@ from tests.ingest_config import ingest_config
 from tests.job_runner import JobSpec, drain_in_process, drain_job, run_summary, start_job
 from tests.kafka_helpers import nothing_left
 from tests.table_checks import assert_exactly_once
+from tests.waiting import wait_for
 
 # a killed job's members leave the group after 6 s (the broker's minimum) instead of 45 s: until then
 # a restart's members wait in the rebalance for them
@@ -112,20 +113,30 @@ def test_a_second_job_joining_and_leaving_mid_run_loses_and_doubles_nothing(
     produced = produce_json_events(broker.bootstrap, spec.topic, 2000)
     first = start_job(spec, "run.mode=continuous", "pump.members=2", log=tmp_path / "first.log")
     try:
-        deadline = time.monotonic() + 120
-        while not list((spec.table / "_delta_log").glob("*.json")) and time.monotonic() < deadline:
-            time.sleep(0.5)
+        wait_for(
+            lambda: list((spec.table / "_delta_log").glob("*.json")),
+            120,
+            "the first job made no commit",
+            give_up=lambda: first.poll() is not None,
+        )
         second = start_job(spec, "run.mode=continuous", "pump.members=2", log=tmp_path / "second.log")
-        deadline = time.monotonic() + 120
-        while "members started" not in (tmp_path / "second.log").read_text(errors="replace"):
-            assert time.monotonic() < deadline and second.poll() is None, "the second job did not start"
-            time.sleep(0.5)
+        wait_for(
+            lambda: "members started" in (tmp_path / "second.log").read_text(errors="replace"),
+            120,
+            "the second job did not start",
+            give_up=lambda: second.poll() is not None,
+        )
         produced += produce_json_events(broker.bootstrap, spec.topic, 15_000, start=2000, rate=1000)  # 15 s
         stop_gracefully(second, tmp_path / "second.log")
         produced += produce_json_events(broker.bootstrap, spec.topic, 5000, start=17_000, rate=1000)
-        deadline = time.monotonic() + 120
-        while spark.read.format("delta").load(str(spec.table)).count() < len(produced) and time.monotonic() < deadline:
-            time.sleep(1)
+        wait_for(
+            lambda: spark.read.format("delta").load(str(spec.table)).count() >= len(produced),
+            120,
+            lambda: (
+                f"{len(produced)} produced, the table holds {spark.read.format('delta').load(str(spec.table)).count()}"
+            ),
+            interval_s=1,
+        )
     finally:
         stop_gracefully(first, tmp_path / "first.log")
     took = {name: run_summary(tmp_path / f"{name}.log")["accepted"] for name in ("first", "second")}

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
-import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -40,13 +39,14 @@ def wait_for_state(
 ) -> GroupState:
     """The group's state (its type's `read_state`) once `done(state)` holds (the broker persists share
     state asynchronously)."""
-    deadline = time.monotonic() + timeout_s
     group = group_type(k)
-    while True:
-        state = group.read_state(admin, k)
-        if done(state) or time.monotonic() > deadline:
-            return state
-        time.sleep(0.5)
+    seen: list[GroupState] = []
+
+    def read() -> GroupState | None:
+        seen[:] = [group.read_state(admin, k)]
+        return seen[0] if done(seen[0]) else None
+
+    return wait_for(read, timeout_s, lambda: f"group {k.group_id} never reached the state waited for: {seen}")
 
 
 def assigned(state: GroupState | GroupStatus) -> set[tuple[str, int]]:
@@ -123,9 +123,12 @@ def test_a_group_that_does_not_exist_or_is_not_a_share_group(
 
     classic = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"classic-{unique}"})
     classic.subscribe([topic])
-    deadline = time.monotonic() + 30
-    while not classic.assignment() and time.monotonic() < deadline:  # joined: the group exists
+
+    def joined() -> bool:  # the group exists once the consumer has partitions
         classic.poll(0.2)
+        return bool(classic.assignment())
+
+    wait_for(joined, 30, "the classic consumer never joined its group", interval_s=0)
     classic.close()
     with pytest.raises(ConfigError, match="is not a share group"):
         read_group_status(spark, ingest_config(broker, topic, f"classic-{unique}", tmp_path / "table"))
