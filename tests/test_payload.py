@@ -11,10 +11,11 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from app.bridge.arrow_rows import poll_rows, stamped
+from app.bridge.arrow_rows import poll_rows
 from app.sink.formats.base import ERROR_CLASS, precheck
 from app.sink.formats.json import JsonFormat, JsonSettings
 from app.sink.table_location import TableLocation
+from app.sink.write_columns import stamped
 from tests.test_concurrent_writers import Rec
 
 

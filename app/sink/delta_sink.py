@@ -66,7 +66,6 @@ from tenacity import (
 
 from app import faults
 from app.acknowledge.proof import CommitProof, Decision
-from app.bridge.arrow_rows import stamped
 from app.bridge.record_buffer import Poll, RecordBuffer
 from app.config import BatchConfig
 from app.counters import counter, gauge
@@ -85,6 +84,7 @@ from app.sink.formats.base import (
     precheck,
 )
 from app.sink.offset_ranges import BatchOffsets, partition_groups
+from app.sink.write_columns import stamped
 from app.sink.writer_lease import LeaseLostError
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from app.sink.formats import payload_format
 from app.sink.formats.base import PayloadFormat
 from app.sink.table_location import TableLocation
 
-MAIN_STAMP = "ingested_at"  # the main tables' write stamp (app.bridge.arrow_rows.WRITE_FIELDS)
+MAIN_STAMP = "ingested_at"  # the main tables' write stamp (app.sink.write_columns.WRITE_FIELDS)
 
 
 @dataclass(frozen=True)
