@@ -43,14 +43,13 @@ from app.error_lines import one_line
 from app.group_lag import GroupLag
 from app.metrics import ProgressListener, serve_metrics
 from app.preflight import ClientErrors, KafkaFacts, check_start
-from app.sink.dedup_table import DedupTable
 from app.sink.delta_sink import DeltaSink
-from app.sink.destinations import Destination, open_destinations
+from app.sink.destinations import open_destinations
 from app.sink.formats.avro import AvroSettings
 from app.sink.formats.base import FormatSettings
 from app.sink.formats.protobuf import ProtobufSettings
 from app.sink.warm_up import warm_up
-from app.sink.writer_lease import WriterLease, hold_leases
+from app.sink.writer_lease import hold_writer_leases, lease_checks
 
 log = logging.getLogger(__name__)
 
@@ -160,19 +159,6 @@ def _wait_for_first_trigger(query: StreamingQuery, timeout_s: float) -> None:
         time.sleep(0.05)
 
 
-def hold_writer_leases(
-    spark: SparkSession, cfg: SharelakeConfig, destinations: list[Destination], dead: DedupTable
-) -> list[WriterLease]:
-    """The writer lease of each table on a store without mutual exclusion (S3), each table's writer
-    checking it before every commit; ConfigError when another live job holds one."""
-    writers = {d.table.location: d.table.writer for d in destinations} | {dead.location: dead.writer}
-    tables = [(r.location, r.key) for r in cfg.routes()] + [(cfg.dead_letter_table, cfg.dead_letter_key)]
-    leases = hold_leases(spark, tables, cfg.delta.writer_lease_s, cfg.kafka.group_id)
-    for lease in leases:
-        writers[lease.location].before_commit = lease.check
-    return leases
-
-
 def run_ingest(
     spark: SparkSession,
     cfg: SharelakeConfig,
@@ -189,12 +175,16 @@ def run_ingest(
     group = group_type(cfg.kafka, consumer_factory, lambda topic, partition: positions.get((topic, partition)))
     facts = check_start(spark, cfg, admin, group, client_errors)  # raises ConfigError: one line, exit code 2
     group_settings = facts.group_settings
-    # formats started (a bad schema or an unreachable registry raises ConfigError here), caches loaded
-    destinations, dead = open_destinations(spark, cfg)
+    leases = hold_writer_leases(spark, cfg)  # S3: one job per table, else ConfigError
+    try:  # formats started (a bad schema or an unreachable registry raises ConfigError here), caches loaded
+        destinations, dead = open_destinations(spark, cfg, lease_checks(leases))
+    except BaseException:
+        for lease in leases:
+            lease.release()
+        raise
     for table in (*(d.table for d in destinations), dead):
-        for key, offset in table.cache.next_offsets().items():
+        for key, offset in table.next_offsets().items():
             positions[key] = max(positions.get(key, 0), offset)
-    leases = hold_writer_leases(spark, cfg, destinations, dead)  # S3: one job per table, else ConfigError
     lock_ms = int(group_settings.get("share.record.lock.duration.ms") or DEFAULT_LOCK_MS)
     buffer = RecordBuffer(cfg.pump.buffer_max_records)
     pool = MemberPool(cfg.kafka, cfg.pump, buffer, group, group.member_cap(facts.partitions))

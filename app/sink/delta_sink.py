@@ -71,7 +71,8 @@ from app.config import BatchConfig
 from app.counters import counter, gauge
 from app.sink.batch_plan import COPY, PARKED, PRESENT, BatchPlan, Indices, plan_batch
 from app.sink.dead_letter import dead_letter_rows
-from app.sink.dedup_table import ClaimHeld, DedupTable
+from app.sink.dedup_table import DedupTable
+from app.sink.delta_writer import ClaimHeld
 from app.sink.destinations import Destination
 from app.sink.formats.base import (
     BAD,
