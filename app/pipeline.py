@@ -43,6 +43,7 @@ from app.error_lines import one_line
 from app.group_lag import GroupLag
 from app.metrics import ProgressListener, serve_metrics
 from app.preflight import ClientErrors, KafkaFacts, check_start
+from app.sink.dead_letter_sink import DeltaDeadLetters
 from app.sink.delta_sink import DeltaSink
 from app.sink.destinations import open_destinations
 from app.sink.formats.avro import AvroSettings
@@ -193,7 +194,7 @@ def run_ingest(
     sink = DeltaSink(
         buffer,
         destinations,
-        dead,
+        DeltaDeadLetters(dead),
         cfg.batch,
         cfg.dead_letter.max_delivery_count,
         lock_ms / 1000,

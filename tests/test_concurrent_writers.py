@@ -36,6 +36,7 @@ from app.bridge.arrow_rows import poll_rows
 from app.bridge.record_buffer import Poll, RecordBuffer
 from app.config import BatchConfig
 from app.sink.commit_log import user_metadata_json
+from app.sink.dead_letter_sink import DeltaDeadLetters
 from app.sink.dedup_table import micros
 from app.sink.delta_sink import DeltaSink
 from app.sink.destinations import Destination, dead_letter_table, main_table
@@ -100,7 +101,7 @@ class Writer:
         self.sink = DeltaSink(
             self.buffer,
             [Destination((TOPIC,), self.table, fmt)],
-            dead,
+            DeltaDeadLetters(dead),
             BatchConfig(max_wait_ms=0, write_attempts=attempts),
             max_delivery_count=4,
             lock_duration_s=30.0,

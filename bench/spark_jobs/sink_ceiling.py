@@ -38,7 +38,7 @@ from app.spark_session import build_spark
 from bench.workload import record_key, record_value
 
 TOPIC = "sink-ceiling"
-ROW = "_row"  # as app.sink.delta_sink.ROW: the row's index in the batch, carried through Spark
+ROW = "_row"  # as app.sink.table_writer.ROW: the row's index in the batch, carried through Spark
 
 
 def record_batches(records: int, partitions: int, batch_rows: int) -> list[pa.Table]:
