@@ -1,6 +1,7 @@
 """Fault injection for the crash and failure tests: inert unless SHARELAKE_FAULTS is set.
 
-Called at named points on the record's path (`app.sink.delta_sink`). The variable holds
+Called at named points on the record's path (`app.sink.delta_writer`, `app.sink.dedup_table`,
+`app.sink.delta_sink`, `app.sink.writer_lease`). The variable holds
 comma-separated rules, read at every hit so a test can change it in-process:
 
     kill@after_delta_commit        SIGKILL this process at the first hit of the point

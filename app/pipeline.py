@@ -50,12 +50,13 @@ from app.error_lines import one_line
 from app.group_lag import GroupLag
 from app.metrics import ProgressListener, serve_metrics
 from app.preflight import ClientErrors, KafkaFacts, check_start
+from app.sink.dead_letter_sink import DeltaDeadLetters
 from app.sink.dedup_table import DedupTable
 from app.sink.delta_sink import DeltaSink
 from app.sink.destinations import Destination, open_destinations
 from app.sink.formats.base import FormatSettings
 from app.sink.warm_up import warm_up
-from app.sink.writer_lease import WriterLease, hold_leases
+from app.sink.writer_lease import WriterLease, hold_writer_leases, lease_checks
 
 log = logging.getLogger(__name__)
 
@@ -147,19 +148,6 @@ class IngestError(RuntimeError):
 QUERY_READY_TIMEOUT_S = 120.0
 
 
-def hold_writer_leases(
-    spark: SparkSession, cfg: SharelakeConfig, destinations: list[Destination], dead: DedupTable
-) -> list[WriterLease]:
-    """The writer lease of each table on a store without mutual exclusion (S3), each table's writer
-    checking it before every commit; ConfigError when another live job holds one."""
-    writers = {d.table.location: d.table.writer for d in destinations} | {dead.location: dead.writer}
-    tables = [(r.location, r.key) for r in cfg.routes()] + [(cfg.dead_letter_table, cfg.dead_letter_key)]
-    leases = hold_leases(spark, tables, cfg.delta.writer_lease_s, cfg.kafka.group_id)
-    for lease in leases:
-        writers[lease.location].before_commit = lease.check
-    return leases
-
-
 @dataclass(frozen=True)
 class Opened:
     """What the open stage found and opened: the broker's facts, the group, the tables and their leases."""
@@ -226,15 +214,16 @@ class IngestRun:
         admin = AdminClient({**cfg.kafka.client_config(), "error_cb": client_errors})  # type: ignore[dict-item]
         group = group_type(cfg.kafka, self._consumer_factory)
         facts = check_start(spark, cfg, admin, group, client_errors, apply=apply)
-        # formats started (a bad schema or an unreachable registry raises ConfigError here), caches loaded
-        destinations, dead = open_destinations(spark, cfg)
+        leases = hold_writer_leases(spark, cfg) if apply else []  # S3: one job per table, else ConfigError
+        for lease in leases:
+            self._closing.callback(lease.release)
+        # formats started (a bad schema or an unreachable registry raises ConfigError here), caches loaded;
+        # each table's writer checks its lease before every commit
+        destinations, dead = open_destinations(spark, cfg, lease_checks(leases))
         tables = [*(d.table for d in destinations), dead]
         for table in tables:
             self._closing.callback(table.close)
-        positions = table_positions(t.cache.next_offsets() for t in tables)  # a consumer group starts there
-        leases = hold_writer_leases(spark, cfg, destinations, dead) if apply else []  # S3: one job per table
-        for lease in leases:
-            self._closing.callback(lease.release)
+        positions = table_positions(t.next_offsets() for t in tables)  # a consumer group starts there
         self.opened = Opened(facts, group, destinations, dead, leases, positions)
         return self.opened
 
@@ -251,7 +240,7 @@ class IngestRun:
         self.sink = DeltaSink(
             buffer,
             o.destinations,
-            o.dead,
+            DeltaDeadLetters(o.dead),
             cfg.batch,
             cfg.dead_letter.max_delivery_count,
             o.lock_ms / 1000,

@@ -131,7 +131,7 @@ class SoakRun:
         return self.rows - self.distinct_offsets
 
 
-REPLANNED = ": re-planned, "  # app.sink.delta_sink: another writer committed planned records first
+REPLANNED = ": re-planned, "  # app.sink.table_writer: another writer committed planned records first
 REFUSED = ": another writer committed first"  # app.sink.delta_writer: Delta refused a commit
 
 

@@ -36,6 +36,7 @@ from app.bridge.record_buffer import Poll, RecordBuffer
 from app.bridge.synthetic_record import SyntheticRecord
 from app.config import BatchConfig
 from app.sink.commit_log import user_metadata_json
+from app.sink.dead_letter_sink import DeltaDeadLetters
 from app.sink.dedup_table import micros
 from app.sink.delta_sink import DeltaSink
 from app.sink.destinations import Destination, dead_letter_table, main_table
@@ -69,14 +70,13 @@ class Writer:
         fmt = RawFormat(RawSettings())
         self.table = main_table(spark, TableLocation.at(table), fmt, checkpoint_every=100, lookback_commits=1000)
         self.table.load()
-        self.cache = self.table.cache  # the tests look into it
         dead = dead_letter_table(
             spark, TableLocation.at(table).dead_letter(), checkpoint_every=100, lookback_commits=1000
         )
         self.sink = DeltaSink(
             self.buffer,
             [Destination((TOPIC,), self.table, fmt)],
-            dead,
+            DeltaDeadLetters(dead),
             BatchConfig(max_wait_ms=0, write_attempts=attempts),
             max_delivery_count=4,
             lock_duration_s=30.0,
@@ -175,7 +175,7 @@ def test_offsets_another_writer_committed_after_our_plan_are_decided_on_its_comm
     assert a.table.stats.rows == 10 + 40  # ... and wrote only 10..49
     assert states(a_poll) == {RecordState.ACCEPTED}
     assert_exactly_once(spark, table, produced(range(0, 150)))
-    assert "DELETE" not in operations(spark, table) and a.cache.repairs() == []
+    assert "DELETE" not in operations(spark, table) and a.table.repairs() == []
 
 
 def test_a_conflict_over_other_offsets_commits_the_same_files_again(
@@ -225,7 +225,7 @@ def test_duplicates_an_older_version_left_unrepaired_are_deleted_at_the_next_sta
     assert rows.count() == 160 and rows.select("offset").distinct().count() == 120
 
     restarted = Writer(spark, table)  # the next start
-    assert [r.count() for r in restarted.cache.repairs()] == [40]
+    assert [r.count() for r in restarted.table.repairs()] == [40]
     restarted.sink.repair_pending()
     assert restarted.table.stats.duplicates_repaired == 40
     assert_exactly_once(spark, table, produced(range(0, 120)))
@@ -248,7 +248,7 @@ def test_a_start_up_repair_that_dies_right_after_its_delete_leaves_nothing_to_re
 
     monkeypatch.delenv(faults.ENV)
     restarted = Writer(spark, table)
-    assert restarted.cache.repairs() == []  # the repair commit names the version it repaired
+    assert restarted.table.repairs() == []  # the repair commit names the version it repaired
     restarted.sink.repair_pending()
     assert restarted.table.stats.duplicates_repaired == 0
     assert_exactly_once(spark, table, produced(range(0, 120)))
@@ -267,7 +267,7 @@ def test_another_writers_commit_between_two_of_ours_is_folded_before_the_next_de
     b.poll(range(200, 300))
     at_point("before_delta_commit", b.micro_batch)  # B commits v1 after A planned: A's commit becomes v2
     a.micro_batch()
-    assert a.cache.version == 2 and holds(a.cache, TOPIC, 0, 250)  # B's v1 was read when A checked
+    assert a.table.version == 2 and holds(a.table, TOPIC, 0, 250)  # B's v1 was read when A checked
 
     # B's records come back to A (say B's ACCEPTs were lost): decided from the cache, not written
     a_poll = a.poll(range(250, 300))

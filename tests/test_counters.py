@@ -7,7 +7,7 @@ from app.consume.member_pool import PoolGauges
 from app.counters import catalogue, collect, summed
 from app.pipeline import RunSummary
 from app.sink.dedup_table import TableStats
-from app.sink.delta_sink import PHASES, SinkStats
+from app.sink.sink_stats import PHASES, SinkStats
 
 
 def owners() -> list[object]:

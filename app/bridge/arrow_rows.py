@@ -1,20 +1,20 @@
-"""The row layout, declared once, and polled Kafka records -> Arrow rows in that layout.
+"""A polled record's row layout, declared once, and polled Kafka records -> Arrow rows in that layout.
 
 `RECORD_SCHEMA` is a Kafka record as a row (the identity, key, value, headers, timestamp and
-delivery count); `ROW_SCHEMA` adds what the write stamps on it (`ingested_at`, `batch_id`). The
-main table's metadata columns (`app.sink.formats.base`) and the dead-letter table's record columns
-(`app.sink.dead_letter`) are derived from these.
+delivery count). The columns a write adds (`ingested_at`, `batch_id`: `ROW_SCHEMA`) and the
+stamping belong to the sink (`app.sink.write_columns`). The main table's metadata columns
+(`app.sink.formats.base`) and the dead-letter table's record columns (`app.sink.dead_letter`) are
+derived from these.
 
 `poll_rows` is called by each group member (`app.consume.member`) right after its poll, in
 the member's own thread, so the Arrow build of the next batch runs while the current one writes;
-the Delta sink only concatenates the polls' tables and stamps them (`stamped`). Columns are built
-as whole lists and handed to Arrow in one go (no per-row Python objects reach Spark).
+the Delta sink only concatenates the polls' tables and stamps them. Columns are built as whole
+lists and handed to Arrow in one go (no per-row Python objects reach Spark).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -33,11 +33,6 @@ RECORD_SCHEMA = pa.schema(
         pa.field("delivery_count", pa.int32()),
     ]
 )
-WRITE_FIELDS = (
-    pa.field("ingested_at", pa.timestamp("us", tz="UTC"), nullable=False),  # the write's stamp, one per append
-    pa.field("batch_id", pa.int64(), nullable=False),  # the Spark micro-batch id
-)
-ROW_SCHEMA = pa.schema([*RECORD_SCHEMA, *WRITE_FIELDS])
 
 
 class PolledRecord(Protocol):
@@ -76,17 +71,3 @@ def poll_rows(records: Sequence[PolledRecord]) -> pa.Table:
         pa.array([r.delivery_count() for r in records], pa.int32()),
     ]
     return pa.Table.from_arrays(columns, schema=RECORD_SCHEMA)
-
-
-def stamped(records: pa.Table, batch_id: int, ingested_at: datetime) -> pa.Table:
-    """`records` (RECORD_SCHEMA, plus any extra columns after them) with the write's columns: ROW_SCHEMA."""
-    n = records.num_rows
-    extra = [f for f in records.schema if f.name not in RECORD_SCHEMA.names]
-    stamp = pa.array([ingested_at], WRITE_FIELDS[0].type)
-    columns = [
-        *(records.column(name) for name in RECORD_SCHEMA.names),
-        pa.repeat(stamp[0], n) if n else pa.array([], WRITE_FIELDS[0].type),
-        pa.repeat(pa.scalar(batch_id, pa.int64()), n) if n else pa.array([], pa.int64()),
-        *(records.column(f.name) for f in extra),
-    ]
-    return pa.Table.from_arrays(columns, schema=pa.schema([*ROW_SCHEMA, *extra]))

@@ -11,8 +11,10 @@ Every row of the drained polls (concatenated in poll order) is one of:
 - CANDIDATE: to be written.
 
 Membership and copies are numpy operations per topic-partition (partitions are few, records
-many); no per-record Python loop. The plan then decides its own rows (`BatchPlan.decide`, a mask
-over the batch's rows): it alone knows which poll and index each row came from.
+many); no per-record Python loop. What becomes of the rows is said as `Verdict`s (a mask over the
+batch's rows, a decision, the proof): the per-table writers (`app.sink.table_writer`) return them,
+and the sink's one decision point (`DeltaSink._decide`) has the plan decide them
+(`BatchPlan.decide`): the plan alone knows which poll and index each row came from.
 """
 
 from __future__ import annotations
@@ -38,6 +40,15 @@ class Holder(Protocol):
     """A table's record of what it holds (`DedupTable`, or its `DedupCache`)."""
 
     def contains_many(self, key: PartitionKey, offsets: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]: ...
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The decision for some rows of a batch (a mask over its rows), with the proof ACCEPT and REJECT need."""
+
+    rows: npt.NDArray[np.bool_]
+    decision: Decision
+    proof: CommitProof | None = None
 
 
 @dataclass

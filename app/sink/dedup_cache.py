@@ -1,9 +1,11 @@
 """DedupCache: which (topic, partition, offset) the Delta table already holds, as offset ranges.
 
-Owned by the Delta sink. Loaded at start from the last `lookback_commits` commits' userMetadata
-(Delta's history API, no data scan), then kept current every micro-batch by reading the commit
-files after the last version it knows: our own commit and any other writer's (another job in the
-same share group writing the same table).
+Owned by its table's `DedupTable` (`app.sink.dedup_table`), which alone reaches it; the table's
+writer reads it during an append's transaction only through the `Claim` the append hands it. Loaded
+at start from the last `lookback_commits` commits' userMetadata (Delta's history API, no data
+scan), then kept current every micro-batch by reading the commit files after the last version it
+knows: our own commit and any other writer's (another job in the same share group writing the same
+table).
 
 Why it reaches far enough: a record is committed but not yet ACCEPTed only between a Delta commit
 and the ACCEPT that follows it, so a redelivered record that is already in the table was written

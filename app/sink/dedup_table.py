@@ -1,14 +1,18 @@
 """One Delta table that Sharelake appends Kafka records to, deduplicated by (topic, partition, offset).
 
-Used by the Delta sink (`app.sink.delta_sink`) twice: for the main table and for the dead-letter
-table. It sits above the table's `DeltaWriter` (which writes) and keeps the table's DedupCache
-current, so every append is a provable commit that never holds an offset twice:
+Built by `app.sink.destinations` (each main table, and the dead-letter table), used by the
+per-table writers (`app.sink.table_writer`), the Delta dead-letter sink (`app.sink.dead_letter_sink`),
+the batch plan (as a `Holder`) and `app.pipeline` (where the tables are: `next_offsets`; their
+counters: `stats`). It is the table's only face: it owns the table's `DeltaWriter` (which writes)
+and its `DedupCache`, which nobody else reaches, and keeps the cache current, so every append is a
+provable commit that never holds an offset twice:
 
 1. the append's `userMetadata` carries a `write_id`, the offsets it claims and the write's stamp
    (every row's `stamp_column`, to the microsecond);
-2. the writer's transaction asks `check` on the snapshot it starts on: the cache folds every commit
-   up to that version, and if one holds a claimed offset (another job in the share group acquired
-   those records after our record locks expired, and committed them first) the append raises
+2. the writer's transaction checks the append's `Claim` (the claimed offsets and the cache) on the
+   snapshot it starts on: the cache folds every commit up to that version, and if one holds a
+   claimed offset (another job in the share group acquired those records after our record locks
+   expired, and committed them first) the append raises
    `ClaimHeld` and writes nothing; the sink then decides those records on the other commit and
    writes the rest. Delta fails our commit if another writer commits after that snapshot, and
    the check runs again: no commit of ours ever duplicates a row, and readers downstream never
@@ -28,7 +32,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -43,7 +47,7 @@ from app.acknowledge.proof import CommitProof
 from app.counters import counter, gauge
 from app.sink.commit_log import DeltaCommitLog, SharelakeCommit, repair_metadata_json, user_metadata_json
 from app.sink.dedup_cache import DedupCache, Repair
-from app.sink.delta_writer import DeltaWriter
+from app.sink.delta_writer import Claim, ClaimHeld, DeltaWriter
 from app.sink.offset_ranges import BatchOffsets, OffsetRanges, PartitionKey
 from app.sink.table_location import TableLocation
 
@@ -66,14 +70,6 @@ class Appended:
     write_id: str
     claim: BatchOffsets
     stamp_us: int
-
-
-class ClaimHeld(Exception):
-    """Another writer committed some of the offsets an append claims after they were planned."""
-
-    def __init__(self, table_path: str, version: int, held: BatchOffsets):
-        super().__init__(f"{table_path}: a commit up to version {version} holds {held.count()} claimed offsets")
-        self.held = held
 
 
 @dataclass
@@ -100,13 +96,13 @@ class TableStats:
 
 
 class DedupTable:
-    def __init__(self, writer: DeltaWriter, cache: DedupCache, stamp_column: str, prefix: str = ""):
-        self.writer = writer
+    def __init__(self, writer: DeltaWriter, cache: DedupCache, stamp_column: str, stats: TableStats):
+        self._writer = writer
         self.location = writer.location
         self.table_path = writer.table_path
-        self.cache = cache
+        self._cache = cache
         self.stamp_column = stamp_column
-        self.stats = TableStats(prefix=prefix)
+        self.stats = stats  # the writer counts its commit conflicts in them too
 
     @classmethod
     def open(
@@ -121,40 +117,67 @@ class DedupTable:
         stats_columns: tuple[str, ...] = (),
         prefix: str = "",
         log_retention: str | None = None,
+        before_commit: Callable[[], None] | None = None,
+        register_as: str | None = None,
     ) -> DedupTable:
         """A table with its writer and its cache; `lookback_commits` None: a cache that reads no log
-        (a table this process alone writes, as the warm-up's)."""
+        (a table this process alone writes, as the warm-up's). `before_commit` raises when this job
+        may not commit now (its writer lease); `register_as`: the table's catalog name."""
         log_reader = DeltaCommitLog(spark, location, stamp_column) if lookback_commits is not None else None
         cache = DedupCache(log_reader, lookback_commits or 1)
-        writer = DeltaWriter(spark, location, name, checkpoint_every, stats_columns, log_retention)
-        return cls(writer, cache, stamp_column, prefix)
+        stats = TableStats(prefix=prefix)
+        writer = DeltaWriter(
+            spark,
+            location,
+            name,
+            checkpoint_every,
+            stats_columns,
+            log_retention,
+            before_commit=before_commit,
+            register_as=register_as,
+            stats=stats,
+        )
+        return cls(writer, cache, stamp_column, stats)
 
     def load(self) -> None:
         """At start: the recent commits' offsets into the cache."""
-        self.cache.load()
+        self._cache.load()
 
     def refresh(self) -> None:
         """Fold other writers' new commits into the cache (before a batch is planned)."""
-        self.cache.refresh()
+        self._cache.refresh()
 
     def contains_many(self, key: PartitionKey, offsets: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
         """Which of `offsets` (of one topic-partition) a commit of the table holds (numpy bool array)."""
-        return self.cache.contains_many(key, offsets)
+        return self._cache.contains_many(key, offsets)
+
+    def next_offsets(self) -> dict[PartitionKey, int]:
+        """Per partition, the offset after the highest one the table holds (of the commits loaded)."""
+        return self._cache.next_offsets()
+
+    @property
+    def version(self) -> int:
+        """The highest table version the cache has read."""
+        return self._cache.version
+
+    def repairs(self) -> list[Repair]:
+        """Duplicate commits an older Sharelake left, not repaired yet (oldest first)."""
+        return self._cache.repairs()
 
     def frame(self, rows: pa.Table) -> DataFrame:
         """`rows` as a data frame of the table's writer session."""
-        return self.writer.frame(rows)
+        return self._writer.frame(rows)
 
     def wait_for_room(self) -> None:
-        self.writer.wait_for_room()
+        self._writer.wait_for_room()
 
     def close(self) -> None:
         """The last commit's post-commit work and any checkpoint end."""
-        self.writer.close()
+        self._writer.close()
 
     def proof_of_presence(self) -> CommitProof:
         """For records the cache already holds: the table version the cache has read up to."""
-        return self.writer.proof_of_presence(self.cache.version)
+        return self._writer.proof_of_presence(self._cache.version)
 
     def append(
         self, rows: DataFrame, claim: BatchOffsets, batch_id: int, stamp: datetime, merge_schema: bool = False
@@ -167,18 +190,13 @@ class DedupTable:
         """
         write_id = uuid.uuid4().hex
         metadata = user_metadata_json(write_id, batch_id, claim, micros(stamp))
-
-        def check(version: int) -> None:  # in the writer's transaction, on the snapshot it starts on
-            self.cache.refresh(until=version)
-            held = self.cache.held(claim)
-            if held.count():
-                self.stats.concurrent_claims += held.count()
-                raise ClaimHeld(self.table_path, version, held)
-
-        try:
-            proof = self.writer.append(rows, metadata, batch_id, merge_schema=merge_schema, check=check)
-        finally:
-            self.stats.commit_conflicts = self.writer.conflicts
+        try:  # the claim is checked in the writer's transaction, on the snapshot it starts on
+            proof = self._writer.append(
+                rows, metadata, batch_id, merge_schema=merge_schema, claim=Claim(claim, self._cache)
+            )
+        except ClaimHeld as taken:
+            self.stats.concurrent_claims += taken.held.count()
+            raise
         return Appended(proof, write_id, claim, micros(stamp)) if proof is not None else None
 
     def settle(self, appended: Appended, written: BatchOffsets) -> CommitProof:
@@ -187,10 +205,10 @@ class DedupTable:
         Returns the proof the records in `written` are decided with.
         """
         version = appended.proof.version
-        self.cache.refresh(until=version - 1)  # other writers' commits before ours: the gap, read from the log
+        self._cache.refresh(until=version - 1)  # other writers' commits before ours: the gap, read from the log
         commit = SharelakeCommit(version, appended.write_id, appended.claim, ingested_at_us=appended.stamp_us)
-        self.cache.fold(commit, written=written)
-        if any(r.commit.version == version for r in self.cache.repairs()):  # the transaction rules it out
+        self._cache.fold(commit, written=written)
+        if any(r.commit.version == version for r in self._cache.repairs()):  # the transaction rules it out
             log.error(
                 "%s version %d holds offsets an earlier commit holds: deleted at the next start",
                 self.table_path,
@@ -206,11 +224,11 @@ class DedupTable:
     def written_offsets(self, appended: Appended) -> BatchOffsets:
         """What our commit holds, read back from the table (only when Spark's two counts disagree)."""
         commit = SharelakeCommit(appended.proof.version, appended.write_id, appended.claim, appended.stamp_us)
-        return self.cache.written_offsets(commit)
+        return self._cache.written_offsets(commit)
 
     def repair_pending(self) -> None:
         """At start: delete the duplicates of commits whose writer died before repairing them."""
-        for repair in self.cache.repairs():
+        for repair in self._cache.repairs():
             log.warning(
                 "%s version %d holds %d offsets an earlier commit already held, unrepaired (an older "
                 "Sharelake wrote it and stopped before deleting them): deleting them now",
@@ -230,7 +248,7 @@ class DedupTable:
         commit = repair.commit
         if commit.ingested_at_us is None:
             log.error("version %d has duplicates but no write stamp in its metadata: not repaired", commit.version)
-            self.cache.repaired(commit.version)
+            self._cache.repaired(commit.version)
             return
         faults.hit("before_repair")
         condition = (
@@ -248,10 +266,10 @@ class DedupTable:
             ),
         ):
             with attempt:
-                rows = self.writer.delete(condition, metadata)
+                rows = self._writer.delete(condition, metadata)
         faults.hit("after_repair")  # the DELETE is committed; this writer has not noted it yet
         self.stats.duplicates_repaired += rows
-        self.cache.repaired(commit.version)
+        self._cache.repaired(commit.version)
         log.warning("repaired version %d of %s: deleted %d duplicate rows", commit.version, self.table_path, rows)
 
 

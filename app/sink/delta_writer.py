@@ -7,15 +7,16 @@ new table in the catalog with CREATE TABLE.) It owns:
 
 - **the append's transaction**. After a table's first commit (a plain append, which creates it
   with its properties), every append is Delta's own transaction, driven here: it starts on the
-  latest snapshot, hands that version to the caller's `check` (the dedup table: "does a commit up
-  to this version hold any offset I claim?"), registers a read of the table, writes the data files
-  (`writeFiles`, the same Spark job a plain append runs) and commits them. The registered read
-  makes the commit *not* a blind append, so Delta fails it (a `DeltaConcurrentModificationException`)
-  when any other data commit landed after that snapshot: the check and the commit are atomic
-  together. On such a conflict a new transaction checks again on the newer snapshot and commits
-  the same files (no data written twice); if the winner holds claimed offsets, `check` raises and
-  the caller re-plans (the files written stay unreferenced until VACUUM). A plain append is blind
-  and never conflicts with another append: two writers could each land a record once.
+  latest snapshot, checks the caller's `Claim` on that version (the dedup table's offsets and its
+  cache: "does a commit up to this version hold any offset I claim?"), registers a read of the
+  table, writes the data files (`writeFiles`, the same Spark job a plain append runs) and commits
+  them. The registered read makes the commit *not* a blind append, so Delta fails it (a
+  `DeltaConcurrentModificationException`) when any other data commit landed after that snapshot:
+  the check and the commit are atomic together. On such a conflict a new transaction checks again
+  on the newer snapshot and commits the same files (no data written twice); if the winner holds
+  claimed offsets, the append raises `ClaimHeld` and the caller re-plans (the files written stay
+  unreferenced until VACUUM). A plain append is blind and never conflicts with another append:
+  two writers could each land a record once.
 - **a SparkSession of its own** (`newSession()`: same SparkContext, its own SQL conf). Delta
   records the version of a session's last commit in `spark.databricks.delta.lastCommitVersionInSession`,
   right after the commit file is written and before any post-commit work; with a session nobody
@@ -40,6 +41,13 @@ new table in the catalog with CREATE TABLE.) It owns:
   refuses a table. The tables this writer creates get `delta.checkpointInterval = 10 x
   checkpoint_every`, so Delta's own in-commit checkpoint is only a backstop for other writers.
 
+Given at build, not set afterwards: `before_commit` (the table's writer lease check on S3,
+`app.sink.writer_lease`, run before writing an append's files and again before each commit),
+`register_as` (a table addressed by catalog name: entered in the catalog after a commit, until that
+succeeds) and `stats` (where the commits other writers' commits sent back are counted: the table's
+`TableStats`). From its committer threads the writer touches only what an append hands it: the
+`Claim`'s cache, while the caller waits for that append to be durable.
+
 Proofs: `append` returns the `CommitProof` of its commit and `proof_of_presence` one for records
 an earlier commit holds; nothing else mints one (`CommitProof` cannot be constructed directly).
 """
@@ -54,7 +62,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import pyarrow as pa
 from delta import exceptions as delta_errors
@@ -68,6 +77,7 @@ from app.acknowledge.proof import CommitProof
 from app.config import interval_s
 from app.sink.catalog_tables import register_table
 from app.sink.log_checkpoint import CheckpointExists, checkpoint_latest
+from app.sink.offset_ranges import BatchOffsets
 from app.sink.table_location import DELTA_LOG, TableLocation
 
 log = logging.getLogger(__name__)
@@ -95,7 +105,42 @@ CONFLICTS = (
 )
 COMMIT_ATTEMPTS = 10  # commits of one append's files, each after a conflict with another writer's commit
 
-Check = Callable[[int], None]  # called with the snapshot version an append's transaction starts on
+
+class ClaimIndex(Protocol):
+    """What a table's commits hold (`DedupCache`): read up to a version, and asked about offsets."""
+
+    def refresh(self, until: int | None = None) -> object: ...
+    def held(self, offsets: BatchOffsets) -> BatchOffsets: ...
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The offsets an append claims, and the index that says which commits already hold offsets.
+
+    Checked in the append's transaction on the snapshot it starts on (and again on the newer one
+    after each conflict): `index` is read up to that version, and an offset it holds ends the append.
+    """
+
+    offsets: BatchOffsets
+    index: ClaimIndex
+
+
+class ClaimHeld(Exception):
+    """Another writer committed some of the offsets an append claims after they were planned."""
+
+    def __init__(self, table_path: str, version: int, held: BatchOffsets):
+        super().__init__(f"{table_path}: a commit up to version {version} holds {held.count()} claimed offsets")
+        self.held = held
+
+
+class ConflictCount(Protocol):
+    """Where a writer counts the commits another writer's concurrent commit sent back (`TableStats`)."""
+
+    commit_conflicts: int
+
+
+class _NoCount:
+    commit_conflicts = 0
 
 
 class DeltaWriter:
@@ -107,6 +152,10 @@ class DeltaWriter:
         checkpoint_every: int,
         stats_columns: tuple[str, ...] = (),
         log_retention: str | None = None,
+        *,
+        before_commit: Callable[[], None] | None = None,
+        register_as: str | None = None,
+        stats: ConflictCount | None = None,
     ):
         self.location = location
         self.table_path = location.path
@@ -144,11 +193,12 @@ class DeltaWriter:
         self._created = False  # the table has its first commit
         self._shipped: list[Broadcast[bytes]] = []  # the rows of the frames made since the last release
         self._known_shape: str | None = None  # a frame schema the table is known to fit
-        self.conflicts = 0  # commits another writer's concurrent commit sent back to check again
+        # commits another writer's concurrent commit sent back to check again are counted here
+        self._stats: ConflictCount = stats if stats is not None else _NoCount()
         # raises when this job may not commit to the table now (app.sink.writer_lease, on S3)
-        self.before_commit: Callable[[], None] | None = None
+        self._before_commit = before_commit
         # a table addressed by catalog name: entered in the catalog after a commit, until that succeeds
-        self.register_as: str | None = None
+        self._register_as = register_as
 
     # -- data frames ---------------------------------------------------------------------------------
 
@@ -186,18 +236,18 @@ class DeltaWriter:
         user_metadata: str,
         batch_id: int,
         merge_schema: bool = False,
-        check: Check | None = None,
+        claim: Claim | None = None,
     ) -> CommitProof | None:
         """Append `rows` as one commit; its proof as soon as the commit is durable.
 
-        `check(version)` runs before the data files are written, on the snapshot the transaction
-        starts on (and again on the newer one after each conflict); what it raises ends the append
+        `claim` is checked before the data files are written, on the snapshot the transaction
+        starts on (and again on the newer one after each conflict): `ClaimHeld` ends the append
         uncommitted. Delta's post-commit work may still be running when this returns (see the
         module docstring). None when Delta recorded no commit (an empty append to an existing table).
         """
         self.wait_for_room()
-        if self.before_commit is not None:
-            self.before_commit()
+        if self._before_commit is not None:
+            self._before_commit()
         faults.hit(f"before_{self.name}_commit")
         created = self._exists()
         if created:
@@ -205,7 +255,7 @@ class DeltaWriter:
         before = self._last_commit()
         description = f"sharelake {self.name} append, batch = {batch_id}"
         if created:
-            future = self._committer.submit(self._commit, rows, user_metadata, check, description)
+            future = self._committer.submit(self._commit, rows, user_metadata, claim, description)
         else:  # the table's first commit creates it: a plain append (two creators conflict in Delta)
             writer = rows.write.format("delta").mode("append").option("userMetadata", user_metadata)
             if merge_schema:
@@ -240,7 +290,7 @@ class DeltaWriter:
         self._created = True
         self._after_commit()
 
-    def _commit(self, rows: DataFrame, user_metadata: str, check: Check | None, description: str) -> None:
+    def _commit(self, rows: DataFrame, user_metadata: str, claim: Claim | None, description: str) -> None:
         """One append as Delta's transaction: check, write the files, commit them (committer thread).
 
         A conflict with another writer's commit starts a new transaction on the newer snapshot,
@@ -248,7 +298,7 @@ class DeltaWriter:
         """
         self.session.sparkContext.setLocalProperty("spark.job.description", description)
         jvm = self._jvm
-        txn = self._transaction(check)
+        txn = self._transaction(claim)
         actions = txn.writeFiles(rows._jdf)
         faults.hit(f"{self.name}_files_written")  # written, not committed: nothing references them yet
         operation = jvm.org.apache.spark.sql.delta.DeltaOperations.Write(
@@ -258,15 +308,15 @@ class DeltaWriter:
             *(self._none,) * 5,
         )
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
-            if self.before_commit is not None:
-                self.before_commit()  # again: writing the files took a while
+            if self._before_commit is not None:
+                self._before_commit()  # again: writing the files took a while
             try:
                 txn.commit(actions, operation)
                 break
             except CONFLICTS:
                 if attempt == COMMIT_ATTEMPTS:
                     raise
-                self.conflicts += 1
+                self._stats.commit_conflicts += 1
                 log.info(
                     "%s: another writer committed first (attempt %d): checking again, then committing the same files",
                     self.table_path,
@@ -274,11 +324,11 @@ class DeltaWriter:
                 )
                 time.sleep(random.uniform(0.0, 0.05 * attempt))  # two writers retrying in step would collide again
                 faults.hit(f"before_{self.name}_recommit")
-                txn = self._transaction(check)
+                txn = self._transaction(claim)
         self._after_commit()
 
-    def _transaction(self, check: Check | None) -> Any:
-        """A transaction on the latest snapshot, checked, with a read of the table registered.
+    def _transaction(self, claim: Claim | None) -> Any:
+        """A transaction on the latest snapshot, its claim checked, with a read of the table registered.
 
         The read makes its commit fail on any data another writer commits after the snapshot
         (Delta checks a non-blind transaction against every file added meanwhile; it reads no file,
@@ -289,16 +339,20 @@ class DeltaWriter:
         # commit lands in our session's conf (anything run in this thread meanwhile may have changed it)
         jvm.org.apache.spark.sql.SparkSession.setActiveSession(self.session._jsparkSession)
         txn = self._delta_log().startTransaction(self._none, self._none)
-        if check is not None:
-            check(int(txn.snapshot().version()))
+        if claim is not None:
+            version = int(txn.snapshot().version())
+            claim.index.refresh(until=version)
+            held = claim.index.held(claim.offsets)
+            if held.count():
+                raise ClaimHeld(self.table_path, version, held)
         read_all = jvm.org.apache.spark.sql.catalyst.expressions.Literal.TrueLiteral()
         txn.trackReadPredicates(jvm.scala.jdk.javaapi.CollectionConverters.asScala([read_all]).toSeq(), False, False)
         return txn
 
     def _after_commit(self) -> None:
-        if self.register_as is not None:
-            register_table(self.session, self.register_as, self.table_path)
-            self.register_as = None
+        if self._register_as is not None:
+            register_table(self.session, self._register_as, self.table_path)
+            self._register_as = None
         faults.hit(f"{self.name}_post_commit")  # committed, maybe decided; Delta's post-commit work done, ours next
         self._checkpoint_if_due()
 
@@ -340,8 +394,8 @@ class DeltaWriter:
     def delete(self, condition: str, user_metadata: str) -> int:
         """DELETE FROM the table WHERE `condition`, with `user_metadata` on its commit; rows deleted."""
         self.wait_idle()
-        if self.before_commit is not None:
-            self.before_commit()
+        if self._before_commit is not None:
+            self._before_commit()
         path = self.table_path.replace("`", "``")
         self.session.conf.set(USER_METADATA_CONF, user_metadata)
         try:

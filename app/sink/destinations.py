@@ -1,16 +1,20 @@
 """Where a job's records land: one `Destination` per main table, and the one shared dead-letter table.
 
-Built once by `open_destinations` (called by `app.pipeline.run_ingest`) from the config's routes
+Built once by `open_destinations` (called by `app.pipeline.run_ingest`, after the writer leases
+are held: `app.sink.writer_lease.hold_writer_leases`) from the config's routes
 (`SharelakeConfig.routes`): one route with `kafka.topic`, one per table with `kafka.topics`. A
-destination holds its topics, its table (a `DedupTable`) and its payload format, started (its schema
-checked, its registry reached). The Delta sink loops over the destinations: each micro-batch makes
-at most one commit per table, and each table's records are decided on that table's commit alone.
-The warm-up and the tests build their tables through the same `main_table` / `dead_letter_table`.
+destination holds its topics, its table (a `DedupTable`, its writer given its lease check and its
+catalog name when it is built) and its payload format, started (its schema checked, its registry
+reached). The Delta sink gives each destination a table writer (`app.sink.table_writer`): each
+micro-batch makes at most one commit per table, and each table's records are decided on that
+table's commit alone. The warm-up and the tests build their tables through the same `main_table` /
+`dead_letter_table`.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
@@ -23,7 +27,8 @@ from app.sink.formats import payload_format
 from app.sink.formats.base import PayloadFormat
 from app.sink.table_location import TableLocation
 
-MAIN_STAMP = "ingested_at"  # the main tables' write stamp (app.bridge.arrow_rows.WRITE_FIELDS)
+LeaseCheck = Callable[[], None]  # raises when this job may not commit to the table now
+MAIN_STAMP = "ingested_at"  # the main tables' write stamp (app.sink.write_columns.WRITE_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -45,10 +50,11 @@ def main_table(
     prefix: str = "",
     name: str = "delta",
     log_retention: str | None = None,
+    before_commit: LeaseCheck | None = None,
 ) -> DedupTable:
     """A main table. `name` names its Delta writer's fault points (`before_delta_commit`, ...): the
     warm-up's tables take names of their own, since its commits run in committer threads, where
-    `faults.suspended()` (per thread) does not reach."""
+    `faults.suspended()` (per thread) does not reach. `before_commit`: its writer lease's check."""
     return DedupTable.open(
         spark,
         location,
@@ -59,6 +65,8 @@ def main_table(
         stats_columns=fmt.stats_columns(),
         prefix=prefix,
         log_retention=log_retention,
+        before_commit=before_commit,
+        register_as=location.name,  # a named table: entered in the catalog after a commit
     )
 
 
@@ -70,6 +78,7 @@ def dead_letter_table(
     lookback_commits: int | None,
     name: str = "dead_letter",
     log_retention: str | None = None,
+    before_commit: LeaseCheck | None = None,
 ) -> DedupTable:
     return DedupTable.open(
         spark,
@@ -81,6 +90,8 @@ def dead_letter_table(
         stats_columns=DEAD_LETTER_STATS,
         prefix="dead_letter_",
         log_retention=log_retention,
+        before_commit=before_commit,
+        register_as=location.name,
     )
 
 
@@ -89,9 +100,14 @@ def counter_prefix(topic: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", topic) + "_"
 
 
-def open_destinations(spark: SparkSession, cfg: SharelakeConfig) -> tuple[list[Destination], DedupTable]:
+def open_destinations(
+    spark: SparkSession, cfg: SharelakeConfig, lease_checks: Mapping[TableLocation, LeaseCheck] | None = None
+) -> tuple[list[Destination], DedupTable]:
     """Every destination (formats started: ConfigError on a bad schema or registry) and the dead-letter
-    table, each with its dedup cache loaded from the table's recent commits."""
+    table, each with its dedup cache loaded from the table's recent commits. `lease_checks`: the
+    writer lease check of each table that has one (`app.sink.writer_lease.lease_checks`), run by
+    its writer before every commit."""
+    checks = lease_checks or {}
     routed = cfg.kafka.topics is not None
     lookback = cfg.delta.dedup_lookback_commits
     every = cfg.delta.checkpoint_interval
@@ -108,8 +124,8 @@ def open_destinations(spark: SparkSession, cfg: SharelakeConfig) -> tuple[list[D
             lookback_commits=lookback,
             prefix=prefix,
             log_retention=cfg.delta.log_retention,
+            before_commit=checks.get(route.location),
         )
-        table.writer.register_as = route.location.name  # a named table: entered in the catalog after a commit
         destinations.append(Destination(route.topics, table, fmt))
     dead = dead_letter_table(
         spark,
@@ -117,8 +133,8 @@ def open_destinations(spark: SparkSession, cfg: SharelakeConfig) -> tuple[list[D
         checkpoint_every=every,
         lookback_commits=lookback,
         log_retention=cfg.delta.log_retention,
+        before_commit=checks.get(cfg.dead_letter_table),
     )
-    dead.writer.register_as = cfg.dead_letter_table.name
     for table in [*(d.table for d in destinations), dead]:
         table.load()
     return destinations, dead

@@ -1,6 +1,7 @@
 """Warms the write path at start, before the job joins the share group.
 
-Called once by `app.pipeline.run_ingest`, after the start-up checks and before any member polls.
+Called once by `app.pipeline.run_ingest`, after the start-up checks and before any member polls;
+it builds its own `DeltaSink` (with a `DeltaDeadLetters` on a temporary dead-letter table).
 The first Delta append of a fresh JVM took 10-11 s (class loading, JIT, whole-stage codegen of the
 payload parse, Delta's commit path); records polled before it would wait that long with their
 locks held. So a throwaway sink runs the real path once on synthetic records, on temporary tables
@@ -29,12 +30,14 @@ from app.bridge.arrow_rows import poll_rows
 from app.bridge.record_buffer import Poll, RecordBuffer
 from app.bridge.synthetic_record import SyntheticRecord
 from app.config import BatchConfig
+from app.sink.dead_letter_sink import DeltaDeadLetters
 from app.sink.dedup_table import DedupTable
 from app.sink.delta_sink import DeltaSink
 from app.sink.delta_writer import ROWS_PER_TASK
 from app.sink.destinations import Destination, dead_letter_table, main_table
 from app.sink.formats.base import PayloadFormat
 from app.sink.table_location import TableLocation
+from app.sink.table_writer import TableWriter
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +55,7 @@ def warm_up(spark: SparkSession, formats: list[PayloadFormat], max_delivery_coun
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="sharelake-warm-up-"))
     tables: list[DedupTable] = []
-    quiet = [logging.getLogger(name) for name in (DeltaSink.__module__, "app.sink.formats")]
+    quiet = [logging.getLogger(name) for name in (DeltaSink.__module__, TableWriter.__module__, "app.sink.formats")]
     levels = [logger.level for logger in quiet]
     for logger in quiet:  # its dead-lettered sample records and its synthetic schema are not news
         logger.setLevel(logging.ERROR)
@@ -77,7 +80,7 @@ def warm_up(spark: SparkSession, formats: list[PayloadFormat], max_delivery_coun
             tables.append(dead)
             buffer = RecordBuffer(10**6)
             batch = BatchConfig(max_records=10**6, max_wait_ms=0, write_attempts=1)
-            sink = DeltaSink(buffer, destinations, dead, batch, max_delivery_count, 3600.0, job_name)
+            sink = DeltaSink(buffer, destinations, DeltaDeadLetters(dead), batch, max_delivery_count, 3600.0, job_name)
             commands: queue.Queue[AckCommand] = queue.Queue()
             polled: Any = records
             buffer.put(Poll(PollBatch(-1, polled, commands), poll_rows(polled)), timeout_s=1)

@@ -1,7 +1,8 @@
 """One Sharelake writer per table on a store that gives Delta no mutual exclusion (S3).
 
-Called by `app.pipeline.run_ingest` after the tables are opened and before the members join the
-group; each table's `DeltaWriter` calls `WriterLease.check` before every commit.
+Called by `app.pipeline.run_ingest` (`hold_writer_leases`) before the tables are opened and the
+members join the group; each table's `DeltaWriter` is given its lease's `WriterLease.check` when it
+is built (`lease_checks` -> `app.sink.destinations.open_destinations`) and calls it before every commit.
 
 A Delta commit is safe only if one writer alone can create `_delta_log/N.json`. HDFS, ADLS and GCS
 refuse the second create; S3 with Delta's default log store does not (it serialises commits within
@@ -39,15 +40,18 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import SparkSession
 
 from app import faults
 from app.error_lines import ConfigError, one_line
 from app.sink.table_location import TableLocation
+
+if TYPE_CHECKING:
+    from app.config import SharelakeConfig
 
 log = logging.getLogger(__name__)
 
@@ -248,3 +252,15 @@ def hold_leases(
             lease.release()  # deletes only what is ours
         raise errors[0]
     return leases
+
+
+def hold_writer_leases(spark: SparkSession, cfg: SharelakeConfig) -> list[WriterLease]:
+    """The writer lease of each of the job's tables on a store without mutual exclusion (S3): every
+    route's table and the dead-letter table; ConfigError when another live job holds one."""
+    tables = [(r.location, r.key) for r in cfg.routes()] + [(cfg.dead_letter_table, cfg.dead_letter_key)]
+    return hold_leases(spark, tables, cfg.delta.writer_lease_s, cfg.kafka.group_id)
+
+
+def lease_checks(leases: Iterable[WriterLease]) -> dict[TableLocation, Callable[[], None]]:
+    """Each leased table's check, for its writer to run before every commit (`open_destinations`)."""
+    return {lease.location: lease.check for lease in leases}

@@ -24,7 +24,7 @@ import pyarrow as pa
 from pyspark.sql import Observation
 from pyspark.sql import functions as F
 
-from app.bridge.arrow_rows import RECORD_SCHEMA, stamped
+from app.bridge.arrow_rows import RECORD_SCHEMA
 from app.cli import start_logging
 from app.sink.commit_log import user_metadata_json
 from app.sink.dedup_table import micros
@@ -33,11 +33,12 @@ from app.sink.formats.base import BAD
 from app.sink.formats.json import JsonFormat, JsonSettings
 from app.sink.offset_ranges import BatchOffsets
 from app.sink.table_location import TableLocation
+from app.sink.write_columns import stamped
 from app.spark_session import build_spark
 from bench.workload import record_key, record_value
 
 TOPIC = "sink-ceiling"
-ROW = "_row"  # as app.sink.delta_sink.ROW: the row's index in the batch, carried through Spark
+ROW = "_row"  # as app.sink.table_writer.ROW: the row's index in the batch, carried through Spark
 
 
 def record_batches(records: int, partitions: int, batch_rows: int) -> list[pa.Table]:

@@ -32,9 +32,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from app.bridge.arrow_rows import ROW_SCHEMA
 from app.secrets import resolve_secret
 from app.sink.table_location import TableLocation
+from app.sink.write_columns import ROW_SCHEMA
 
 # the Kafka metadata columns every main-table row carries (payload fields must not reuse these names)
 METADATA_COLUMNS = tuple(ROW_SCHEMA.names)
@@ -173,7 +173,7 @@ class BadRecord:
 
 
 def precheck(table: pa.Table, cfg: FormatSettings, max_delivery_count: int) -> list[BadRecord]:
-    """The rows of `table` (in `arrow_rows.ROW_SCHEMA`) that fail the checks every format shares."""
+    """The rows of `table` (in `write_columns.ROW_SCHEMA`) that fail the checks every format shares."""
     value = table.column("value")
     no_value = pc.and_(pc.is_null(value), not cfg.allow_null_value)
     lengths = pc.binary_length(value)
