@@ -99,10 +99,10 @@ if [ "$deploy_mode" = cluster ]; then
   done
 fi
 if [ "$deploy_mode" = client ]; then
-  # Sharelake's Spark settings live in app/spark_session.py, for this script and the `sharelake`
+  # Sharelake's Spark settings live in app/run/spark_session.py, for this script and the `sharelake`
   # command alike: the job's session sets them; only the driver JVM's own options are needed here
   launch=()
-  while IFS= read -r arg; do launch+=("$arg"); done < <("$venv/bin/python" -m app.spark_session --submit-args)
+  while IFS= read -r arg; do launch+=("$arg"); done < <("$venv/bin/python" -m app.run.spark_session --submit-args)
   extra+=(${launch[@]+"${launch[@]}"})
 fi
 cmd=("$venv/bin/spark-submit" --master "$master" --deploy-mode "$deploy_mode" --jars "$jars"

@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from importlib import import_module
 from typing import Protocol
 
-from app import console
-from app.config import ConfigError, SharelakeConfig, load_config
-from app.error_lines import one_line
+from app.config.error_lines import one_line
+from app.config.settings import ConfigError, SharelakeConfig, load_config
+from app.observe import console
 
 CONFIG_ERROR_EXIT = 2
 

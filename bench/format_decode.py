@@ -27,12 +27,12 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import Message
 from pyspark.sql import SparkSession
 
+from app.run.spark_session import build_spark
 from app.sink.formats.avro import AvroFormat, AvroSettings
 from app.sink.formats.base import PayloadFormat, RegistrySettings
 from app.sink.formats.protobuf import ProtobufFormat, ProtobufSettings
 from app.sink.table_location import TableLocation
 from app.sink.write_columns import ROW_SCHEMA
-from app.spark_session import build_spark
 from devkit.sample_data import EVENT_AVRO_SCHEMA, avro_values, event_record
 from devkit.schema_registry import EmbeddedSchemaRegistry
 

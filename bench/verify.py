@@ -23,7 +23,7 @@ import numpy as np
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from app.spark_session import build_spark
+from app.run.spark_session import build_spark
 from bench.delta_log import added_files, read_commits, relative_data_path
 from devkit.paths import jars_env
 

@@ -13,7 +13,7 @@ columns, and the dead letters by class), and the broker and registry stop. Then 
 result with a Spark session of its own (`devkit.demo_check`): every produced record in its table
 exactly once, every poison record in the dead-letter table once with its class. Exits with the
 ingest job's exit code, or 1 when the check fails. In a terminal the job's output scrolls above one
-progress bar; piped or redirected there is no bar, only the job's lines (`app.console.follow_job`).
+progress bar; piped or redirected there is no bar, only the job's lines (`app.observe.console.follow_job`).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import sys
 import time
 from pathlib import Path
 
-from app.console import follow_job
-from app.spark_session import build_spark
+from app.observe.console import follow_job
+from app.run.spark_session import build_spark
 from devkit.demo_check import Expected, check_demo
 from devkit.kafka_broker import EmbeddedKafka
 from devkit.paths import CACHE_DIR, jars_env

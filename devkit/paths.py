@@ -2,7 +2,7 @@
 
 Used by the embedded services, the demo, the tests and the bench (never by the runtime package:
 an installed Sharelake finds its jars through spark-submit's `--jars`, `SHARELAKE_JARS`, or Maven
-Central, see `app.spark_session`). `make jars` fills the folders named here from conf/maven/.
+Central, see `app.run.spark_session`). `make jars` fills the folders named here from conf/maven/.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app import faults
-from app.spark_session import LAUNCH_CONF, build_spark
+from app.run import faults
+from app.run.spark_session import LAUNCH_CONF, build_spark
 from devkit.kafka_broker import EmbeddedKafka
 from devkit.paths import jars_env
 from devkit.s3_server import EmbeddedS3
@@ -28,7 +28,7 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 # the checkout's jars for every session the tests start, in-process and in `sharelake` subprocesses
 os.environ.setdefault("SHARELAKE_JARS", jars_env())
 
-# beside Sharelake's own settings (app.spark_session.SHARELAKE_CONF): a small, loopback-only session
+# beside Sharelake's own settings (app.run.spark_session.SHARELAKE_CONF): a small, loopback-only session
 TEST_SPARK_CONF = {
     "spark.ui.enabled": "false",
     "spark.driver.host": "127.0.0.1",

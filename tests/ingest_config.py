@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.config import SharelakeConfig, load_config
+from app.config.settings import SharelakeConfig, load_config
 from devkit.kafka_broker import KafkaBrokers
 
 

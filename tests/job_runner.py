@@ -18,9 +18,9 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from app import faults as fault_points
-from app.config import load_config
-from app.pipeline import run_ingest
+from app.config.settings import load_config
+from app.run import faults as fault_points
+from app.run.pipeline import run_ingest
 from devkit.kafka_broker import KafkaBrokers
 from devkit.s3_server import EmbeddedS3
 

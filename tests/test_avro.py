@@ -22,8 +22,8 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
-from app.config import ConfigError
-from app.pipeline import run_ingest
+from app.config.settings import ConfigError
+from app.run.pipeline import run_ingest
 from devkit.kafka_broker import EmbeddedKafka
 from devkit.sample_data import (
     EVENT_AVRO_SCHEMA,

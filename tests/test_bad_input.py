@@ -16,10 +16,10 @@ from chispa import assert_df_equality
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from app import faults
-from app.config import SharelakeConfig
-from app.pipeline import run_ingest
-from app.replay import replay_dead_letters
+from app.config.settings import SharelakeConfig
+from app.ops.replay import replay_dead_letters
+from app.run import faults
+from app.run.pipeline import run_ingest
 from app.sink.commit_log import DeltaCommitLog
 from app.sink.dedup_cache import DedupCache
 from app.sink.table_location import TableLocation

@@ -19,11 +19,11 @@ from confluent_kafka import AcknowledgeType, Consumer, Message, ShareConsumer
 from confluent_kafka.admin import ConfigResource, ResourceType
 from pyspark.sql import SparkSession
 
-from app.config import ConfigError
+from app.config.settings import ConfigError
 from app.consume.broker_dead_letter_topic import TOPIC_ACCEPTS, ArchivedRecord
-from app.pipeline import run_ingest
-from app.replay import REPLAY_HEADER
-from app.replay_broker_topic import replay_broker_dead_letters
+from app.ops.replay import REPLAY_HEADER
+from app.ops.replay_broker_topic import replay_broker_dead_letters
+from app.run.pipeline import run_ingest
 from devkit.kafka_broker import EmbeddedKafka, KafkaBrokers
 from devkit.sample_data import produce_json_events, produce_records
 from tests.ingest_config import ingest_config

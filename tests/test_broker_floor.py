@@ -17,9 +17,9 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
-from app.config import ConfigError
+from app.config.settings import ConfigError
 from app.consume.group_settings import DELIVERY_LIMIT, read_group_settings
-from app.pipeline import run_ingest
+from app.run.pipeline import run_ingest
 from devkit.kafka_broker import EmbeddedKafka
 from devkit.paths import KAFKA_FLOOR_JARS
 from devkit.sample_data import produce_json_events, produce_records

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.config import ConfigError, load_config
-from app.pipeline import run_ingest
+from app.config.settings import ConfigError, load_config
+from app.run.pipeline import run_ingest
 from devkit.kafka_broker import EmbeddedKafka
 from devkit.sample_data import produce_json_events, produce_records
 from tests.job_runner import ROOT, JobSpec, drain_in_process

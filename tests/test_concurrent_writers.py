@@ -28,13 +28,13 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from app import faults
 from app.acknowledge.lifecycle import AckCommand, PollBatch
 from app.acknowledge.proof import RecordState
 from app.bridge.arrow_rows import poll_rows
 from app.bridge.record_buffer import Poll, RecordBuffer
 from app.bridge.synthetic_record import SyntheticRecord
-from app.config import BatchConfig
+from app.config.settings import BatchConfig
+from app.run import faults
 from app.sink.commit_log import user_metadata_json
 from app.sink.dead_letter_sink import DeltaDeadLetters
 from app.sink.dedup_table import micros

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config import ConfigError, load_config
+from app.config.settings import ConfigError, load_config
 from app.sink.table_location import TableLocation
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app import preflight
-from app.config import ConfigError
-from app.pipeline import run_ingest
+from app.config.settings import ConfigError
+from app.run import preflight
+from app.run.pipeline import run_ingest
 from app.sink.table_location import TableLocation
 from devkit.kafka_broker import EmbeddedKafka, free_port
 from tests.ingest_config import ingest_config

@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import Consumer
 from pyspark.sql import SparkSession
 
-from app.pipeline import run_ingest
+from app.run.pipeline import run_ingest
 from devkit.kafka_broker import EmbeddedKafka, KafkaBrokers
 from devkit.sample_data import produce_json_events, produce_records
 from tests.ingest_config import ingest_config

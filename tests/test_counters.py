@@ -1,11 +1,11 @@
-"""Unit tests of the one declaration of a run's counters (app/counters.py)."""
+"""Unit tests of the one declaration of a run's counters (app/observe/counters.py)."""
 
 from __future__ import annotations
 
 from app.consume.member import MemberStats
 from app.consume.member_pool import PoolGauges
-from app.counters import catalogue, collect, summed
-from app.pipeline import RunSummary
+from app.observe.counters import catalogue, collect, summed
+from app.run.pipeline import RunSummary
 from app.sink.dedup_table import TableStats
 from app.sink.sink_stats import PHASES, SinkStats
 

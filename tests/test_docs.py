@@ -156,7 +156,7 @@ def test_docs_name_what_exists(doc: Path) -> None:
 
 def test_the_docs_check_fails_on_what_does_not_exist() -> None:
     text = (
-        "See `app/pipeline.py`, `app/no_such.py`, `conf/spark/<profile>.properties`, `conf/nothing/*.xml`,\n"
+        "See `app/run/pipeline.py`, `app/no_such.py`, `conf/spark/<profile>.properties`, `conf/nothing/*.xml`,\n"
         "`app.cli.main`, `app.sink.payload`, `app.cli.no_such_function`, `kafka.topic`, `pump.memberz`,\n"
         "`delta.logRetentionDuration`, [the manual](docs/configuration.md), [gone](docs/gone.md).\n"
         "```\napp/not/checked/in/a/fenced/block.py\n```\n"

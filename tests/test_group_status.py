@@ -1,4 +1,4 @@
-"""`sharelake status` and its reader (app/group_status.py, each group type's `read_state`) against a
+"""`sharelake status` and its reader (app/ops/group_status.py, each group type's `read_state`) against a
 real broker and a real Delta table: the group's live members while a job runs, none after; the lag
 of the records produced after the job stopped; the table's last Sharelake commit; the command's
 `--json` output. The same for a consumer group, whose lag the running job also serves to Prometheus."""
@@ -17,15 +17,15 @@ from confluent_kafka import Consumer
 from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import SparkSession
 
-from app.config import KafkaConfig
+from app.config.error_lines import ConfigError
+from app.config.settings import KafkaConfig
+from app.consume.group_admin import GroupAdmin
 from app.consume.group_client import NO_SUCH_GROUP, GroupState
 from app.consume.group_types import group_type
+from app.consume.java_admin import java_admin_config
 from app.consume.member_pool import MemberPool
-from app.error_lines import ConfigError
-from app.group_admin import GroupAdmin
-from app.group_status import GroupStatus, read_group_status
-from app.java_admin import java_admin_config
-from app.pipeline import RunSummary, run_ingest
+from app.ops.group_status import GroupStatus, read_group_status
+from app.run.pipeline import RunSummary, run_ingest
 from devkit.kafka_broker import EmbeddedKafka, free_port
 from devkit.paths import PROJECT_ROOT as ROOT
 from devkit.paths import VENV_BIN

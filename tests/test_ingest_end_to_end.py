@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.pipeline import run_ingest
+from app.run.pipeline import run_ingest
 from devkit.kafka_broker import EmbeddedKafka
 from devkit.sample_data import produce_json_events
 from tests.ingest_config import ingest_config

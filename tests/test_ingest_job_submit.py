@@ -4,7 +4,7 @@ The README's "On your own broker" example runs as printed (`./spark-submit.sh jo
 ingest` from the checkout); the `sharelake` command installed from the wheel (the runtime venv:
 requirements.txt and the wheel only, what `pip install sharelake-*.whl` gives) runs the same config
 outside the checkout. Both land every record once and print the same kinds of lines: Sharelake's
-Spark settings live in one place (app.spark_session) for both.
+Spark settings live in one place (app.run.spark_session) for both.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from app.spark_session import LOG4J_CONFIG, SHARELAKE_CONF, session_conf
+from app.run.spark_session import LOG4J_CONFIG, SHARELAKE_CONF, session_conf
 from devkit.kafka_broker import EmbeddedKafka
 from devkit.paths import CACHE_DIR
 from devkit.sample_data import produce_json_events
@@ -29,9 +29,9 @@ from tests.table_checks import assert_exactly_once
 ROOT = Path(__file__).resolve().parent.parent
 SUBMIT = str(ROOT / "spark-submit.sh")
 INSTALLED = CACHE_DIR / "runtime" / "bin" / "sharelake"  # `make runtime-env`: the wheel in a venv of its own
-# a line of Spark's (log4j, app/log4j2.properties), and the lines every run of the job prints
+# a line of Spark's (log4j, app/run/log4j2.properties), and the lines every run of the job prints
 JOB_LINES = (
-    "INFO app.pipeline: Sharelake",
+    "INFO app.run.pipeline: Sharelake",
     "share group members started",
     "INFO sharelake.progress: batch ",
     "run ended:",

@@ -19,7 +19,7 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
-from app.pipeline import payload_note, run_ingest
+from app.run.pipeline import payload_note, run_ingest
 from devkit.kafka_broker import EmbeddedKafka
 from devkit.sample_data import EVENT_AVRO_SCHEMA, Produced, avro_values, event_record, produce_records
 from devkit.schema_registry import EmbeddedSchemaRegistry

@@ -20,7 +20,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from app.consume.member_pool import MemberPool
-from app.pipeline import run_ingest
+from app.run.pipeline import run_ingest
 from app.sink.sink_stats import PHASES
 from devkit.kafka_broker import EmbeddedKafka, free_port
 from devkit.sample_data import Produced, produce_json_events

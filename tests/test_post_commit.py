@@ -19,8 +19,8 @@ import pytest
 from confluent_kafka import AcknowledgeType, Message, ShareConsumer
 from pyspark.sql import SparkSession
 
-from app import faults
-from app.pipeline import run_ingest
+from app.run import faults
+from app.run.pipeline import run_ingest
 from devkit.kafka_broker import EmbeddedKafka
 from devkit.sample_data import produce_json_events
 from tests.ingest_config import ingest_config

@@ -31,7 +31,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_type
 
-from app.pipeline import run_ingest
+from app.run.pipeline import run_ingest
 from app.sink.formats.base import PARSED, DependencyUnavailable, RegistrySettings
 from app.sink.formats.protobuf import ProtobufFormat, ProtobufSettings, spark_type
 from app.sink.formats.protobuf_decode import DecodePlan, Writer, decode_values

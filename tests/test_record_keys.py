@@ -18,8 +18,8 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
-from app.config import ConfigError, SharelakeConfig, load_config
-from app.pipeline import run_ingest
+from app.config.settings import ConfigError, SharelakeConfig, load_config
+from app.run.pipeline import run_ingest
 from devkit.kafka_broker import EmbeddedKafka
 from devkit.sample_data import (
     EVENT_AVRO_SCHEMA,

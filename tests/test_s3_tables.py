@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app import faults
-from app.config import ConfigError, load_config
-from app.pipeline import run_ingest
+from app.config.settings import ConfigError, load_config
+from app.run import faults
+from app.run.pipeline import run_ingest
 from app.sink.table_location import TableLocation
 from app.sink.writer_lease import LEASE_FILE, LeaseLostError, WriterLease
 from devkit.kafka_broker import EmbeddedKafka

@@ -20,9 +20,9 @@ import pytest
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
 from pyspark.sql import SparkSession
 
-from app.config import load_config
+from app.config.settings import load_config
+from app.consume.group_admin import GroupAdmin
 from app.consume.group_types import group_type
-from app.group_admin import GroupAdmin
 from devkit.kafka_broker import EmbeddedKafka
 from devkit.sample_data import produce_json_events
 from devkit.security import Security, make_tls

@@ -1,6 +1,6 @@
 """Table maintenance while the job writes: OPTIMIZE, VACUUM and a foreign writer, plus a crash mid-way.
 
-Another SparkSession (the test's own) runs Sharelake's maintenance pass (`app.maintenance`: OPTIMIZE,
+Another SparkSession (the test's own) runs Sharelake's maintenance pass (`app.ops.maintenance`: OPTIMIZE,
 then VACUUM, the retention check relaxed to a minute, so the files OPTIMIZE removed early really go,
 while files being written stay) and appends rows of its own, in a loop, while the job ingests a
 steady stream in its own driver. Their commits beat some of the job's: Delta refuses those and the

@@ -1,6 +1,6 @@
 """The trigger clock: a `rate-micro-batch` stream whose only job is to make Spark run foreachBatch.
 
-Used by `app.pipeline` to start the streaming query. Its rows are never read; each micro-batch
+Used by `app.run.pipeline` to start the streaming query. Its rows are never read; each micro-batch
 drains the RecordBuffer instead. `rate-micro-batch` (not `rate`, which yields at most one batch a
 second) lets Spark start the next batch as soon as the previous one returns.
 

@@ -1,6 +1,6 @@
 """`sharelake check`: the start-up checks of `sharelake ingest` alone, without ingesting.
 
-Runs the open stage of an ingest run (`app.pipeline.IngestRun.open`) and nothing else: validates
+Runs the open stage of an ingest run (`app.run.pipeline.IngestRun.open`) and nothing else: validates
 the config, reaches the broker (topics, the group's settings and bounds, the broker's dead-letter
 topic), each format's schema registry (writer schemas against the table's columns) and the tables
 (each path a Delta table or empty, and writable; names in the catalog; their recent commits
@@ -16,9 +16,9 @@ import argparse
 import logging
 
 from app.cli import add_config_arguments, job_config
-from app.pipeline import IngestRun
-from app.preflight import check_not_spark_connect
-from app.spark_session import build_spark
+from app.run.pipeline import IngestRun
+from app.run.preflight import check_not_spark_connect
+from app.run.spark_session import build_spark
 
 HELP = "check a config: reach the broker, the registry and the tables, without ingesting (exit 0, or 2 and one line)"
 log = logging.getLogger("sharelake.check")

@@ -4,7 +4,7 @@ Exit codes: 0 the run ended as asked (drained, or stopped by SIGTERM/SIGINT afte
 drain); 1 the run failed (a member or the streaming query died; nothing undecided was ACCEPTed);
 2 the configuration is wrong (one line on stderr names the key and the fix); 143 (or 130 for
 SIGINT) under spark-submit when the signal reached the driver JVM: the JVM reports the signal,
-after the same graceful drain (app/shutdown.py).
+after the same graceful drain (app/run/shutdown.py).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import argparse
 import logging
 
 from app.cli import add_config_arguments, job_config
-from app.pipeline import IngestError, run_ingest
-from app.preflight import check_not_spark_connect
-from app.shutdown import GracefulShutdown
-from app.spark_session import build_spark
-from app.table_summary import print_tables_summary
+from app.ops.table_summary import print_tables_summary
+from app.run.pipeline import IngestError, run_ingest
+from app.run.preflight import check_not_spark_connect
+from app.run.shutdown import GracefulShutdown
+from app.run.spark_session import build_spark
 
 HELP = "ingest the share group's topics into Delta tables (until drained, or until stopped)"
 log = logging.getLogger("sharelake.ingest")

@@ -13,10 +13,10 @@ import argparse
 import logging
 
 from app.cli import add_config_arguments, job_config
-from app.error_lines import one_line
-from app.maintenance import maintain_table
+from app.config.error_lines import one_line
+from app.ops.maintenance import maintain_table
+from app.run.spark_session import build_spark
 from app.sink.catalog_tables import locate_tables
-from app.spark_session import build_spark
 
 HELP = "compact (OPTIMIZE) and VACUUM every table the config writes"
 log = logging.getLogger("sharelake.maintain")

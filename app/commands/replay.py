@@ -16,10 +16,10 @@ import argparse
 import logging
 
 from app.cli import add_config_arguments, job_config
-from app.config import ConfigError
-from app.replay import ReplayError, replay_dead_letters
-from app.replay_broker_topic import replay_broker_dead_letters
-from app.spark_session import build_spark
+from app.config.settings import ConfigError
+from app.ops.replay import ReplayError, replay_dead_letters
+from app.ops.replay_broker_topic import replay_broker_dead_letters
+from app.run.spark_session import build_spark
 
 HELP = "re-publish dead-letter records (the dead-letter table, or the broker's dead-letter topic) to Kafka"
 log = logging.getLogger("sharelake.replay")

@@ -2,7 +2,7 @@
 
 The group's members and their partitions, each partition's offset and lag (Kafka's admin API,
 through the group type: a share group's start offset and the broker's lag, a consumer group's
-committed offset and its lag to the end offset; `app.group_status`), and each table's last
+committed offset and its lag to the end offset; `app.ops.group_status`), and each table's last
 Sharelake commit and its age (the Delta history). `--json` prints the same as one JSON object
 for a script. Reads only; exit code 0, or 2 with one line when the config is wrong or the broker
 does not answer.
@@ -14,8 +14,8 @@ import argparse
 import json
 
 from app.cli import add_config_arguments, job_config
-from app.group_status import read_group_status
-from app.spark_session import build_spark
+from app.ops.group_status import read_group_status
+from app.run.spark_session import build_spark
 
 HELP = "show the group's members, each partition's lag, and each table's last commit and its age"
 

@@ -1,7 +1,7 @@
 """The share group's broker-side dead-letter topic (KIP-1191, Kafka 4.4): its start-up check and its records' form.
 
-Called by `app.preflight.check_kafka` before the group settings are applied (when
-`kafka.broker_dead_letter_topic` is set), and by `app.replay_broker_topic` to read where each
+Called by `app.run.preflight.check_kafka` before the group settings are applied (when
+`kafka.broker_dead_letter_topic` is set), and by `app.ops.replay_broker_topic` to read where each
 record came from. The broker writes to the topic on its own and, when it cannot (no such topic,
 the topic does not accept dead letters, the name lacks the broker's required prefix), it logs an
 error and archives the record anyway: a client never hears of it. So each of those is checked here
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic, ResourceType
 
-from app.config import ConfigError, KafkaConfig
+from app.config.error_lines import one_line
+from app.config.settings import ConfigError, KafkaConfig
 from app.consume.group_settings import DLQ_TOPIC
-from app.error_lines import one_line
 
 TOPIC_ACCEPTS = "errors.deadletterqueue.group.enable"  # topic config: share groups may write dead letters here
 BROKER_PREFIX = "errors.deadletterqueue.topic.name.prefix"  # broker config: the name every such topic starts with

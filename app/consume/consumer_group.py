@@ -20,8 +20,8 @@ A partition without a committed offset starts at `auto.offset.reset`, and the de
 the table holds. No group configs are set; members beyond the partition count would idle, so the
 pool is capped at it.
 
-`ConsumerGroupType.read_state` gives `sharelake status` (`app.group_status`) and the lag gauge
-(`app.group_lag`) the group's members and their partitions (librdkafka's `describe_consumer_groups`)
+`ConsumerGroupType.read_state` gives `sharelake status` (`app.ops.group_status`) and the lag gauge
+(`app.ops.group_lag`) the group's members and their partitions (librdkafka's `describe_consumer_groups`)
 and, per partition of the subscribed topics, the committed offset and the lag: the end offset
 (read-committed) minus it. No JVM is needed.
 """
@@ -38,7 +38,8 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata, OffsetSpec
 
 from app.acknowledge.lifecycle import AckCommand
 from app.acknowledge.proof import Decision
-from app.config import ConfigError, KafkaConfig, PumpConfig
+from app.config.settings import ConfigError, KafkaConfig, PumpConfig
+from app.consume.group_admin import ADMIN_TIMEOUT_S, GroupAdmin
 from app.consume.group_client import (
     NO_POSITIONS,
     NO_SUCH_GROUP,
@@ -49,7 +50,6 @@ from app.consume.group_client import (
     PartitionState,
     TablePositions,
 )
-from app.group_admin import ADMIN_TIMEOUT_S, GroupAdmin
 
 log = logging.getLogger(__name__)
 

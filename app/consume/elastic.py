@@ -1,6 +1,6 @@
 """Elastic members: sizes the member pool between `pump.min_members` and `pump.max_members`.
 
-Ticked by `app.pipeline`'s main loop. The seed design's supervisor scaling flow, inside one
+Ticked by `app.run.pipeline`'s main loop. The seed design's supervisor scaling flow, inside one
 driver, driven by what the pool and the sink measure:
 
 - shrink when the buffer is over 75% full (the sink is the bottleneck: more members would only

@@ -4,12 +4,12 @@ Only abstractions live here; each implementation is one module that imports this
 `app.consume.group_types.group_type` (the only module importing both) chooses between them, so the
 import graph has no cycle. Callers of the seam:
 
-- `app.preflight` at start (`GroupType.prepare`: the group's settings), `app.commands.check` and
-  `app.pipeline` (which build the type with `group_types.group_type`);
+- `app.run.preflight` at start (`GroupType.prepare`: the group's settings), `app.commands.check` and
+  `app.run.pipeline` (which build the type with `group_types.group_type`);
 - `app.consume.member_pool` (`GroupType.client`, `GroupType.member_cap`) and each member thread
   (`app.consume.member`), which only ever talks to its `GroupClient`;
-- `app.group_status` (`sharelake status`) and `app.group_lag` (the Prometheus lag gauge), through
-  `GroupType.read_state` and the admin clients of `app.group_admin.GroupAdmin`.
+- `app.ops.group_status` (`sharelake status`) and `app.ops.group_lag` (the Prometheus lag gauge), through
+  `GroupType.read_state` and the admin clients of `app.consume.group_admin.GroupAdmin`.
 
 Two types, each one module:
 
@@ -36,8 +36,8 @@ from confluent_kafka import Message
 from confluent_kafka.admin import AdminClient, ClusterMetadata
 
 from app.acknowledge.lifecycle import AckCommand
-from app.config import KafkaConfig, PumpConfig
-from app.group_admin import GroupAdmin
+from app.config.settings import KafkaConfig, PumpConfig
+from app.consume.group_admin import GroupAdmin
 
 # (topic, partition) -> the next offset the Delta tables want: the one after the highest they hold
 TablePositions = Mapping[tuple[str, int], int]

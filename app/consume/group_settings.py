@@ -1,6 +1,6 @@
 """Share-group settings the job owns: applied on the GROUP resource before any member polls.
 
-Called once by `app.pipeline` at start. The group's `share.auto.offset.reset` defaults to `latest`
+Called once by `app.run.pipeline` at start. The group's `share.auto.offset.reset` defaults to `latest`
 on the broker, which would silently skip every record produced before the group first existed, so
 the job sets it (unless configured `unchanged`). The in-flight record cap per partition bounds the
 throughput on few partitions (locks x partitions per batch cycle): by default the job raises it to
@@ -16,7 +16,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
-from app.config import MAX_RECORD_LOCKS, KafkaConfig
+from app.config.settings import MAX_RECORD_LOCKS, KafkaConfig
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Chooses the job's group type (`kafka.group_type`): the one module that imports both implementations.
 
-Called by `app.pipeline` (`sharelake ingest`, with the tests' share-consumer factory when one is
-given), `app.commands.check` and `app.group_status` (`sharelake status`). The seam's abstractions
+Called by `app.run.pipeline` (`sharelake ingest`, with the tests' share-consumer factory when one is
+given), `app.commands.check` and `app.ops.group_status` (`sharelake status`). The seam's abstractions
 are in `app.consume.group_client`; `app.consume.share_group` and `app.consume.consumer_group` import
 only those, so nothing imports back here and the graph has no cycle.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from confluent_kafka import ShareConsumer
 
-from app.config import KafkaConfig
+from app.config.settings import KafkaConfig
 from app.consume.consumer_group import ConsumerGroupType
 from app.consume.group_client import GroupType
 from app.consume.share_group import ShareConsumerFactory, ShareGroupType

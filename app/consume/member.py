@@ -27,14 +27,14 @@ from app.acknowledge.proof import Decision
 from app.bridge.arrow_rows import poll_rows
 from app.bridge.record_buffer import Poll, RecordBuffer
 from app.consume.group_client import GroupClient
-from app.counters import counter
+from app.observe.counters import counter
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class MemberStats:
-    """Counters one member keeps (written by its thread only, read by anyone; see app.counters)."""
+    """Counters one member keeps (written by its thread only, read by anyone; see app.observe.counters)."""
 
     polls: int = counter("polls that brought records")
     records: int = counter("records polled from the share group", name="polled")

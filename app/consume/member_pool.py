@@ -1,6 +1,6 @@
 """The pool of group members in the driver: M threads, each owning one Kafka client of the group type.
 
-Built and driven by `app.pipeline`. More members keep more polls in flight: while the records of
+Built and driven by `app.run.pipeline`. More members keep more polls in flight: while the records of
 one member are being written by the running micro-batch, the others keep polling and fill the
 RecordBuffer for the next one. The pool also answers "is the backlog drained?" for the
 until-drained run mode, and runs the graceful stop (stop polling, let the sink decide, release
@@ -20,10 +20,10 @@ import time
 from dataclasses import dataclass
 
 from app.bridge.record_buffer import RecordBuffer
-from app.config import KafkaConfig, PumpConfig
+from app.config.settings import KafkaConfig, PumpConfig
 from app.consume.group_client import NO_POSITIONS, GroupType, TablePositions
 from app.consume.member import Member, MemberStats
-from app.counters import gauge, summed
+from app.observe.counters import gauge, summed
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ IDLE_CLOSE_S = 5.0  # how long a stop waits for the members without records to c
 
 @dataclass
 class PoolGauges:
-    """The pool's and buffer's state now (see app.counters)."""
+    """The pool's and buffer's state now (see app.observe.counters)."""
 
     members_active: int = gauge("group members polling")
     buffer_records: int = gauge("records waiting in the buffer")
@@ -127,7 +127,7 @@ class MemberPool:
         return [m.failure for m in self._all() if m.failure is not None]
 
     def member_stats(self) -> list[MemberStats]:
-        """Every member's counters, retired members' included (app.counters sums them)."""
+        """Every member's counters, retired members' included (app.observe.counters sums them)."""
         return [m.stats for m in self._all()]
 
     def totals(self) -> MemberStats:

@@ -1,7 +1,7 @@
 """The share group type (`kafka.group_type = "share"`, the default): per-record acknowledgements.
 
 Behind `app.consume.group_client`'s seam, chosen by `app.consume.group_types.group_type` (to which
-`app.pipeline` passes the tests' share-consumer factory, typed `ShareConsumerFactory` here). At
+`app.run.pipeline` passes the tests' share-consumer factory, typed `ShareConsumerFactory` here). At
 start, `ShareGroupType.prepare` sets the group configs the job owns (app.consume.group_settings)
 after checking the broker-side dead-letter topic (app.consume.broker_dead_letter_topic). Each
 member's `ShareGroupClient` holds one `ShareConsumer` in explicit mode: every record of a poll must
@@ -14,7 +14,7 @@ come back and are deduplicated).
 
 `ShareGroupType.read_state` reads the group's members and each share partition's start offset and
 lag through the Java Admin (`GroupAdmin.java`: `describeShareGroups`, `listShareGroupOffsets`), for
-`sharelake status` (`app.group_status`) and the lag gauge (`app.group_lag`). The lag is the broker's:
+`sharelake status` (`app.ops.group_status`) and the lag gauge (`app.ops.group_lag`). The lag is the broker's:
 records at or after the start offset not yet delivered to completion (available or in flight); how
 many are in flight now is not in the admin API.
 """
@@ -31,8 +31,10 @@ from py4j.protocol import Py4JJavaError
 
 from app.acknowledge.lifecycle import AckCommand
 from app.acknowledge.proof import Decision
-from app.config import MAX_RECORD_LOCKS, ConfigError, KafkaConfig, PumpConfig
+from app.config.error_lines import one_line
+from app.config.settings import MAX_RECORD_LOCKS, ConfigError, KafkaConfig, PumpConfig
 from app.consume.broker_dead_letter_topic import check_broker_dead_letter_topic
+from app.consume.group_admin import GroupAdmin
 from app.consume.group_client import (
     NO_POSITIONS,
     NO_SUCH_GROUP,
@@ -55,9 +57,7 @@ from app.consume.group_settings import (
     settled_group_settings,
     with_broker_defaults,
 )
-from app.error_lines import one_line
-from app.group_admin import GroupAdmin
-from app.java_admin import ADMIN_TIMEOUT_MS
+from app.consume.java_admin import ADMIN_TIMEOUT_MS
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """When a micro-batch is tried again, and when the members pause, resume or stop polling.
 
 Used by the foreachBatch sink (`app.sink.delta_sink.DeltaSink`), which asks it around each attempt;
-the callbacks it is given come from `app.pipeline.run_ingest` (the member pool's
+the callbacks it is given come from `app.run.pipeline.run_ingest` (the member pool's
 `stop_polling` / `pause_polling` / `resume_polling`). It decides nothing about records: a failed
 attempt's records are RELEASEd by the sink before the policy's retry (or the error) follows.
 

@@ -1,6 +1,6 @@
 """Tables addressed by catalog name (`delta.table_name = "db.events"`): their location, and their entry.
 
-Called at the job's start (`app.pipeline.run_ingest`, the replay job, the table summary) through
+Called at the job's start (`app.run.pipeline.run_ingest`, the replay job, the table summary) through
 `SharelakeConfig.locate_tables`, and by `DeltaWriter` after a commit. Everything below the config
 works on a table's location, as for a path table; a name only decides where that is:
 
@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import SparkSession
 
-from app.error_lines import ConfigError, one_line
+from app.config.error_lines import ConfigError, one_line
 
 if TYPE_CHECKING:
-    from app.config import SharelakeConfig
+    from app.config.settings import SharelakeConfig
 
 
 def quote(name: str) -> str:

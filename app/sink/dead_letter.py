@@ -1,7 +1,7 @@
 """The dead-letter table's row layout: each record that cannot land, raw, with why and when.
 
 Built by the Delta dead-letter sink (`app.sink.dead_letter_sink.DeltaDeadLetters`) for the records
-the foreachBatch sink is about to REJECT, and read by the replay job (`app.replay`). One row per
+the foreachBatch sink is about to REJECT, and read by the replay job (`app.ops.replay`). One row per
 record, deduplicated by (topic, partition, offset) like the main table (appended through a
 `DedupTable`). `last_seen` is the time of the write (and the stamp its duplicate repair keys on);
 `first_seen` is when this job first saw the record, which is earlier when a failed attempt RELEASEd

@@ -2,7 +2,7 @@
 
 Built by `app.sink.destinations` (each main table, and the dead-letter table), used by the
 per-table writers (`app.sink.table_writer`), the Delta dead-letter sink (`app.sink.dead_letter_sink`),
-the batch plan (as a `Holder`) and `app.pipeline` (where the tables are: `next_offsets`; their
+the batch plan (as a `Holder`) and `app.run.pipeline` (where the tables are: `next_offsets`; their
 counters: `stats`). It is the table's only face: it owns the table's `DeltaWriter` (which writes)
 and its `DedupCache`, which nobody else reaches, and keeps the cache current, so every append is a
 provable commit that never holds an offset twice:
@@ -42,9 +42,9 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from tenacity import Retrying, stop_after_attempt, wait_exponential_jitter
 
-from app import faults
 from app.acknowledge.proof import CommitProof
-from app.counters import counter, gauge
+from app.observe.counters import counter, gauge
+from app.run import faults
 from app.sink.commit_log import DeltaCommitLog, SharelakeCommit, repair_metadata_json, user_metadata_json
 from app.sink.dedup_cache import DedupCache, Repair
 from app.sink.delta_writer import Claim, ClaimHeld, DeltaWriter
@@ -74,7 +74,7 @@ class Appended:
 
 @dataclass
 class TableStats:
-    """What one table's writer counts (see app.counters); `prefix` names the table's role."""
+    """What one table's writer counts (see app.observe.counters); `prefix` names the table's role."""
 
     prefix: str = ""  # "" for the main table, "dead_letter_" for the dead-letter table
     commits: int = counter("Delta commits of Sharelake's appends", name="{prefix}delta_commits")

@@ -1,7 +1,7 @@
 """The foreachBatch function: drain the RecordBuffer, plan, land each table, then ACCEPT / REJECT.
 
 Spark calls `DeltaSink.__call__` in the driver once per micro-batch of the clock stream (its
-DataFrame is ignored); `app.pipeline.run_ingest` builds it, and the warm-up (`app.sink.warm_up`)
+DataFrame is ignored); `app.run.pipeline.run_ingest` builds it, and the warm-up (`app.sink.warm_up`)
 and the tests build throwaway ones. It orchestrates three collaborators it is given or builds:
 
 - the attempt policy (`app.sink.attempt_policy`): retries with backoff, and when the members
@@ -47,10 +47,10 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
-from app import faults
 from app.acknowledge.proof import CommitProof, Decision
 from app.bridge.record_buffer import Poll, RecordBuffer
-from app.config import BatchConfig
+from app.config.settings import BatchConfig
+from app.run import faults
 from app.sink.attempt_policy import AttemptPolicy
 from app.sink.batch_plan import COPY, PARKED, PRESENT, BatchPlan, Verdict, plan_batch
 from app.sink.dead_letter_sink import DeadLetterSink
@@ -100,7 +100,7 @@ class DeltaSink:
 
     def finish(self) -> None:
         """Once the query has stopped: the per-table write threads end (the tables are their opener's
-        to close: `app.pipeline.IngestRun`, the warm-up)."""
+        to close: `app.run.pipeline.IngestRun`, the warm-up)."""
         if self._parallel is not None:
             self._parallel.shutdown(wait=True)
 

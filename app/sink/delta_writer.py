@@ -2,7 +2,7 @@
 
 Used twice by `app.sink.dedup_table` (main and dead-letter table): the ingest's only path to
 Delta's writers. (Outside the ingest's write path, the replay marks its rows with a Delta MERGE in
-`app.replay`, `app.maintenance` runs OPTIMIZE and VACUUM, and `app.sink.catalog_tables` enters a
+`app.ops.replay`, `app.ops.maintenance` runs OPTIMIZE and VACUUM, and `app.sink.catalog_tables` enters a
 new table in the catalog with CREATE TABLE.) It owns:
 
 - **the append's transaction**. After a table's first commit (a plain append, which creates it
@@ -72,9 +72,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
-from app import faults
 from app.acknowledge.proof import CommitProof
-from app.config import interval_s
+from app.config.settings import interval_s
+from app.run import faults
 from app.sink.catalog_tables import register_table
 from app.sink.log_checkpoint import CheckpointExists, checkpoint_latest
 from app.sink.offset_ranges import BatchOffsets

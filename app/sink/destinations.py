@@ -1,6 +1,6 @@
 """Where a job's records land: one `Destination` per main table, and the one shared dead-letter table.
 
-Built once by `open_destinations` (called by `app.pipeline.run_ingest`, after the writer leases
+Built once by `open_destinations` (called by `app.run.pipeline.run_ingest`, after the writer leases
 are held: `app.sink.writer_lease.hold_writer_leases`) from the config's routes
 (`SharelakeConfig.routes`): one route with `kafka.topic`, one per table with `kafka.topics`. A
 destination holds its topics, its table (a `DedupTable`, its writer given its lease check and its
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
-from app.config import SharelakeConfig
+from app.config.settings import SharelakeConfig
 from app.sink.dead_letter import STAMP_COLUMN as DEAD_LETTER_STAMP
 from app.sink.dead_letter import STATS_COLUMNS as DEAD_LETTER_STATS
 from app.sink.dedup_table import DedupTable

@@ -2,8 +2,8 @@
 
 `SinkStats` is owned by the foreachBatch sink (`app.sink.delta_sink.DeltaSink.stats`) and shared
 with its per-table writers (`app.sink.table_writer`), which add their steps' times (`timed`) and
-their dedup hits from the tables' threads. Read by `app.pipeline` (the run's summary), the progress
-line and Prometheus (`app.metrics`, through `app.counters.collect`).
+their dedup hits from the tables' threads. Read by `app.run.pipeline` (the run's summary), the progress
+line and Prometheus (`app.observe.metrics`, through `app.observe.counters.collect`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from app.counters import counter, gauge
+from app.observe.counters import counter, gauge
 
 # the steps of one attempt, in order, that `SinkStats.phase_s` times
 PHASES = (
@@ -36,7 +36,7 @@ RECENT_CYCLES = 256  # per-batch step times kept for the progress line (by Spark
 
 @dataclass
 class SinkStats:
-    """What the sink counts (see app.counters)."""
+    """What the sink counts (see app.observe.counters)."""
 
     records_in: int = counter("records drained from the buffer into micro-batches (failed attempts included)")
     dedup_hits: int = counter("redelivered records already in the table: ACCEPTed without a write")

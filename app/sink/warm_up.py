@@ -1,6 +1,6 @@
 """Warms the write path at start, before the job joins the share group.
 
-Called once by `app.pipeline.run_ingest`, after the start-up checks and before any member polls;
+Called once by `app.run.pipeline.run_ingest`, after the start-up checks and before any member polls;
 it builds its own `DeltaSink` (with a `DeltaDeadLetters` on a temporary dead-letter table).
 The first Delta append of a fresh JVM took 10-11 s (class loading, JIT, whole-stage codegen of the
 payload parse, Delta's commit path); records polled before it would wait that long with their
@@ -24,12 +24,12 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from app import faults
 from app.acknowledge.lifecycle import AckCommand, PollBatch
 from app.bridge.arrow_rows import poll_rows
 from app.bridge.record_buffer import Poll, RecordBuffer
 from app.bridge.synthetic_record import SyntheticRecord
-from app.config import BatchConfig
+from app.config.settings import BatchConfig
+from app.run import faults
 from app.sink.dead_letter_sink import DeltaDeadLetters
 from app.sink.dedup_table import DedupTable
 from app.sink.delta_sink import DeltaSink

@@ -1,6 +1,6 @@
 """One Sharelake writer per table on a store that gives Delta no mutual exclusion (S3).
 
-Called by `app.pipeline.run_ingest` (`hold_writer_leases`) before the tables are opened and the
+Called by `app.run.pipeline.run_ingest` (`hold_writer_leases`) before the tables are opened and the
 members join the group; each table's `DeltaWriter` is given its lease's `WriterLease.check` when it
 is built (`lease_checks` -> `app.sink.destinations.open_destinations`) and calls it before every commit.
 
@@ -46,12 +46,12 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import SparkSession
 
-from app import faults
-from app.error_lines import ConfigError, one_line
+from app.config.error_lines import ConfigError, one_line
+from app.run import faults
 from app.sink.table_location import TableLocation
 
 if TYPE_CHECKING:
-    from app.config import SharelakeConfig
+    from app.config.settings import SharelakeConfig
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from app.spark_session import build_spark
+from app.run.spark_session import build_spark
 from bench.spark_jobs.kafka_source_to_delta import ARGS, kafka_rows
 
 

@@ -26,6 +26,7 @@ from pyspark.sql import functions as F
 
 from app.bridge.arrow_rows import RECORD_SCHEMA
 from app.cli import start_logging
+from app.run.spark_session import build_spark
 from app.sink.commit_log import user_metadata_json
 from app.sink.dedup_table import micros
 from app.sink.delta_writer import DeltaWriter
@@ -34,7 +35,6 @@ from app.sink.formats.json import JsonFormat, JsonSettings
 from app.sink.offset_ranges import BatchOffsets
 from app.sink.table_location import TableLocation
 from app.sink.write_columns import stamped
-from app.spark_session import build_spark
 from bench.workload import record_key, record_value
 
 TOPIC = "sink-ceiling"

@@ -47,7 +47,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 from pyspark.sql.types import StructType
 
-from app.error_lines import ConfigError, one_line
+from app.config.error_lines import ConfigError, one_line
 from app.sink.formats.base import (
     BAD,
     METADATA_COLUMNS,

@@ -3,7 +3,7 @@
 A format is one module of `app.sink.formats` with two classes:
 
 - its **settings** (a pydantic model, a subclass of `FormatSettings`): the `[payload]` keys it
-  reads, validated when the config loads (`app.config`);
+  reads, validated when the config loads (`app.config.settings`);
 - its **reader** (a subclass of `PayloadFormat`): the start-up check (`start`), the driver-side
   verdicts of one batch (`read`), and the Spark parse that runs inside the one write job
   (`BatchRead.parse`), with the diagnosis of the records it could not read (`BatchRead.classify`)
@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from app.secrets import resolve_secret
+from app.config.secrets import resolve_secret
 from app.sink.table_location import TableLocation
 from app.sink.write_columns import ROW_SCHEMA
 
@@ -156,7 +156,7 @@ class FormatSettings(BaseModel):
         return self.format
 
     def describe(self) -> str:
-        """The payload as the start-up banner shows it (`app.pipeline`): values, then keys unless raw."""
+        """The payload as the start-up banner shows it (`app.run.pipeline`): values, then keys unless raw."""
         note = self.values_note()
         if self.key_format != "raw":
             note += f", {self.key_format} keys"

@@ -39,7 +39,7 @@ from pyspark.sql.types import (
     _parse_datatype_string,
 )
 
-from app.error_lines import ConfigError
+from app.config.error_lines import ConfigError
 from app.sink.formats.base import (
     BAD,
     METADATA_COLUMNS,

@@ -26,7 +26,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
-from app.error_lines import ConfigError
+from app.config.error_lines import ConfigError
 from app.sink.formats.avro import DECODED, WARM_UP_BODY, WARM_UP_HEADER, AvroColumn, AvroShape, warm_up_registry
 from app.sink.formats.base import BAD, ERROR_CLASS, ERROR_MESSAGE, BadRecord, BatchRead, PayloadFormat
 from app.sink.formats.registry import SchemaRegistry, WarmUpRegistry

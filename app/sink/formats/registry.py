@@ -12,7 +12,7 @@ registry that does not answer, or refuses us (timeout, 5xx, 401/403), raises
 
 from __future__ import annotations
 
-from app.error_lines import ConfigError, one_line
+from app.config.error_lines import ConfigError, one_line
 from app.sink.formats.base import DependencyUnavailable, RegistrySettings
 
 

@@ -21,7 +21,7 @@ from typing import TypeVar
 from pyspark.sql import SparkSession
 from pyspark.sql.types import DataType, DoubleType, LongType, StructField, StructType
 
-from app.error_lines import one_line
+from app.config.error_lines import one_line
 from app.sink.formats.base import METADATA_COLUMNS
 from app.sink.table_location import TableLocation
 

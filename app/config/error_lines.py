@@ -1,14 +1,14 @@
 """One line out of an error that may hold a whole Java stack trace or a Python traceback.
 
-Called wherever the job reports an error as one line: `app.preflight` (the reason inside a
-start-up ConfigError) and `app.pipeline` (`run failed:`). py4j and Spark wrap the cause deep in
+Called wherever the job reports an error as one line: `app.run.preflight` (the reason inside a
+start-up ConfigError) and `app.run.pipeline` (`run failed:`). py4j and Spark wrap the cause deep in
 their text; the line a user needs is, in order: the exception that names a storage cause (read-only,
 full, permission), what the Python code raised (foreachBatch errors carry its traceback), the
 deepest `Caused by:`, the first Java exception line, else the first line.
 
 `ConfigError` lives here too: the one-line error a job prints before it exits with code 2. It is
-raised by the config's validation (`app.config`), the payload formats' start-up checks
-(`app.sink.formats`) and the start-up checks (`app.preflight`).
+raised by the config's validation (`app.config.settings`), the payload formats' start-up checks
+(`app.sink.formats`) and the start-up checks (`app.run.preflight`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Start-up checks of the resources the config names: broker, topic, share-group settings, table path.
 
-Called by `app.pipeline.run_ingest` before any member polls, and by `sharelake check` alone
+Called by `app.run.pipeline.run_ingest` before any member polls, and by `sharelake check` alone
 (`check_start` with `apply=False`: the same checks, changing nothing on the broker). Each problem raises `ConfigError`
 with one line naming the key or the resource and the fix; the job prints it and exits with code 2.
 Messages never include `kafka.client` values (they hold credentials).
@@ -16,10 +16,10 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
-from app.config import ConfigError, SharelakeConfig
+from app.config.error_lines import one_line
+from app.config.settings import ConfigError, SharelakeConfig
 from app.consume.group_client import GroupType
 from app.consume.group_settings import AUTHORIZATION, DELIVERY_LIMIT, broker_lock_cap, read_broker_settings
-from app.error_lines import one_line
 from app.sink.catalog_tables import locate_tables
 from app.sink.table_location import TableLocation
 from app.sink.writer_lease import LEASE_FILE

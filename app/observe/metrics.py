@@ -1,8 +1,8 @@
 """Progress and metrics: one log line per micro-batch, and the same counters for Prometheus.
 
-Wired by `app.pipeline`. The counters are kept where the work happens (members, sink, tables) and
-declared once with `app.counters`; this module reads them through a function that returns their
-owners (`Owners`), and `app.counters.collect` / `catalogue`:
+Wired by `app.run.pipeline`. The counters are kept where the work happens (members, sink, tables) and
+declared once with `app.observe.counters`; this module reads them through a function that returns their
+owners (`Owners`), and `app.observe.counters.collect` / `catalogue`:
 
 - `ProgressListener`, a Spark `StreamingQueryListener`: Spark calls it in the driver after each
   micro-batch has been committed to the streaming checkpoint. It logs what changed since the last
@@ -26,7 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from pyspark.sql.streaming import StreamingQueryListener
 
-from app.counters import catalogue, collect
+from app.observe.counters import catalogue, collect
 
 Owners = Callable[[], list[Any]]  # the stats objects of the run's members, sink, tables and pool
 

@@ -19,8 +19,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from app.error_lines import ConfigError
-from app.secrets import is_secret_key, resolve_secret
+from app.config.error_lines import ConfigError
+from app.config.secrets import is_secret_key, resolve_secret
 from app.sink.formats import FORMATS, PayloadSettings
 from app.sink.formats.base import FormatSettings
 from app.sink.formats.raw import RawSettings
@@ -349,7 +349,7 @@ class DeadLetterConfig(_Section):
 
 
 class MaintenanceConfig(_Section):
-    """`[maintenance]`: `sharelake maintain` (app.maintenance): OPTIMIZE, then VACUUM, every table of the config."""
+    """`[maintenance]`: `sharelake maintain` (app.ops.maintenance): OPTIMIZE, then VACUUM, every table of the config."""
 
     optimize: bool = Field(default=True, description="Compact each table's small files with OPTIMIZE.")
     vacuum: bool = Field(default=True, description="Then delete the files no version within the retention needs.")

@@ -1,6 +1,6 @@
 """The Kafka Java client's Admin, made in the Spark driver's JVM from the job's librdkafka settings.
 
-Called by `app.group_admin.GroupAdmin` (its `java` client, for a share group's members and offsets:
+Called by `app.consume.group_admin.GroupAdmin` (its `java` client, for a share group's members and offsets:
 confluent-kafka 2.16 has no share-group admin calls, the Java Admin has `describeShareGroups` and
 `listShareGroupOffsets`, used by `app.consume.share_group.ShareGroupType.read_state`).
 The jar comes with the Spark jars (`conf/maven/spark-jars.pom.xml`). `java_admin_config` maps the

@@ -6,16 +6,16 @@
   the group that never subscribes (so never joins it). Not `AdminClient.list_consumer_group_offsets`:
   in confluent-kafka 2.16.1 that call kills the process (SIGSEGV) when the group's coordinator is
   not ready yet (seen against a broker just started); `Consumer.committed` retries instead.
-- `GroupAdmin.java`: the Kafka Java client's `Admin` in the Spark driver's JVM (`app.java_admin`
+- `GroupAdmin.java`: the Kafka Java client's `Admin` in the Spark driver's JVM (`app.consume.java_admin`
   maps the settings), for what librdkafka has no admin call for: a share group's members and
   offsets (`describeShareGroups`, `listShareGroupOffsets`; confluent-kafka 2.16 has neither).
 
 A group type's `read_state` (`app.consume.group_client`) takes a `GroupAdmin` and uses the client
 it needs, so a consumer group's state needs no JVM and a share group's never opens the librdkafka
-client. Called by `app.group_status` (`sharelake status`) and `app.group_lag` (the lag gauge's
+client. Called by `app.ops.group_status` (`sharelake status`) and `app.ops.group_lag` (the lag gauge's
 thread owns one for the run); `close()` closes whichever clients were made.
 
-The start-up checks (`app.preflight`, a group type's `prepare`) keep using an `AdminClient` of
+The start-up checks (`app.run.preflight`, a group type's `prepare`) keep using an `AdminClient` of
 their own, made with the client-error callback they read security failures from.
 """
 
@@ -27,8 +27,8 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
-from app.config import KafkaConfig
-from app.java_admin import ADMIN_TIMEOUT_MS, close_admin, create_admin
+from app.config.settings import KafkaConfig
+from app.consume.java_admin import ADMIN_TIMEOUT_MS, close_admin, create_admin
 
 ADMIN_TIMEOUT_S = ADMIN_TIMEOUT_MS / 1000
 

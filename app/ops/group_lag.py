@@ -1,10 +1,10 @@
 """The group's lag and members for Prometheus: read through the group type on a timer, in its own thread.
 
-Started by `app.pipeline` only when the metrics endpoint is on (`metrics.prometheus_port`), for
+Started by `app.run.pipeline` only when the metrics endpoint is on (`metrics.prometheus_port`), for
 either group type; it reads the group type's `read_state` (`app.consume.group_client`: a share
 group's lag through the Java Admin, a consumer group's committed offsets against the end offsets
-through librdkafka's admin) every `metrics.lag_interval_s` with an `app.group_admin.GroupAdmin` of
-its own, and the endpoint (`app.metrics`) serves the last answer
+through librdkafka's admin) every `metrics.lag_interval_s` with an `app.consume.group_admin.GroupAdmin` of
+its own, and the endpoint (`app.observe.metrics`) serves the last answer
 (`sharelake_group_lag{topic,partition}`, `sharelake_group_members`, and when it was read). The
 broker's lag is the group's, whichever jobs serve it. A failed read (the broker or
 the coordinator away) is one log line and the last answer stays, its timestamp telling its age:
@@ -22,10 +22,10 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from pyspark.sql import SparkSession
 
-from app.config import KafkaConfig
+from app.config.error_lines import one_line
+from app.config.settings import KafkaConfig
+from app.consume.group_admin import GroupAdmin
 from app.consume.group_client import GroupState, GroupType
-from app.error_lines import one_line
-from app.group_admin import GroupAdmin
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from tenacity import Retrying, stop_after_attempt, wait_exponential_jitter
 
-from app.config import ConfigError, SharelakeConfig
+from app.config.settings import ConfigError, SharelakeConfig
 from app.sink.catalog_tables import locate_tables
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ class Republisher:
     """An idempotent producer that sends records back with a REPLAY_HEADER naming where each came from.
 
     Shared by both replays (the dead-letter table's, here, and the broker dead-letter topic's,
-    app.replay_broker_topic); `finish` waits for every delivery and raises ReplayError if any failed."""
+    app.ops.replay_broker_topic); `finish` waits for every delivery and raises ReplayError if any failed."""
 
     def __init__(self, cfg: SharelakeConfig):
         self._producer = Producer(

@@ -3,7 +3,7 @@
 Called by `app.cli` (every subcommand's `start_logging`, and the one `sharelake:` line of a refused
 start, which comes last) and by `devkit/demo.py` (`follow_job`: the ingest job's output under a bar).
 
-- **Folding.** librdkafka logs into Python logging (`app.config.KafkaConfig.client_config` gives
+- **Folding.** librdkafka logs into Python logging (`app.config.settings.KafkaConfig.client_config` gives
   every client the `sharelake.kafka.client` logger). A broker that refuses the TLS handshake makes
   it log the same error again at every reconnect, and each share consumer logs the same "Preview"
   notice when it starts. `RepeatFolder`, a filter on that logger, lets the first line of a kind
@@ -37,7 +37,7 @@ CLIENT_LOGGER = "sharelake.kafka.client"  # librdkafka's log lines, from every c
 REPORT_EVERY_S = 60.0  # a kind of line that keeps coming is counted aloud at most this often
 ONCE_PER_JOB = ('share consumer is in "Preview"',)  # notices every client logs once: shown once per job
 QUIET_LOGGERS = ("py4j", "httpx", "httpx2", "httpcore", "httpcore2")  # INFO per call or HTTP request
-# the ingest job's per-batch progress line (app.metrics): what moves the bar
+# the ingest job's per-batch progress line (app.observe.metrics): what moves the bar
 PROGRESS = re.compile(
     r"sharelake\.progress: batch \d+: .*? accepted=(?P<accepted>\d+) released=\d+ rejected=(?P<rejected>\d+)"
 )

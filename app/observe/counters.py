@@ -5,8 +5,8 @@ written by its own thread), the Delta sink (`SinkStats`) and each Delta table (`
 field that is a counter or gauge is declared with `counter()` or `gauge()` from here, with its doc.
 `collect()` reads every declared field of the owners into one flat dict (a name kept by several
 owners is summed: the members' counts, both tables' duplicates), and the three places that show
-counters read that dict only: the progress line and the Prometheus endpoint (`app.metrics`) and
-the run summary (`app.pipeline.RunSummary`). A counter added to an owner shows in all three.
+counters read that dict only: the progress line and the Prometheus endpoint (`app.observe.metrics`) and
+the run summary (`app.run.pipeline.RunSummary`). A counter added to an owner shows in all three.
 
 Names: a field's name, or `name=` (with `{prefix}` for the table's role: "" for the main table,
 "dead_letter_" for the dead-letter table). `prometheus=` renames it there (kept for dashboards),

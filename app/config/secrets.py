@@ -1,6 +1,6 @@
 """Secret references in the config: `env:NAME` and `file:/path` values, read at start.
 
-Called by the config's validators (`app.config` for `kafka.client`, the Avro format's registry
+Called by the config's validators (`app.config.settings` for `kafka.client`, the Avro format's registry
 settings in `app.sink.formats.base`), so a password never has to be on a command line, where `ps`
 and cluster UIs show it. Errors name the key and the fix, never the secret.
 """

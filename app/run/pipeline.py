@@ -7,7 +7,7 @@ the stages wire: group settings -> member pool -> RecordBuffer -> clock query ->
 A run blocks until it ends: in `until-drained` mode when the backlog is drained, in `continuous`
 mode when `stop_event` is set (SIGTERM/SIGINT in the job). It then stops gracefully: members stop
 polling, the running micro-batch finishes and ACCEPTs, polls never written are RELEASEd, every
-member commits and closes, and the streaming query stops. Before anything polls, `app.preflight`
+member commits and closes, and the streaming query stops. Before anything polls, `app.run.preflight`
 checks the broker, the topic, the share-group settings and the table path (ConfigError on a
 problem).
 
@@ -39,17 +39,17 @@ from pyspark.sql.streaming import StreamingQuery
 
 from app.bridge.clock_stream import clock_session, clock_stream
 from app.bridge.record_buffer import RecordBuffer
-from app.config import Route, SharelakeConfig
+from app.config.error_lines import one_line
+from app.config.settings import Route, SharelakeConfig
 from app.consume.elastic import ElasticSizer
 from app.consume.group_client import GroupType, TablePositions, table_positions
 from app.consume.group_types import group_type
 from app.consume.member_pool import MemberPool
 from app.consume.share_group import ShareConsumerFactory
-from app.counters import collect
-from app.error_lines import one_line
-from app.group_lag import GroupLag
-from app.metrics import ProgressListener, serve_metrics
-from app.preflight import ClientErrors, KafkaFacts, check_start
+from app.observe.counters import collect
+from app.observe.metrics import ProgressListener, serve_metrics
+from app.ops.group_lag import GroupLag
+from app.run.preflight import ClientErrors, KafkaFacts, check_start
 from app.sink.dead_letter_sink import DeltaDeadLetters
 from app.sink.dedup_table import DedupTable
 from app.sink.delta_sink import DeltaSink
@@ -65,7 +65,7 @@ DEFAULT_LOCK_MS = 30_000  # the broker's group.share.record.lock.duration.ms def
 
 
 class RunSummary:
-    """The run's counters (every owner's, declared in `app.counters`) and how long its parts took.
+    """The run's counters (every owner's, declared in `app.observe.counters`) and how long its parts took.
 
     Read as attributes (`summary.accepted`, `summary.phase_s["write"]`); `line()` is the job's
     `run ended:` line.
@@ -124,7 +124,7 @@ def log_banner(cfg: SharelakeConfig, facts: KafkaFacts, group: GroupType, lock_m
         "  %s\n  dead letters %s\n"
         "  mode %s, members %s, max_poll_records %d, batch.max_records %d",
         version("sharelake"),
-        Path(__file__).parent,
+        Path(__file__).parent.parent,  # the package
         version("pyspark"),
         version("delta-spark"),
         confluent_kafka.version(),
@@ -171,7 +171,7 @@ class Opened:
 class IngestRun:
     """One ingest run, in named stages. `run()` takes them in order:
 
-    - `open`: the start-up checks (`app.preflight`: ConfigError, one line, exit 2), every payload
+    - `open`: the start-up checks (`app.run.preflight`: ConfigError, one line, exit 2), every payload
       format started, the tables opened with their dedup caches loaded, the writer leases held (S3).
       `sharelake check` runs this stage alone, with `apply=False`: nothing changed on the broker,
       no lease taken.
@@ -261,7 +261,7 @@ class IngestRun:
         pool.join_group()  # the members join the group meanwhile; they acquire nothing before they poll
 
     def owners(self) -> list[Any]:
-        """Every counter of the run (`app.counters` collects them)."""
+        """Every counter of the run (`app.observe.counters` collects them)."""
         return [*self.pool.member_stats(), self.sink.stats, *(t.stats for t in self.opened.tables), self.pool.gauges()]
 
     def _observe(self) -> None:

@@ -1,7 +1,7 @@
 """The Spark settings Sharelake needs, in one place, and the SparkSession built with them.
 
 Called by the `sharelake` subcommands, the test fixture and the bench; `spark-submit.sh` asks this
-module (`python -m app.spark_session --submit-args`) for what must be set before the driver JVM starts.
+module (`python -m app.run.spark_session --submit-args`) for what must be set before the driver JVM starts.
 So a job behaves the same whether it is started as the installed `sharelake` command (plain Python:
 this module launches the JVM) or through `./spark-submit.sh` (spark-submit launched it).
 
@@ -48,7 +48,7 @@ SHARELAKE_CONF = {
 RUNTIME_PACKAGES = (
     f"io.delta:delta-spark_4.2_2.13:{version('delta-spark')}",
     f"org.apache.spark:spark-avro_2.13:{version('pyspark')}",
-    "org.apache.kafka:kafka-clients:4.4.0",  # its Admin: a share group's state (app.group_admin)
+    "org.apache.kafka:kafka-clients:4.4.0",  # its Admin: a share group's state (app.consume.group_admin)
 )
 # kafka-clients' own dependencies that Spark's jars already hold
 RUNTIME_EXCLUDES = (
@@ -113,5 +113,5 @@ def submit_args() -> list[str]:
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["--submit-args"]:
-        sys.exit("usage: python -m app.spark_session --submit-args")
+        sys.exit("usage: python -m app.run.spark_session --submit-args")
     print("\n".join(submit_args()))
