@@ -34,7 +34,6 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 from pydantic import model_validator
-from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -59,10 +58,9 @@ from app.sink.formats.base import (
     FormatSettings,
     PayloadFormat,
 )
-from app.sink.formats.registry import WARM_UP_ID, SchemaRegistry, WarmUpRegistry
-from app.sink.formats.shape import Shape, field_types, table_schema
+from app.sink.formats.registry import WARM_UP_ID, WarmUpRegistry
+from app.sink.formats.shape import Shape, ShapedFormat
 from app.sink.formats.wire import NOT_WIRE_FORMAT, body_column, header, schema_id_column, schema_ids
-from app.sink.table_location import TableLocation
 
 CORRUPT = "_corrupt_record"
 
@@ -154,34 +152,18 @@ class _JsonSchemaRead(ColumnRead):
         super().__init__(parse, error_class, message, [*metadata, *(parsed[n].alias(n) for n in shape.fieldNames())])
 
 
-class JsonSchemaFormat(PayloadFormat):
+class JsonSchemaFormat(ShapedFormat):
     name = "json_schema"
     settings_model = JsonSchemaSettings
     error_classes = ("not_wire_format", "unknown_schema_id", "schema_incompatible", "malformed_json", "schema_mismatch")
-    merge_schema = True  # a writer schema may add columns
 
     def __init__(self, settings: JsonSchemaSettings, registry: Any = None):
-        super().__init__(settings)
-        self.registry: Any = registry
-        self._shape: Shape | None = None
+        super().__init__(settings, registry)
         self._admitted: dict[int, BadRecord | None] = {}  # per schema id: None (admitted) or why not
         self._last: tuple[int, _JsonSchemaRead] | None = None  # the read of the shape's size
 
-    def start(self, spark: SparkSession, location: TableLocation) -> None:
-        if self._shape is not None:
-            return
-        if self.registry is None:
-            assert self.settings.registry is not None
-            self.registry = SchemaRegistry(self.settings.registry)
-            self.registry.check()
-        self._shape = Shape(field_types(table_schema(spark, location), METADATA_COLUMNS))
-
-    def probe(self) -> None:
-        if self.registry is not None:
-            self.registry.probe()
-
     def read(self, rows: pa.Table) -> tuple[list[BadRecord], BatchRead]:
-        assert self._shape is not None, "JsonSchemaFormat.start() first"
+        assert self.shape is not None, "JsonSchemaFormat.start() first"
         framing = schema_ids(rows.column("value"))
         bad = [BadRecord(i, "not_wire_format", NOT_WIRE_FORMAT) for i in np.flatnonzero(~framing.framed).tolist()]
         for sid in np.unique(framing.ids[framing.framed & (framing.ids >= 0)]).tolist():
@@ -189,16 +171,16 @@ class JsonSchemaFormat(PayloadFormat):
             if verdict is not None:
                 rows_of = np.flatnonzero(framing.ids == sid).tolist()
                 bad += [BadRecord(i, verdict.error_class, verdict.message) for i in rows_of]
-        size = len(self._shape.fields)
+        size = len(self.shape.fields)
         if self._last is None or self._last[0] != size:  # the shape only grows: its size names it
-            self._last = (size, _JsonSchemaRead(self._shape.spark_type()))
+            self._last = (size, _JsonSchemaRead(self.shape.spark_type()))
         return bad, self._last[1]
 
     def _admit(self, sid: int) -> BadRecord | None:
         """None when schema id `sid`'s properties fit the shape (which may grow), else why not; once per id."""
         if sid in self._admitted:
             return self._admitted[sid]
-        assert self._shape is not None
+        assert self.shape is not None
         found = self.registry.writer_schema(sid)
         verdict: BadRecord | None = None
         if found is None:
@@ -215,14 +197,14 @@ class JsonSchemaFormat(PayloadFormat):
         return verdict
 
     def _properties_problem(self, sid: int, text: str) -> str | None:
-        assert self._shape is not None
+        assert self.shape is not None
         try:
             schema = json.loads(text)
         except ValueError:
             return f"schema id {sid} is not valid JSON"
         if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
             return f"schema id {sid} describes no object with properties: its records cannot be columns"
-        return self._shape.admit(f"schema id {sid}", list(schema["properties"].items()), spark_type)
+        return self.shape.admit(f"schema id {sid}", list(schema["properties"].items()), spark_type)
 
     def sample_values(self, count: int) -> Sequence[bytes | None]:
         """Values of the warm-up schema (`warm_up_twin`): `count - 1` that read, one that does not."""
@@ -233,7 +215,7 @@ class JsonSchemaFormat(PayloadFormat):
         """A reader of one built-in schema, on no registry: it warms the `from_json` code path."""
         assert isinstance(self.settings, JsonSchemaSettings)
         twin = JsonSchemaFormat(self.settings, WarmUpRegistry(json.dumps(WARM_UP_SCHEMA), "JSON"))
-        twin._shape = Shape({})
+        twin.shape = Shape({})
         return twin
 
 

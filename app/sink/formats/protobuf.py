@@ -35,7 +35,6 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 from pydantic import model_validator
-from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_type, to_arrow_type
 from pyspark.sql.types import BooleanType, DataType, StringType, StructField, StructType
@@ -54,10 +53,9 @@ from app.sink.formats.base import (
 )
 from app.sink.formats.protobuf_decode import DecodePlan, Writer, decode_values
 from app.sink.formats.protobuf_schemas import SchemaProblem, message_at, schema_files, writer_schema
-from app.sink.formats.registry import WARM_UP_ID, SchemaRegistry, WarmUpRegistry
-from app.sink.formats.shape import Shape, field_types, table_schema
+from app.sink.formats.registry import WARM_UP_ID, WarmUpRegistry
+from app.sink.formats.shape import Shape, ShapedFormat
 from app.sink.formats.wire import NOT_WIRE_FORMAT, Headers, header, message_headers, message_path
-from app.sink.table_location import TableLocation
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +130,7 @@ class _ProtobufRead(ColumnRead):
         )
 
 
-class ProtobufFormat(PayloadFormat):
+class ProtobufFormat(ShapedFormat):
     name = "protobuf"
     settings_model = ProtobufSettings
     error_classes = (
@@ -142,31 +140,15 @@ class ProtobufFormat(PayloadFormat):
         "protobuf_decode_failed",
         "schema_incompatible",
     )
-    merge_schema = True  # a writer message may add columns
 
     def __init__(self, settings: ProtobufSettings, registry: Any = None):
-        super().__init__(settings)
-        self.registry: Any = registry
-        self._shape: Shape | None = None
+        super().__init__(settings, registry)
         self._files: dict[int, tuple[bytes, ...] | BadRecord] = {}  # per schema id: its files, or why not
         self._writers: dict[MessageKey, Writer | BadRecord] = {}  # per (id, indexes): admitted, or why not
         self._last: tuple[tuple[Any, ...], _ProtobufRead] | None = None
 
-    def start(self, spark: SparkSession, location: TableLocation) -> None:
-        if self._shape is not None:
-            return
-        if self.registry is None:
-            assert self.settings.registry is not None
-            self.registry = SchemaRegistry(self.settings.registry)
-            self.registry.check()
-        self._shape = Shape(field_types(table_schema(spark, location), METADATA_COLUMNS))
-
-    def probe(self) -> None:
-        if self.registry is not None:
-            self.registry.probe()
-
     def read(self, rows: pa.Table) -> tuple[list[BadRecord], BatchRead]:
-        assert self._shape is not None, "ProtobufFormat.start() first"
+        assert self.shape is not None, "ProtobufFormat.start() first"
         values = rows.column("value")
         headers = message_headers(values)
         bad = [BadRecord(i, "not_wire_format", NOT_WIRE_FORMAT) for i in np.flatnonzero(~headers.framed).tolist()]
@@ -177,9 +159,9 @@ class ProtobufFormat(PayloadFormat):
         ]
         readable = headers.framed & headers.indexes_ok & (headers.ids >= 0)
         writers = self._verdicts(headers, readable, bad)
-        key = (tuple(sorted(writers)), len(self._shape.fields))
+        key = (tuple(sorted(writers)), len(self.shape.fields))
         if self._last is None or self._last[0] != key:
-            shape = self._shape.spark_type()
+            shape = self.shape.spark_type()
             plan = DecodePlan(writers, to_arrow_type(shape, timezone="UTC"))
             self._last = (key, _ProtobufRead(plan, shape))
         return bad, self._last[1]
@@ -205,14 +187,14 @@ class ProtobufFormat(PayloadFormat):
         files = self._schema(sid)
         if isinstance(files, BadRecord):
             return files  # not kept per message: the id's verdict is
-        assert self._shape is not None
+        assert self.shape is not None
         try:
             writer = Writer(files, message_at(files, path))
         except SchemaProblem as e:
             verdict: Writer | BadRecord = BadRecord(-1, "bad_message_index", f"schema id {sid}: {e}")
         else:
             columns = [(column.name, column.type) for column in writer_schema(writer)]
-            problem = self._shape.admit(f"{writer.name} (schema id {sid})", columns, spark_type)
+            problem = self.shape.admit(f"{writer.name} (schema id {sid})", columns, spark_type)
             verdict = writer if problem is None else BadRecord(-1, "schema_incompatible", problem)
         self._writers[key] = verdict
         return verdict
@@ -250,7 +232,7 @@ class ProtobufFormat(PayloadFormat):
         """A reader of one built-in message, on no registry: it warms the decode's code path."""
         assert isinstance(self.settings, ProtobufSettings)
         twin = ProtobufFormat(self.settings, WarmUpRegistry(_warm_up_schema(), "PROTOBUF"))
-        twin._shape = Shape({})
+        twin.shape = Shape({})
         return twin
 
 

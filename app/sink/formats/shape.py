@@ -10,19 +10,23 @@ A field a new writer adds joins the shape as a nullable column (the format write
 so Delta adds it to the table); a field a writer lacks reads null; a narrower number reads into the
 table's wider column (`PROMOTIONS`). A writer whose field would change a column's type is refused,
 naming the field and both types: the table's columns are never rewritten because of one producer.
+
+`ShapedFormat` is the start-up such a format shares (JSON Schema and Protobuf subclass it): the
+registry reached, the table's columns read into its `Shape`.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pyspark.sql import SparkSession
 from pyspark.sql.types import DataType, DoubleType, LongType, StructField, StructType
 
 from app.config.error_lines import one_line
-from app.sink.formats.base import METADATA_COLUMNS
+from app.sink.formats.base import METADATA_COLUMNS, FormatSettings, PayloadFormat
+from app.sink.formats.registry import SchemaRegistry
 from app.sink.table_location import TableLocation
 
 log = logging.getLogger(__name__)
@@ -102,3 +106,29 @@ class Shape:
 
     def spark_type(self) -> StructType:
         return StructType([StructField(n, t, nullable=True) for n, t in self.fields.items()])
+
+
+class ShapedFormat(PayloadFormat):
+    """A format whose writer schemas a schema registry serves by id and whose columns follow them
+    (`Shape`): JSON Schema and Protobuf. Its start reaches the registry (ConfigError when it does not
+    answer) and reads the table's columns from earlier runs; its probe asks the registry again."""
+
+    merge_schema = True  # a writer schema may add columns
+
+    def __init__(self, settings: FormatSettings, registry: Any = None):
+        super().__init__(settings)
+        self.registry: Any = registry
+        self.shape: Shape | None = None  # set by `start`
+
+    def start(self, spark: SparkSession, location: TableLocation) -> None:
+        if self.shape is not None:
+            return
+        if self.registry is None:
+            assert self.settings.registry is not None
+            self.registry = SchemaRegistry(self.settings.registry)
+            self.registry.check()
+        self.shape = Shape(field_types(table_schema(spark, location), METADATA_COLUMNS))
+
+    def probe(self) -> None:
+        if self.registry is not None:
+            self.registry.probe()
