@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from chispa import assert_df_equality
 from delta.tables import DeltaTable
-from pyspark.sql import SparkSession
+from pyspark.sql import Row, SparkSession
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
-from devkit.sample_data import Produced
+from devkit.sample_data import Produced, event_record
 from tests.waiting import wait_for
 
 KEY_COLUMNS = StructType(
@@ -35,6 +36,28 @@ def assert_exactly_once(spark: SparkSession, table: Path, produced: list[Produce
     assert total == distinct, f"{total - distinct} duplicate rows"
     assert total == len(produced), f"{len(produced) - total} records missing" if total < len(produced) else "extra rows"
     assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+# the table columns of the sample events (`devkit.sample_data.event_record`) before any `region`
+EVENT_COLUMNS = "topic string, partition int, offset long, key binary, id long, user string, amount double, kind string"
+
+
+def event_rows(produced: list[Produced], region: bool) -> list[tuple[Any, ...]]:
+    """The rows sample events produced keyed `k-<i>` land as (`EVENT_COLUMNS`, then `region`: null
+    when their writer schema had none)."""
+    out = []
+    for p in produced:
+        record = event_record(int(p.key.decode().removeprefix("k-")), region=region)
+        out.append((p.topic, p.partition, p.offset, p.key, *record.values(), *(() if region else (None,))))
+    return out
+
+
+def dead_letters_by_key(spark: SparkSession, path: str) -> dict[str, Row]:
+    """The dead-letter table's rows by record key; each key is there once."""
+    parked = spark.read.format("delta").load(path).collect()
+    by_key = {r["key"].decode(): r for r in parked}
+    assert len(parked) == len(by_key)  # each once
+    return by_key
 
 
 def dead_letter_rows(spark: SparkSession, table: Path) -> int:

@@ -37,11 +37,8 @@ from devkit.schema_registry import EmbeddedSchemaRegistry
 from tests.ingest_config import ingest_config
 from tests.job_runner import JobSpec, run_job, run_summary
 from tests.kafka_helpers import nothing_left
-from tests.table_checks import dead_letter_rows
+from tests.table_checks import EVENT_COLUMNS, dead_letter_rows, dead_letters_by_key, event_rows
 from tests.waiting import wait_for
-
-COLUMNS = "topic string, partition int, offset long, key binary, id long, user string, amount double, kind string"
-
 
 pytestmark = pytest.mark.usefixtures("clean_faults")  # fault points reset before each test (conftest)
 
@@ -61,11 +58,7 @@ def produce_events(
 def expected_rows(produced: list[Produced], ids: range, region: bool) -> list[tuple[Any, ...]]:
     """The rows of `produced` (keyed `k-<i>`, delivery reports come per partition, not in order)."""
     assert sorted(int(p.key.decode().removeprefix("k-")) for p in produced) == list(ids)
-    out = []
-    for p in produced:
-        record = event_record(int(p.key.decode().removeprefix("k-")), region=region)
-        out.append((p.topic, p.partition, p.offset, p.key, *record.values(), *(() if region else (None,))))
-    return out
+    return event_rows(produced, region)
 
 
 def test_two_schema_versions_land_exactly_once_and_the_new_field_becomes_a_column(
@@ -83,7 +76,7 @@ def test_two_schema_versions_land_exactly_once_and_the_new_field_becomes_a_colum
     assert table.schema["region"].nullable  # the new field became a nullable column, no DDL
     expected = spark.createDataFrame(
         expected_rows(old, first, region=False) + expected_rows(new, second, region=True),
-        f"{COLUMNS}, region string",
+        f"{EVENT_COLUMNS}, region string",
     )
     actual = table.select(*expected.columns)
     assert actual.count() == 6000
@@ -125,9 +118,8 @@ def test_each_bad_avro_record_is_dead_lettered_once_with_its_class(
     assert actual.select("partition", "offset").distinct().count() == 4000
     assert sorted(r["id"] for r in actual.collect()) == list(range(4000))
 
-    parked = spark.read.format("delta").load(cfg.dead_letter_table.path).collect()
-    by_key = {r["key"].decode(): r for r in parked}
-    assert len(parked) == len(by_key) == len(bad_values)  # each once
+    by_key = dead_letters_by_key(spark, cfg.dead_letter_table.path)  # each once
+    assert len(by_key) == len(bad_values)
     classes = {name: by_key[name]["error_class"] for name in bad_values}
     assert classes == {
         "not_wire_format": "not_wire_format",
@@ -138,8 +130,8 @@ def test_each_bad_avro_record_is_dead_lettered_once_with_its_class(
     }
     message = by_key["schema_incompatible"]["error_message"]
     assert "amount" in message and "double" in message and "string" in message, message
-    assert {r["key"].decode(): bytes(r["value"]) for r in parked} == {k: v for k, v in bad_values.items()}  # raw
-    assert {(p.partition, p.offset) for p in bad} == {(r["partition"], r["offset"]) for r in parked}
+    assert {k: bytes(r["value"]) for k, r in by_key.items()} == {k: v for k, v in bad_values.items()}  # raw
+    assert {(p.partition, p.offset) for p in bad} == {(r["partition"], r["offset"]) for r in by_key.values()}
     assert summary.dead_lettered == len(bad_values)
     assert nothing_left(broker, topic, group)
 
@@ -170,7 +162,7 @@ def test_plain_avro_bodies_read_with_a_fixed_schema(
         'payload.required_fields=["id"]',
     )
     summary = run_ingest(spark, cfg)
-    expected = spark.createDataFrame(expected_rows(good, range(500), region=False), f"{COLUMNS}, region string")
+    expected = spark.createDataFrame(expected_rows(good, range(500), region=False), f"{EVENT_COLUMNS}, region string")
     actual = spark.read.format("delta").load(str(tmp_path / "t")).select(*expected.columns[:-1])
     assert_df_equality(actual, expected.drop("region"), ignore_row_order=True, ignore_nullable=True)
     parked = spark.read.format("delta").load(cfg.dead_letter_table.path).collect()

@@ -25,8 +25,8 @@ from devkit.sample_data import EVENT_AVRO_SCHEMA, Produced, avro_values, event_r
 from devkit.schema_registry import EmbeddedSchemaRegistry
 from tests.ingest_config import ingest_config
 from tests.kafka_helpers import nothing_left
+from tests.table_checks import EVENT_COLUMNS, dead_letters_by_key, event_rows
 
-COLUMNS = "topic string, partition int, offset long, key binary, id long, user string, amount double, kind string"
 EVENT_SCHEMA: dict[str, Any] = {
     "$schema": "http://json-schema.org/draft-07/schema#",
     "title": "Event",
@@ -69,14 +69,6 @@ def produce_events(
     return produce_records(broker.bootstrap, topic, ((f"k-{i}".encode(), v) for i, v in zip(ids, values, strict=True)))
 
 
-def expected_rows(produced: list[Produced], region: bool) -> list[tuple[Any, ...]]:
-    out = []
-    for p in produced:
-        record = event_record(int(p.key.decode().removeprefix("k-")), region=region)
-        out.append((p.topic, p.partition, p.offset, p.key, *record.values(), *(() if region else (None,))))
-    return out
-
-
 def settings(registry: EmbeddedSchemaRegistry) -> tuple[str, ...]:
     return ("payload.format=json_schema", f"payload.registry.url={registry.url}")
 
@@ -96,7 +88,7 @@ def test_two_schema_versions_land_exactly_once_and_the_new_field_becomes_a_colum
     table = spark.read.format("delta").load(str(tmp_path / "t"))
     assert table.schema["region"].nullable  # the new field became a nullable column, no DDL
     expected = spark.createDataFrame(
-        expected_rows(old, region=False) + expected_rows(new, region=True), f"{COLUMNS}, region string"
+        event_rows(old, region=False) + event_rows(new, region=True), f"{EVENT_COLUMNS}, region string"
     )
     actual = table.select(*expected.columns)
     assert actual.count() == 4000
@@ -112,7 +104,7 @@ def test_two_schema_versions_land_exactly_once_and_the_new_field_becomes_a_colum
     run_ingest(spark, cfg)
     later = spark.read.format("delta").load(str(tmp_path / "t")).where("id >= 4000").select(*expected.columns)
     assert_df_equality(
-        later, spark.createDataFrame(expected_rows(more, region=False), f"{COLUMNS}, region string"),
+        later, spark.createDataFrame(event_rows(more, region=False), f"{EVENT_COLUMNS}, region string"),
         ignore_row_order=True, ignore_nullable=True,
     )  # fmt: skip
 
@@ -149,9 +141,8 @@ def test_each_bad_json_schema_record_is_dead_lettered_once_with_its_class(
     assert actual.count() == 2000
     assert sorted(r["id"] for r in actual.collect()) == list(range(2000))
 
-    parked = spark.read.format("delta").load(cfg.dead_letter_table.path).collect()
-    by_key = {r["key"].decode(): r for r in parked}
-    assert len(parked) == len(by_key) == len(bad_values)  # each once
+    by_key = dead_letters_by_key(spark, cfg.dead_letter_table.path)  # each once
+    assert len(by_key) == len(bad_values)
     assert {name: by_key[name]["error_class"] for name in bad_values} == {
         "not_wire_format": "not_wire_format",
         "too_short": "not_wire_format",
@@ -166,6 +157,6 @@ def test_each_bad_json_schema_record_is_dead_lettered_once_with_its_class(
     message = by_key["schema_incompatible"]["error_message"]
     assert "amount" in message and "double" in message and "string" in message, message
     assert "AVRO" in by_key["avro_schema_id"]["error_message"]
-    assert {r["key"].decode(): bytes(r["value"]) for r in parked} == bad_values  # the bytes as produced
+    assert {r["key"].decode(): bytes(r["value"]) for r in by_key.values()} == bad_values  # the bytes as produced
     assert summary.dead_lettered == len(bad_values)
     assert nothing_left(broker, topic, group)

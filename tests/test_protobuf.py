@@ -43,6 +43,7 @@ from devkit.sample_data import produce_records
 from devkit.schema_registry import EmbeddedSchemaRegistry
 from tests.ingest_config import ingest_config
 from tests.kafka_helpers import nothing_left
+from tests.table_checks import dead_letters_by_key
 
 FIELD = descriptor_pb2.FieldDescriptorProto
 BASE_TIME = 1_700_000_000
@@ -174,9 +175,8 @@ def test_protobuf_versions_and_bad_records_land_exactly_once_each_where_it_belon
         assert r["region"] == (f"r{i % 4}" if i in second else None)  # version 1 and the text schema: null
     assert sorted(r["id"] for r in rows) == list(range(3200))
 
-    parked = spark.read.format("delta").load(cfg.dead_letter_table.path).collect()
-    by_key = {r["key"].decode(): r for r in parked}
-    assert len(parked) == len(by_key) == len(bad_values)  # each once
+    by_key = dead_letters_by_key(spark, cfg.dead_letter_table.path)  # each once
+    assert len(by_key) == len(bad_values)
     assert {name: by_key[name]["error_class"] for name in bad_values} == {
         "not_wire_format": "not_wire_format",
         "too_short": "not_wire_format",
@@ -189,8 +189,8 @@ def test_protobuf_versions_and_bad_records_land_exactly_once_each_where_it_belon
     message = by_key["schema_incompatible"]["error_message"]
     assert "amount" in message and "double" in message and "string" in message, message
     assert "shop.Event" in by_key["protobuf_decode_failed"]["error_message"]
-    assert {r["key"].decode(): bytes(r["value"]) for r in parked} == bad_values  # the raw value, as produced
-    assert {(p.partition, p.offset) for p in bad} == {(r["partition"], r["offset"]) for r in parked}
+    assert {r["key"].decode(): bytes(r["value"]) for r in by_key.values()} == bad_values  # the raw value, as produced
+    assert {(p.partition, p.offset) for p in bad} == {(r["partition"], r["offset"]) for r in by_key.values()}
     assert summary.dead_lettered == len(bad_values) and summary.released == 0
     assert nothing_left(broker, topic, group)
 
