@@ -38,7 +38,8 @@ FIRST_SEEN_MAX = 100_000  # records remembered from failed attempts, for the dea
 
 
 class DeadLetterSink(Protocol):
-    """Takes the records that cannot land, durably, before they are REJECTed."""
+    """Takes the records that cannot land, durably, before they are REJECTed. What it writes to is
+    opened and closed by the run (`app.run.pipeline.IngestRun`), not by the sink."""
 
     def refresh(self) -> None:
         """Before a batch is planned: learn what other writers parked meanwhile."""
@@ -57,9 +58,6 @@ class DeadLetterSink(Protocol):
 
     def repair_pending(self) -> None:
         """At start: undo what a writer that died mid-way left behind."""
-
-    def close(self) -> None:
-        """Once the query has stopped."""
 
 
 class DeltaDeadLetters:
@@ -98,6 +96,3 @@ class DeltaDeadLetters:
 
     def repair_pending(self) -> None:
         self.table.repair_pending()
-
-    def close(self) -> None:
-        self.table.close()
