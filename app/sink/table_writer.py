@@ -10,10 +10,13 @@ sink, the error that stopped it), and the sink decides them in one place. Its st
    no value, too large, delivery cap), then the payload format's own (`PayloadFormat.read`);
 2. the rest stamped (`app.sink.write_columns.stamped`) and claimed (their offsets), one Spark job:
    the frame is parsed once by the format, the rows that cannot land are filtered out and counted
-   (`DataFrame.observe`), the rest appended to the table (`DedupTable.append`);
-3. once that commit is durable, and only when the job counted bad records: a second Spark job
-   names them and their error class (`BatchRead.classify`), so a record the commit did not hold is
-   never ACCEPTed; the commit is then folded into the table's cache (`DedupTable.settle`);
+   (`DataFrame.observe`), the rest appended to the table (`DedupTable.append`). When the table's
+   last write had such rows (a stream carrying poison tends to keep carrying it), the same job
+   collects their error class and message (`BatchRead.classify`) instead of counting them: that
+   saves the next step's job, and costs a clean batch more, so it is not done when none came;
+3. once that commit is durable: when rows were counted but not named (or no commit was made), a
+   second Spark job names them and their error class, so a record the commit did not hold is never
+   ACCEPTed; the commit is then folded into the table's cache (`DedupTable.settle`);
 4. the verdicts: ACCEPT the rows already in the table (PRESENT) with the cache's proof, and those
    the commit holds with its proof; RELEASE the rows that are neither in the commit nor bad.
 
@@ -75,6 +78,9 @@ class TableWriter:
         self.topics = destination.topics
         self.stats = stats
         self.max_delivery_count = max_delivery_count
+        # whether the last write had rows Spark could not read: the next write then collects their
+        # verdicts in its own job (cheaper than a second job when there are some, dearer when not)
+        self._had_bad = False
 
     def land(self, plan: BatchPlan, mine: npt.NDArray[np.bool_], batch_id: int) -> Landed:
         """Write this table's candidates among `mine` (a mask over the batch's rows); never raises.
@@ -139,29 +145,38 @@ class TableWriter:
             return _Written(bad=bad)
         with timed(self.stats, "frame"):
             frame = table.frame(to_write)
-        parsed = read.parse(frame)
-        observed = None
-        if read.needs_spark:
-            observed = Observation()
-            parsed = parsed.observe(observed, F.count_if(F.col(BAD)).alias("bad"))
-            main_rows = read.main_rows(parsed.where(~F.col(BAD)))
-        else:
-            main_rows = read.main_rows(parsed)
+        observed, collect = (Observation(), self._had_bad) if read.needs_spark else (None, False)
+        if observed is None:
+            main_rows = read.main_rows(read.parse(frame))
+        elif collect:  # the bad rows' class and message collected by the write's own job
+            bad_row = F.when(F.col(BAD), F.struct(F.col(ROW), F.col(ERROR_CLASS), F.col(ERROR_MESSAGE)))
+            judged = read.classify(frame).observe(observed, F.collect_list(bad_row).alias("bad"))
+            main_rows = read.main_rows(judged.where(~F.col(BAD)))
+        else:  # only counted: a clean batch pays no more than the count
+            counted = read.parse(frame).observe(observed, F.count_if(F.col(BAD)).alias("bad"))
+            main_rows = read.main_rows(counted.where(~F.col(BAD)))
         with timed(self.stats, "wait"):
             table.wait_for_room()
         with timed(self.stats, "write"):
             appended = table.append(main_rows, claim, batch_id, stamp, merge_schema=fmt.merge_schema)
         with timed(self.stats, "diagnose"):
-            counted = int(observed.get["bad"]) if observed is not None and appended is not None else 0
-            unsure_commit = appended is None and observed is not None  # no commit: maybe every row was bad
-            unreadable = self._diagnose(read, frame) if counted or unsure_commit else {}
+            unreadable: dict[int, BadRecord] = {}
+            counted = None  # bad rows the write counted, when a second job named them
+            if observed is not None and appended is None:  # no commit, maybe as every row was bad
+                unreadable = self._diagnose(read, frame)
+            elif observed is not None and collect:
+                unreadable = {int(r[0]): BadRecord(int(r[0]), r[1], r[2]) for r in observed.get["bad"]}
+            elif observed is not None and observed.get["bad"]:
+                counted = int(observed.get["bad"])
+                unreadable = self._diagnose(read, frame)
+            self._had_bad = bool(unreadable)
         bad |= unreadable
         written = claim
         if appended is None:
             written = BatchOffsets()  # no commit: nothing was written
         elif unreadable:
             written = claim.difference(BatchOffsets.of_rows(rows.take(pa.array(sorted(unreadable), pa.int64()))))
-            if len(unreadable) != counted:  # the two jobs disagree: ask the table what the commit holds
+            if counted is not None and len(unreadable) != counted:  # the jobs disagree: ask the table
                 log.error("the write counted %d unreadable records, the diagnosis %d", counted, len(unreadable))
                 written = table.written_offsets(appended)
         with timed(self.stats, "fold"):
@@ -174,7 +189,7 @@ class TableWriter:
         return _Written(proof, accepted, bad, unsure)
 
     def _diagnose(self, read: BatchRead, frame: DataFrame) -> dict[int, BadRecord]:
-        """The records the write filtered out, with their error class (a second Spark job, bad batches only)."""
+        """The bad records with their error class and message, in a Spark job of their own."""
         verdicts = read.classify(frame).where(F.col(BAD)).select(ROW, ERROR_CLASS, ERROR_MESSAGE).collect()
         return {int(r[ROW]): BadRecord(int(r[ROW]), r[ERROR_CLASS], r[ERROR_MESSAGE]) for r in verdicts}
 

@@ -1,0 +1,100 @@
+"""What a few bad records cost a batch: `python -m bench.bad_batches [records] [bad] [rounds]`.
+
+Not a phase of `bench.run` (it needs no broker). It runs the Delta sink's whole batch (the plan,
+the JSON parse and append, the bad rows named, the dead-letter append, the decisions) on a local
+SparkSession and real Delta tables, the way the warm-up does: synthetic records of the sample
+events (`devkit.sample_data.event_value`) go through a RecordBuffer to a `DeltaSink`, and the
+decisions go to a queue nobody reads. It runs `rounds` clean batches of `records` JSON events,
+then as many of the same size of which `bad` are malformed JSON (a stream that carries poison
+keeps carrying it), each on new offsets; the first batch of each kind is untimed (code generation,
+the Python workers, the switch). Prints each kind's median batch time, their ratio, and the sink's
+step times of the last bad batch.
+"""
+
+from __future__ import annotations
+
+import queue
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from app.acknowledge.lifecycle import AckCommand, PollBatch
+from app.bridge.arrow_rows import poll_rows
+from app.bridge.record_buffer import Poll, RecordBuffer
+from app.bridge.synthetic_record import SyntheticRecord
+from app.config.settings import BatchConfig
+from app.run.spark_session import build_spark
+from app.sink.dead_letter_sink import DeltaDeadLetters
+from app.sink.delta_sink import DeltaSink
+from app.sink.destinations import Destination, dead_letter_table, main_table
+from app.sink.formats.json import JsonFormat, JsonSettings
+from app.sink.table_location import TableLocation
+from devkit.sample_data import EVENT_SCHEMA, event_value
+
+TOPIC = "bench-bad-batches"
+PARTITIONS = 4
+
+
+def batch(first_offset: int, records: int, bad: int) -> list[SyntheticRecord]:
+    """`records` events on PARTITIONS partitions from `first_offset`; every (records // bad)th malformed."""
+    step = records // bad if bad else 0
+    now = int(time.time() * 1000)
+    return [
+        SyntheticRecord(
+            TOPIC,
+            n % PARTITIONS,
+            first_offset + n // PARTITIONS,
+            key=None,
+            value=b'{"id": 1, "user": ' if step and n % step == step - 1 else event_value(n),
+            headers=None,
+            timestamp_ms=now,
+        )
+        for n in range(records)
+    ]
+
+
+def main(records: int = 10_000, bad: int = 5, rounds: int = 6) -> None:
+    spark = build_spark("sharelake-bench-bad-batches", "local[2]")
+    work = Path(tempfile.mkdtemp(prefix="sharelake-bad-batches-"))
+    fmt = JsonFormat(JsonSettings(format="json", schema=EVENT_SCHEMA))
+    where = TableLocation.at(work / "events")
+    fmt.start(spark, where)
+    table = main_table(spark, where, fmt, checkpoint_every=10, lookback_commits=None)
+    dead = dead_letter_table(spark, TableLocation.at(work / "dead_letter"), checkpoint_every=10, lookback_commits=None)
+    buffer = RecordBuffer(10**7)
+    config = BatchConfig(max_records=10**7, max_wait_ms=0, write_attempts=1)
+    sink = DeltaSink(buffer, [Destination((TOPIC,), table, fmt)], DeltaDeadLetters(dead), config, 10, 3600.0, "bench")
+    commands: queue.Queue[AckCommand] = queue.Queue()
+    seconds: dict[str, list[float]] = {"clean": [], "bad": []}
+    offset, batch_id = 0, 0
+    try:
+        for kind, count in (("clean", 0), ("bad", bad)):
+            for n in range(rounds + 1):
+                polled = batch(offset, records, count)
+                offset += records // PARTITIONS + 1
+                buffer.put(Poll(PollBatch(n, polled, commands), poll_rows(polled)), timeout_s=1)  # type: ignore[arg-type]
+                started = time.perf_counter()
+                sink(spark.range(0), batch_id)
+                batch_id += 1
+                if n:  # the first round warms the path up
+                    seconds[kind].append(time.perf_counter() - started)
+        clean, dirty = statistics.median(seconds["clean"]), statistics.median(seconds["bad"])
+        print(f"{records:,} JSON records a batch, {rounds} rounds (medians)")
+        print(f"  clean batch: {clean * 1000:.0f} ms")
+        print(f"  batch with {bad} malformed: {dirty * 1000:.0f} ms")
+        print(f"  ratio: {dirty / clean:.2f}")
+        steps = " ".join(f"{k}={v * 1000:.0f}" for k, v in sink.stats.cycle.items())
+        print(f"  steps of the last bad batch, ms: {steps}")
+    finally:
+        sink.finish()
+        table.close()
+        dead.close()
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main(*(int(a) for a in sys.argv[1:4]))

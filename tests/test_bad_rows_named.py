@@ -1,0 +1,85 @@
+"""Bad rows are named with their class whichever way the write found them (real Delta tables).
+
+The table writer counts the rows Spark cannot read in the write's job and names them in a second
+job, except after a write that had bad rows: the next write then collects their verdicts in its own
+job. Batches alternate here between bad and clean so that both ways (and the switch back) run; each
+must land the good rows once, park each bad one once with its class, and decide every record.
+"""
+
+from __future__ import annotations
+
+import queue
+from pathlib import Path
+from typing import Any
+
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+
+from app.acknowledge.lifecycle import AckCommand, PollBatch
+from app.acknowledge.proof import RecordState
+from app.bridge.arrow_rows import poll_rows
+from app.bridge.record_buffer import Poll, RecordBuffer
+from app.bridge.synthetic_record import SyntheticRecord
+from app.config.settings import BatchConfig
+from app.sink.dead_letter_sink import DeltaDeadLetters
+from app.sink.delta_sink import DeltaSink
+from app.sink.destinations import Destination, dead_letter_table, main_table
+from app.sink.formats.json import JsonFormat, JsonSettings
+from app.sink.table_location import TableLocation
+from devkit.sample_data import EVENT_SCHEMA, event_value
+from tests.table_checks import dead_letters_by_key
+from tests.test_lifecycle import state_of
+
+TOPIC = "named"
+BAD_VALUES = {  # a bad value and the class it must be parked with
+    "malformed_json": b'{"id": 1, "user": ',
+    "schema_mismatch": b'{"id": "seven", "user": "u"}',
+    "invalid_utf8": b"\xff\xfe",
+}
+
+
+def test_bad_rows_keep_their_class_in_batches_with_and_without_bad_rows(spark: SparkSession, tmp_path: Path) -> None:
+    fmt = JsonFormat(JsonSettings(format="json", schema=EVENT_SCHEMA))
+    where = TableLocation.at(tmp_path / "events")
+    fmt.start(spark, where)
+    table = main_table(spark, where, fmt, checkpoint_every=100, lookback_commits=None)
+    dead_where = where.dead_letter()
+    dead = dead_letter_table(spark, dead_where, checkpoint_every=100, lookback_commits=None)
+    buffer = RecordBuffer(10_000)
+    sink = DeltaSink(
+        buffer, [Destination((TOPIC,), table, fmt)], DeltaDeadLetters(dead), BatchConfig(max_wait_ms=0), 5, 30.0, "t"
+    )
+    good_ids: list[int] = []
+    expected_bad: dict[str, str] = {}
+    polls: list[PollBatch] = []
+    try:
+        for batch_id, with_bad in enumerate([True, True, False, True, False]):  # count, collect, collect, count
+            records = []
+            for n in range(batch_id * 100, batch_id * 100 + 50):
+                records.append(SyntheticRecord(TOPIC, 0, n, key=b"g%d" % n, value=event_value(n), timestamp_ms=1))
+                good_ids.append(n)
+            if with_bad:
+                for i, (error_class, value) in enumerate(BAD_VALUES.items()):
+                    key = f"b{batch_id}-{i}"
+                    records.append(SyntheticRecord(TOPIC, 0, batch_id * 100 + 50 + i, key=key.encode(), value=value))
+                    expected_bad[key] = error_class
+            commands: queue.Queue[AckCommand] = queue.Queue()
+            polled: Any = records
+            poll = PollBatch(0, polled, commands)
+            polls.append(poll)
+            assert buffer.put(Poll(poll, poll_rows(polled)), 1)
+            sink(spark.range(1), batch_id)
+    finally:
+        sink.finish()
+        table.close()
+        dead.close()
+
+    landed = spark.read.format("delta").load(where.path).select("id").orderBy("id")
+    assert_df_equality(landed, spark.createDataFrame([(i,) for i in good_ids], "id long"))
+    parked = dead_letters_by_key(spark, dead_where.path)
+    assert {k: r["error_class"] for k, r in parked.items()} == expected_bad
+    for poll in polls:
+        states = {state_of(poll, i) for i in range(len(poll))}
+        assert states <= {RecordState.ACCEPTED, RecordState.REJECTED}
+    rejected = sum(state_of(p, i) is RecordState.REJECTED for p in polls for i in range(len(p)))
+    assert rejected == len(expected_bad)
