@@ -72,6 +72,8 @@ job_args=("$@")
 
 export PYSPARK_PYTHON="$venv/bin/python" PYSPARK_DRIVER_PYTHON="$venv/bin/python"
 export SHARELAKE_SUBMITTED=1
+# the driver JVM's class archive (app/run/class_archive.py), when `make setup` built one for this venv
+export SHARELAKE_CLASS_ARCHIVES="${SHARELAKE_CLASS_ARCHIVES-$cache/cds}"  # set empty: none
 extra=()
 case "$master" in
   local*)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from bench.contenders.base import RunResult
 
@@ -36,6 +36,16 @@ class Spread:
         return max(self.rates) if self.rates else math.nan
 
 
+def scheduled(results: list[RunResult]) -> list[RunResult]:
+    """The throughput runs as a scheduler sees them (phase `scheduled`): their records over the
+    seconds from the job's process start to its last Delta commit, JVM start included."""
+    return [
+        replace(r, phase="scheduled", seconds=r.details["scheduled_s"])
+        for r in results
+        if r.phase == "throughput" and r.ok and "scheduled_s" in r.details
+    ]
+
+
 def spreads(results: list[RunResult], phase: str) -> dict[tuple[str, int, int], Spread]:
     """(contender, partitions, members) -> Spread, over the runs of one phase."""
     out: dict[tuple[str, int, int], Spread] = defaultdict(Spread)
@@ -50,13 +60,11 @@ def spreads(results: list[RunResult], phase: str) -> dict[tuple[str, int, int], 
     return dict(out)
 
 
-def pairwise_ratios(results: list[RunResult], peer: str, partitions: int) -> Spread:
-    """Sharelake / peer for each round of the throughput phase (run i of one against run i of the other)."""
+def pairwise_ratios(results: list[RunResult], peer: str, partitions: int, phase: str = "throughput") -> Spread:
+    """Sharelake / peer for each round of a phase (run i of one against run i of the other)."""
 
     def rates(name: str) -> list[float]:
-        return [
-            r.rate for r in results if r.phase == "throughput" and r.contender == name and r.partitions == partitions
-        ]
+        return [r.rate for r in results if r.phase == phase and r.contender == name and r.partitions == partitions]
 
     ratios = Spread()
     for a, b in zip(rates(BASE), rates(peer), strict=False):

@@ -17,7 +17,7 @@ from bench.charts import scaling_chart, throughput_chart
 from bench.contenders import LABELS, RunResult
 from bench.cycle import CycleRun, cycle_json, cycle_section
 from bench.failover import FailoverRun, failover_json, failover_section
-from bench.figures import BASE, Spread, fmt, fmt_rate, md_table, pairwise_ratios, spreads
+from bench.figures import BASE, Spread, fmt, fmt_rate, md_table, pairwise_ratios, scheduled, spreads
 from bench.latency import LatencyRun
 from bench.latency_report import latency_json, latency_section
 from bench.settings import BenchSettings
@@ -117,6 +117,30 @@ def _throughput(o: Outcome, md: list[str], charts: Path) -> None:
             for c in peers
         ]
         md.append(md_table(["ratio", *[f"{p} partition(s)" for p in s.partitions]], rows) + "\n")
+    _scheduled(o, md)
+
+
+def _scheduled(o: Outcome, md: list[str]) -> None:
+    """The same runs, timed as a scheduler sees a drain: from the process start, JVM included."""
+    s, runs = o.settings, scheduled(o.results)
+    if not runs:
+        return
+    cells = spreads(runs, "scheduled")
+    md.append("### Scheduled drain: process start to the last Delta commit\n")
+    md.append(
+        "The same runs, timed from the job's process start (the JVM, the SparkSession, the start-up) to its "
+        "last Delta commit: what a scheduler waits for. records/s, median (min - max):\n"
+    )
+    contenders = [c for c in s.contenders if any(r.contender == c for r in runs)]
+    rows = [[LABELS[c], *[_cell(cells.get((c, p, s.members))) for p in s.partitions]] for c in contenders]
+    md.append(md_table(["contender", *[f"{p} partition(s)" for p in s.partitions]], rows) + "\n")
+    if BASE in contenders:
+        rows = [
+            [f"(a) / {LABELS[c]}", *[_ratio_cell(pairwise_ratios(runs, c, p, "scheduled")) for p in s.partitions]]
+            for c in contenders
+            if c != BASE
+        ]
+        md.append(md_table(["ratio, pair by pair", *[f"{p} partition(s)" for p in s.partitions]], rows) + "\n")
 
 
 def _lock_caps(o: Outcome, md: list[str]) -> None:

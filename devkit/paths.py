@@ -22,6 +22,8 @@ S3_JARS = CACHE_DIR / "jars" / "s3"
 S3_SERVER_JARS = CACHE_DIR / "jars" / "s3-server"
 # the unpacked Apicurio Registry distribution (a runner jar and its lib/), for the embedded schema registry
 REGISTRY_DIR = CACHE_DIR / "registry"
+# the driver JVM's class-data-sharing archives (`make setup` builds one: app.run.class_archive)
+CLASS_ARCHIVES = CACHE_DIR / "cds"
 # the checkout's venv (pinned runtime, test and bench packages; Sharelake installed editable)
 VENV_BIN = CACHE_DIR / "venv" / "bin"
 

@@ -17,9 +17,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from app.run import faults
-from app.run.spark_session import LAUNCH_CONF, build_spark
+from app.run.class_archive import ARCHIVES_ENV
+from app.run.spark_session import build_spark, launch_conf
 from devkit.kafka_broker import EmbeddedKafka
-from devkit.paths import jars_env
+from devkit.paths import CLASS_ARCHIVES, jars_env
 from devkit.s3_server import EmbeddedS3
 from devkit.schema_registry import EmbeddedSchemaRegistry
 from tests.table_checks import DownstreamStream
@@ -27,6 +28,7 @@ from tests.table_checks import DownstreamStream
 logging.getLogger("py4j").setLevel(logging.WARNING)
 # the checkout's jars for every session the tests start, in-process and in `sharelake` subprocesses
 os.environ.setdefault("SHARELAKE_JARS", jars_env())
+os.environ.setdefault(ARCHIVES_ENV, str(CLASS_ARCHIVES))  # the driver JVM's class archive, when built
 
 # beside Sharelake's own settings (app.run.spark_session.SHARELAKE_CONF): a small, loopback-only session
 TEST_SPARK_CONF = {
@@ -83,7 +85,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
         "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={catalog / 'db'};create=true",
     }
     conf = {**TEST_SPARK_CONF, **hive}
-    java_options = LAUNCH_CONF["spark.driver.extraJavaOptions"]
+    java_options = launch_conf()["spark.driver.extraJavaOptions"]
     conf["spark.driver.extraJavaOptions"] = f"{java_options} -Dderby.system.home={catalog}"
     session = build_spark("sharelake-tests", "local[2]", conf)
     yield session

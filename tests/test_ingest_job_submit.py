@@ -16,11 +16,13 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 
-from app.run.spark_session import LOG4J_CONFIG, SHARELAKE_CONF, session_conf
+from app.run import class_archive
+from app.run.spark_session import LOG4J_CONFIG, SHARELAKE_CONF, launch_conf, session_conf
 from devkit.kafka_broker import EmbeddedKafka
-from devkit.paths import CACHE_DIR
+from devkit.paths import CACHE_DIR, CLASS_ARCHIVES
 from devkit.sample_data import produce_json_events
 from tests.kafka_helpers import nothing_left
 from tests.readme_example import COMMAND, readme_example
@@ -161,3 +163,20 @@ def test_spark_submit_refusals_each_say_why_in_one_line(broker: EmbeddedKafka, t
         env={**os.environ, "SHARELAKE_CACHE": str(cache)},
     )  # fmt: skip
     assert "s3a://bucket/events" in line and "run `make s3`" in line, line  # the path as normalised
+
+
+def test_the_driver_maps_the_class_archive_only_when_one_was_built_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No archive in the folder: no option (the JVM starts as it would); one built for this Java and
+    pyspark: mapped. spark-submit.sh passes the checkout's (`make setup` built it) to the driver."""
+    monkeypatch.setenv(class_archive.ARCHIVES_ENV, str(tmp_path))
+    assert "SharedArchiveFile" not in launch_conf()["spark.driver.extraJavaOptions"]
+    archive = class_archive.archive_path(tmp_path)
+    archive.write_bytes(b"")
+    assert f"-XX:SharedArchiveFile={archive}" in launch_conf()["spark.driver.extraJavaOptions"]
+    monkeypatch.delenv(class_archive.ARCHIVES_ENV)
+    built = class_archive.archive_path(CLASS_ARCHIVES)
+    assert built.is_file(), "make setup builds the driver's class archive"
+    dry = run([SUBMIT, "--dry-run", "jobs/sharelake.py", "version"], env={**os.environ})
+    assert f"-XX:SharedArchiveFile={built}" in dry.replace("\\", "")

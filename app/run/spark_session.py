@@ -24,9 +24,19 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from app.run.class_archive import java_options
+
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")  # warnings only: the job's own lines stay readable
-# set before the driver JVM starts: by spark-submit.sh (`--submit-args`), or by build_spark when it launches the JVM
-LAUNCH_CONF = {"spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}"}
+
+
+def launch_conf() -> dict[str, str]:
+    """What is set before the driver JVM starts: by spark-submit.sh (`--submit-args`), or by
+    build_spark when it launches the JVM. The log configuration, and the class archive when there
+    is one (`app.run.class_archive`)."""
+    options = f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG} {java_options()}".strip()
+    return {"spark.driver.extraJavaOptions": options}
+
+
 SHARELAKE_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -91,7 +101,7 @@ def session_conf(extra_conf: dict[str, str] | None = None) -> dict[str, str]:
         given = given_to_spark_submit()
         conf = {k: v for k, v in SHARELAKE_CONF.items() if k not in given}
     else:
-        conf = {**SHARELAKE_CONF, **LAUNCH_CONF, **jar_conf()}
+        conf = {**SHARELAKE_CONF, **launch_conf(), **jar_conf()}
     return {**conf, **(extra_conf or {})}
 
 
@@ -108,7 +118,7 @@ def build_spark(app_name: str, master: str | None = None, extra_conf: dict[str, 
 
 def submit_args() -> list[str]:
     """spark-submit's arguments for what must be set before the driver JVM starts (spark-submit.sh)."""
-    return [arg for key, value in LAUNCH_CONF.items() for arg in ("--conf", f"{key}={value}")]
+    return [arg for key, value in launch_conf().items() for arg in ("--conf", f"{key}={value}")]
 
 
 if __name__ == "__main__":

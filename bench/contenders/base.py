@@ -120,10 +120,16 @@ def started_at(log: Path) -> float | None:
 
 
 def delta_job_result(
-    ctx: RunContext, name: str, code: int, log: Path, table: Path, details: dict[str, float] | None = None
+    ctx: RunContext,
+    name: str,
+    code: int,
+    log: Path,
+    table: Path,
+    details: dict[str, float] | None = None,
+    launched_at: float | None = None,
 ) -> RunResult:
     """The RunResult of a finished bench spark job that appended to `table`: rows in the table /
-    (its last data commit - its bench-started line)."""
+    (its last data commit - its bench-started line); `scheduled_s` from `launched_at` (its process start)."""
     if code != 0:
         return failed(ctx, name, f"{'timed out' if code == -9 else f'exit code {code}'}: {tail(log, 8)}", log)
     started = started_at(log)
@@ -133,6 +139,8 @@ def delta_job_result(
         return failed(ctx, name, f"no bench-started line or no commit: {tail(log, 8)}", log)
     window = data[-1].timestamp_ms / 1000 - started
     details = {"data_commits": float(len(data)), **(details or {})}
+    if launched_at is not None:
+        details["scheduled_s"] = data[-1].timestamp_ms / 1000 - launched_at
     return RunResult(
         name, ctx.phase, ctx.partitions, ctx.members, True, rows_in(commits), window, "", table, log, details
     )

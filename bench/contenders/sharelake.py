@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,6 +71,7 @@ class SharelakeJob:
     log: Path
     table: Path
     sampler: TreeSampler
+    launched_at: float  # epoch seconds just before the process started
 
     def wait(self, timeout_s: float) -> int:
         try:
@@ -96,6 +98,7 @@ def start_sharelake(
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
     table, log = ctx.run_dir / "table", ctx.run_dir / "sharelake.log"
     cmd = sharelake_command(ctx, ctx.group(NAME), table, mode, extra_sets, payload, destination)
+    launched_at = time.time()
     with log.open("wb") as out:
         proc = subprocess.Popen(
             cmd, cwd=PROJECT_ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -104,7 +107,7 @@ def start_sharelake(
         )  # fmt: skip
     sampler = TreeSampler(proc.pid)
     sampler.start()
-    return SharelakeJob(proc, log, table, sampler)
+    return SharelakeJob(proc, log, table, sampler, launched_at)
 
 
 @dataclass
@@ -145,6 +148,7 @@ def result_of(
         **memory_details(job.sampler.peak),
         "mean_commit_interval_s": mean_commit_interval_s(commits) or float("nan"),
         "data_commits": float(len(commits)),
+        "scheduled_s": commits[-1].timestamp_ms / 1000 - job.launched_at,  # process start -> last commit
     }
     rows = int(parsed.summary.get("rows_written", 0))
     return RunResult(name, ctx.phase, ctx.partitions, ctx.members, True, rows, window, "", job.table, job.log, details)
