@@ -3,7 +3,8 @@
 The table writer counts the rows Spark cannot read in the write's job and names them in a second
 job, except after a write that had bad rows: the next write then collects their verdicts in its own
 job. Batches alternate here between bad and clean so that both ways (and the switch back) run; each
-must land the good rows once, park each bad one once with its class, and decide every record.
+must land the good rows once, park each bad one once with its class, and decide every record (the
+last batch's dead-letter append is over once the sink finishes).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import queue
 from pathlib import Path
 from typing import Any
 
+import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
@@ -38,7 +40,12 @@ BAD_VALUES = {  # a bad value and the class it must be parked with
 }
 
 
-def test_bad_rows_keep_their_class_in_batches_with_and_without_bad_rows(spark: SparkSession, tmp_path: Path) -> None:
+@pytest.mark.parametrize("counts_deliveries", [True, False], ids=["share-group", "no-delivery-counts"])
+def test_bad_rows_keep_their_class_in_batches_with_and_without_bad_rows(
+    spark: SparkSession, tmp_path: Path, counts_deliveries: bool
+) -> None:
+    """With delivery counts (a share group's first deliveries) each batch's dead-letter append runs
+    beside the next batch; without, the next plan waits for it and reads the dead-letter table."""
     fmt = JsonFormat(JsonSettings(format="json", schema=EVENT_SCHEMA))
     where = TableLocation.at(tmp_path / "events")
     fmt.start(spark, where)
@@ -47,7 +54,14 @@ def test_bad_rows_keep_their_class_in_batches_with_and_without_bad_rows(spark: S
     dead = dead_letter_table(spark, dead_where, checkpoint_every=100, lookback_commits=None)
     buffer = RecordBuffer(10_000)
     sink = DeltaSink(
-        buffer, [Destination((TOPIC,), table, fmt)], DeltaDeadLetters(dead), BatchConfig(max_wait_ms=0), 5, 30.0, "t"
+        buffer,
+        [Destination((TOPIC,), table, fmt)],
+        DeltaDeadLetters(dead),
+        BatchConfig(max_wait_ms=0),
+        5,
+        30.0,
+        "t",
+        counts_deliveries=counts_deliveries,
     )
     good_ids: list[int] = []
     expected_bad: dict[str, str] = {}

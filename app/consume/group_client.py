@@ -116,6 +116,9 @@ class GroupType(ABC):
 
     name: str  # the kafka.group_type value
     noun: str  # how the banner names the group
+    # whether a delivery count of 1 proves a record was never delivered before (so no table can
+    # hold it yet): a share group counts every acquisition, a consumer group re-reads by offset
+    counts_deliveries: bool = False
 
     @abstractmethod
     def prepare(

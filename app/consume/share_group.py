@@ -87,6 +87,7 @@ def share_consumer_config(kafka: KafkaConfig, pump: PumpConfig, member_id: int) 
 class ShareGroupType(GroupType):
     name = "share"
     noun = "share group"
+    counts_deliveries = True
 
     def __init__(self, factory: ShareConsumerFactory = ShareConsumer):
         self._factory = factory

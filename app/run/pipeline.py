@@ -248,6 +248,7 @@ class IngestRun:
             on_fatal=pool.stop_polling,
             on_pause=pool.pause_polling,
             on_resume=pool.resume_polling,
+            counts_deliveries=o.group.counts_deliveries,
         )
         self.query_name = f"sharelake-{cfg.kafka.group_id}"
         temp_checkpoint = None if cfg.delta.checkpoint_path else tempfile.mkdtemp(prefix="sharelake-clock-")

@@ -42,6 +42,16 @@ class Holder(Protocol):
     def contains_many(self, key: PartitionKey, offsets: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]: ...
 
 
+class _HoldsNothing:
+    """A holder of no record: for a batch whose records no table can hold yet."""
+
+    def contains_many(self, key: PartitionKey, offsets: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        return np.zeros(len(offsets), dtype=np.bool_)
+
+
+NOTHING_PARKED: Holder = _HoldsNothing()
+
+
 @dataclass(frozen=True)
 class Verdict:
     """The decision for some rows of a batch (a mask over its rows), with the proof ACCEPT and REJECT need."""

@@ -5,8 +5,10 @@ the warm-up and the tests) and uses it for three things: the batch plan asks it 
 already holds (PARKED: REJECTed again without a write, with `proof_of_presence`), the attempt
 hands it every table's bad records in one `park` (then REJECTs them with the proof it returns), and
 a failed attempt tells it which records it saw (`seen`), so a record parked later says when it was
-first seen. INVARIANT 1 holds for REJECT as for ACCEPT: `park` returns only once the records are
-durably where it keeps them, with a `CommitProof` that says so.
+first seen. `park` runs in the sink's dead-letter thread, one at a time, while the next batch runs;
+the sink calls `refresh`, `contains_many` and `proof_of_presence` only when no `park` runs; `seen`
+may come from the sink's thread during a `park`. INVARIANT 1 holds for REJECT as for ACCEPT: `park`
+returns only once the records are durably where it keeps them, with a `CommitProof` that says so.
 
 `DeltaDeadLetters`, the one implementation today, appends them to the shared dead-letter table
 (`app.sink.dead_letter` has its row layout) through a `DedupTable`, so a record is parked once
@@ -20,6 +22,7 @@ yet: the seam is drawn, the second implementation is not written.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Protocol
@@ -66,6 +69,7 @@ class DeltaDeadLetters:
     def __init__(self, table: DedupTable):
         self.table = table
         self._first_seen: dict[tuple[str, int, int], datetime] = {}
+        self._seen_lock = threading.Lock()  # `seen` (the sink's thread) beside `park` (its dead-letter thread)
 
     def refresh(self) -> None:
         self.table.refresh()
@@ -79,7 +83,9 @@ class DeltaDeadLetters:
     def park(self, records: pa.Table, verdicts: Sequence[BadRecord], job: str, batch_id: int) -> CommitProof:
         stamp = datetime.now(UTC)
         keys = list(zip(*(records.column(c).to_pylist() for c in ("topic", "partition", "offset")), strict=True))
-        rows = dead_letter_rows(records, verdicts, [self._first_seen.pop(k, stamp) for k in keys], stamp, job, batch_id)
+        with self._seen_lock:
+            first = [self._first_seen.pop(k, stamp) for k in keys]
+        rows = dead_letter_rows(records, verdicts, first, stamp, job, batch_id)
         claim = BatchOffsets.of_rows(rows)
         appended = self.table.append(self.table.frame(rows), claim, batch_id, stamp)
         if appended is None:
@@ -87,12 +93,13 @@ class DeltaDeadLetters:
         return self.table.settle(appended, claim)
 
     def seen(self, records: Iterable[pa.Table], at: datetime) -> None:
-        for rows in records:
-            columns = (rows.column(c).to_pylist() for c in ("topic", "partition", "offset"))
-            for key in zip(*columns, strict=True):
-                self._first_seen.setdefault(key, at)
-        while len(self._first_seen) > FIRST_SEEN_MAX:
-            del self._first_seen[next(iter(self._first_seen))]
+        with self._seen_lock:
+            for rows in records:
+                columns = (rows.column(c).to_pylist() for c in ("topic", "partition", "offset"))
+                for key in zip(*columns, strict=True):
+                    self._first_seen.setdefault(key, at)
+            while len(self._first_seen) > FIRST_SEEN_MAX:
+                del self._first_seen[next(iter(self._first_seen))]
 
     def repair_pending(self) -> None:
         self.table.repair_pending()

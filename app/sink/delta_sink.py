@@ -8,7 +8,8 @@ and the tests build throwaway ones. It orchestrates three collaborators it is gi
   pause, resume or stop polling;
 - one table writer per destination (`app.sink.table_writer`): each writes its candidates in one
   Spark job and commit, diagnoses its bad records, and returns what to decide;
-- the dead-letter sink (`app.sink.dead_letter_sink`): every table's bad records in one append.
+- the dead-letter sink (`app.sink.dead_letter_sink`): every table's bad records in one append,
+  beside the next batch.
 
 One attempt:
 
@@ -20,7 +21,10 @@ One attempt:
    several) and its verdicts are decided as soon as it is done: ACCEPT only what a durable commit
    holds (INVARIANT 1), each table's records on that table's commit alone;
 4. every table's bad records go to the dead-letter sink in one append, then are REJECTed with its
-   proof (with the rows it already held).
+   proof, in a thread of their own while the next batch runs: the next batch waits for that append
+   only before its own, or when its plan must read the dead-letter table (records redelivered,
+   or a group that does not count deliveries: a share group's first delivery cannot be parked
+   yet). A failed append RELEASEs its records (they come back) and fails the next attempt.
 
 Decisions come from one place, `_decide` (the only caller of `BatchPlan.decide`); a failed
 attempt RELEASEs the attempt's undecided records (`_release_undecided`), never ACCEPTs or REJECTs
@@ -40,7 +44,8 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor, as_completed, wait
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed, wait
+from contextlib import nullcontext
 from datetime import UTC, datetime
 
 import numpy as np
@@ -52,7 +57,7 @@ from app.bridge.record_buffer import Poll, RecordBuffer
 from app.config.settings import BatchConfig
 from app.run import faults
 from app.sink.attempt_policy import AttemptPolicy
-from app.sink.batch_plan import COPY, PARKED, PRESENT, BatchPlan, Verdict, plan_batch
+from app.sink.batch_plan import COPY, NOTHING_PARKED, PARKED, PRESENT, BatchPlan, Holder, Verdict, plan_batch
 from app.sink.dead_letter_sink import DeadLetterSink
 from app.sink.destinations import Destination
 from app.sink.formats.base import SHARED_ERROR_CLASSES, BadRecord
@@ -76,6 +81,7 @@ class DeltaSink:
         on_fatal: Callable[[], None] = lambda: None,
         on_pause: Callable[[], None] = lambda: None,
         on_resume: Callable[[], None] = lambda: None,
+        counts_deliveries: bool = False,
     ):
         self.buffer = buffer
         self.destinations = destinations
@@ -93,14 +99,21 @@ class DeltaSink:
             batch.write_attempts, [d.format.probe for d in destinations], on_fatal, on_pause, on_resume
         )
         self._closed = threading.Event()
+        # the dead-letter append of a batch runs in this thread beside the next batch; one at a time
+        self._parking = ThreadPoolExecutor(1, "sink-dead-letters")
+        self._parked: Future[BaseException | None] | None = None
+        # a share group's delivery count of 1: the record was never delivered, so it cannot be parked yet
+        self._counts_deliveries = counts_deliveries
 
     def close(self) -> None:
         """From now on micro-batches write nothing (used while the job stops)."""
         self._closed.set()
 
     def finish(self) -> None:
-        """Once the query has stopped: the per-table write threads end (the tables are their opener's
-        to close: `app.run.pipeline.IngestRun`, the warm-up)."""
+        """Once the query has stopped: the last dead-letter append ends, then the write threads (the
+        tables are their opener's to close: `app.run.pipeline.IngestRun`, the warm-up)."""
+        self._wait_parked(raise_error=False)
+        self._parking.shutdown(wait=True)
         if self._parallel is not None:
             self._parallel.shutdown(wait=True)
 
@@ -136,16 +149,18 @@ class DeltaSink:
         except BaseException as e:
             self.stats.failed_attempts += 1
             self.policy.failed(e, last)
+            self._wait_parked(raise_error=False)  # its bad records decided (REJECT, or RELEASE on a failure)
             self._release_undecided(polls)
             self.dead_letters.seen((p.rows for p in polls), drained_at)
             raise
 
     def _run(self, polls: list[Poll], batch_id: int) -> None:
+        if self._parked is not None and self._parked.done():
+            self._wait_parked()  # the last dead-letter append's error, if it failed, fails this attempt
         with timed(self.stats, "plan"):
             for d in self.destinations:
                 d.table.refresh()
-            self.dead_letters.refresh()
-            plan = plan_batch(polls, self._table_of, self.dead_letters)
+            plan = plan_batch(polls, self._table_of, self._parked_holder(polls))
         self.stats.dedup_hits += plan.count(PRESENT)
         self.stats.dead_letter_hits += plan.count(PARKED)
         self.stats.in_batch_duplicates += plan.count(COPY)
@@ -158,16 +173,11 @@ class DeltaSink:
             bad |= landed.bad
             if landed.error is not None:
                 errors[n] = landed.error
-        dead_proof = self._park(plan, bad, batch_id) if bad else None
         parked = plan.of_kind(PARKED)
-        bad_rows = np.fromiter(sorted(bad), dtype=np.intp, count=len(bad))
-        self._decide(
-            plan,
-            [
-                Verdict(parked, Decision.REJECT, self.dead_letters.proof_of_presence() if parked.any() else None),
-                Verdict(plan.with_copies(bad_rows), Decision.REJECT, dead_proof),
-            ],
-        )
+        if parked.any():  # the plan read the dead-letter table: no append of it runs now
+            self._decide(plan, [Verdict(parked, Decision.REJECT, self.dead_letters.proof_of_presence())])
+        if bad:
+            self._park_beside(plan, bad, batch_id)
         self._account_locks(polls)
         in_order = [errors[n] for n in sorted(errors)]
         failed = next((e for e in in_order if isinstance(e, LeaseLostError)), in_order[0] if in_order else None)
@@ -196,10 +206,11 @@ class DeltaSink:
 
     # -- the one place records are decided ------------------------------------------------------------
 
-    def _decide(self, plan: BatchPlan, verdicts: Iterable[Verdict]) -> None:
+    def _decide(self, plan: BatchPlan, verdicts: Iterable[Verdict], timing: bool = True) -> None:
         """Send the verdicts: ACCEPT / REJECT (each with the proof of the commit that holds its rows) and
-        RELEASE, one command per poll and verdict. The only caller of `BatchPlan.decide`."""
-        with timed(self.stats, "decide"):
+        RELEASE, one command per poll and verdict. The only caller of `BatchPlan.decide`. `timing`:
+        counted as the running batch's `decide` step (not from the dead-letter thread)."""
+        with timed(self.stats, "decide") if timing else nullcontext():
             for v in verdicts:
                 plan.decide(v.rows, v.decision, v.proof)
 
@@ -210,12 +221,57 @@ class DeltaSink:
 
     # -- the dead-letter sink --------------------------------------------------------------------------
 
+    def _parked_holder(self, polls: list[Poll]) -> Holder:
+        """What the plan asks which records are parked already. Records a share group delivers for
+        the first time cannot be: then the table is not read (and the last batch's append, still
+        running, not waited for). Otherwise once that append is over, after other writers' commits."""
+        if self._counts_deliveries and all(_first_deliveries(p.rows) for p in polls):
+            return NOTHING_PARKED
+        self._wait_parked()
+        self.dead_letters.refresh()
+        return self.dead_letters
+
+    def _park_beside(self, plan: BatchPlan, bad: dict[int, BadRecord], batch_id: int) -> None:
+        """Park the batch's bad records in the dead-letter thread, then REJECT them there, while the
+        next batch runs. The previous batch's append ends first (its error, if any, raised here)."""
+        self._wait_parked()
+        self._parked = self._parking.submit(self._park_then_reject, plan, bad, batch_id)
+
+    def _wait_parked(self, raise_error: bool = True) -> None:
+        """Until the last dead-letter append is over (counted as the `dead_letter` step); raises its error."""
+        if self._parked is None:
+            return
+        with timed(self.stats, "dead_letter"):
+            error = self._parked.result()
+        self._parked = None
+        if error is None:
+            return
+        if raise_error:
+            raise error
+        log.warning("a dead-letter append failed, its records were RELEASEd: %s", error)
+
+    def _park_then_reject(self, plan: BatchPlan, bad: dict[int, BadRecord], batch_id: int) -> BaseException | None:
+        """The dead-letter thread: park, then REJECT with its proof; on a failure RELEASE them (they come
+        back) and return the error for the sink thread to raise."""
+        rows = plan.with_copies(np.fromiter(sorted(bad), dtype=np.intp, count=len(bad)))
+        started = time.perf_counter()
+        try:
+            proof = self._park(plan, bad, batch_id)
+            self.stats.dead_letter_append_s += time.perf_counter() - started
+            self._decide(plan, [Verdict(rows, Decision.REJECT, proof)], timing=False)
+            return None
+        except BaseException as e:  # noqa: BLE001 - raised again in the sink thread (`_wait_parked`)
+            # every other record of the batch is decided, or RELEASEd by its failed attempt once this
+            # returns: what is still undecided here are these (a stop past its bound RELEASEd them already)
+            for poll in plan.batches:
+                poll.release_undecided()
+            return e
+
     def _park(self, plan: BatchPlan, bad: dict[int, BadRecord], batch_id: int) -> CommitProof:
         """Every table's bad records (rows of the batch) to the dead-letter sink, in one append."""
-        with timed(self.stats, "dead_letter"):
-            order = sorted(bad)
-            records = plan.rows.take(pa.array(order, pa.int64()))
-            proof = self.dead_letters.park(records, [bad[n] for n in order], self.job_name, batch_id)
+        order = sorted(bad)
+        records = plan.rows.take(pa.array(order, pa.int64()))
+        proof = self.dead_letters.park(records, [bad[n] for n in order], self.job_name, batch_id)
         self.stats.dead_lettered += len(order)
         classes = Counter(b.error_class for b in bad.values())
         self.stats.dead_lettered_by_class.update(classes)
@@ -238,3 +294,9 @@ class DeltaSink:
                 oldest,
                 self.lock_duration_s,
             )
+
+
+def _first_deliveries(rows: pa.Table) -> bool:
+    """Whether every row's delivery count is 1 (none missing)."""
+    counts = rows.column("delivery_count")
+    return counts.null_count == 0 and bool((counts.to_numpy() == 1).all())

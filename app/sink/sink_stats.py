@@ -28,7 +28,7 @@ PHASES = (
     "write",  # the Spark job and the Delta commit, until the commit is durable
     "fold",  # folding our commit (and any gap before it) into the cache; a repair if another writer won
     "diagnose",  # batches with bad rows only: naming them (a second job, unless the write collected them)
-    "dead_letter",  # batches with bad records only: the dead-letter append
+    "dead_letter",  # waiting for the last batch's dead-letter append (it runs beside the next batch)
     "decide",  # ACCEPT / REJECT commands to the members
 )
 RECENT_CYCLES = 256  # per-batch step times kept for the progress line (by Spark batch id)
@@ -45,6 +45,10 @@ class SinkStats:
     dead_letter_hits: int = counter("records already in the dead-letter table: REJECTed without a write")
     late_accepts: int = counter("records ACCEPTed after their lock duration: the ACCEPT likely failed")
     failed_attempts: int = counter("micro-batch attempts that failed and RELEASEd their records")
+    dead_letter_append_s: float = counter(
+        "seconds the dead-letter appends took (each beside the next micro-batch; see the dead_letter step)",
+        default=0.0,
+    )
     empty_batches: int = counter("micro-batches that found no poll in the buffer")
     max_cycle_s: float = gauge("longest acquire -> decision time of any poll (seconds)", default=0.0)
     last_cycle_s: float = gauge("the same, for the last micro-batch with records (seconds)", default=0.0)
