@@ -196,9 +196,11 @@ class PumpConfig(_Section):
         default=None, ge=1, le=64, description="Elastic members: the pool grows to this (unset: `members`)."
     )
     max_poll_records: int = Field(
-        default=5000,
+        default=10_000,
         ge=1,
-        description="Records one poll may return (a soft limit: the broker rounds up to whole record batches).",
+        description="Records one poll may return (a soft limit: the broker rounds up to whole record batches). "
+        "The default is Kafka's most record locks per partition: with a backlog, the members' polls fill the "
+        "partitions' lock window, so a batch grows with the backlog; a light stream's polls stay small.",
     )
     poll_timeout_ms: int = Field(default=200, ge=10, description="How long one poll waits for records.")
     acknowledgement_commit: Literal["sync", "async"] = Field(
