@@ -12,7 +12,8 @@ about it are turned off).
 when it exists): a training run in a child process whose driver JVM writes the classes it loaded
 at exit (`-XX:ArchiveClassesAtExit`), after running the write path once as a job's warm-up does
 (`app.sink.warm_up`, on temporary tables: Spark SQL, the Arrow frames, Delta's commit, the JSON
-parse). The archive is written to a temporary name and renamed once complete, so a JVM starting
+parse), and the bad records' path too (the diagnosis, the dead-letter append), which a job's
+warm-up leaves out. The archive is written to a temporary name and renamed once complete, so a JVM starting
 meanwhile maps all of it or none.
 """
 
@@ -89,7 +90,7 @@ def train() -> None:
     json = JsonFormat(JsonSettings(format="json", schema="id long, user string, amount double, kind string"))
     with tempfile.TemporaryDirectory(prefix="sharelake-class-archive-") as work:
         json.start(spark, TableLocation.at(Path(work) / "t"))
-        if not warm_up(spark, [json, RawFormat(RawSettings())], 5, "sharelake-class-archive"):
+        if not warm_up(spark, [json, RawFormat(RawSettings())], 5, "sharelake-class-archive", bad=True):
             sys.exit(1)
     jvm = spark.sparkContext._gateway.proc  # the driver JVM pyspark launched
     spark.stop()

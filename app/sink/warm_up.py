@@ -1,12 +1,13 @@
 """Warms the write path at start, before the job joins the share group.
 
-Called once by `app.run.pipeline.run_ingest`, after the start-up checks and before any member polls;
-it builds its own `DeltaSink` (with a `DeltaDeadLetters` on a temporary dead-letter table).
-The first Delta append of a fresh JVM took 10-11 s (class loading, JIT, whole-stage codegen of the
+Called once by `app.run.pipeline.IngestRun`, after the start-up checks and before any member polls,
+and by the training run of the driver's class archive (`app.run.class_archive`); it builds its own
+`DeltaSink` (with a `DeltaDeadLetters` on a temporary dead-letter table). The first Delta append of
+a fresh JVM is several times slower than the next (class loading, JIT, whole-stage codegen of the
 payload parse, Delta's commit path); records polled before it would wait that long with their
 locks held. So a throwaway sink runs the real path once on synthetic records, on temporary tables
 that are deleted afterwards: Arrow rows with headers, the plan, the frame, the one-job parse and
-append, and, through one unreadable record, the diagnosis and the dead-letter append. Spark keeps
+append; with `bad`, through one unreadable record, the diagnosis and the dead-letter append. Spark keeps
 the generated code (its cache is keyed by the code, which the same schema and expressions
 reproduce) and the JVM stays warm. Fault points are suspended meanwhile, and a failure here only
 logs a warning: the real path then warms itself on the first batch, as before.
@@ -50,8 +51,16 @@ def _record(topic: str, n: int, value: bytes | None, key: bytes | None) -> Synth
     return SyntheticRecord(topic, n % 2, n, key=key, value=value, headers=headers, timestamp_ms=int(time.time() * 1000))
 
 
-def warm_up(spark: SparkSession, formats: list[PayloadFormat], max_delivery_count: int, job_name: str) -> float:
-    """Run the write path once on temporary tables, one per format; the seconds it took (0 if it failed)."""
+def warm_up(
+    spark: SparkSession, formats: list[PayloadFormat], max_delivery_count: int, job_name: str, bad: bool = False
+) -> float:
+    """Run the write path once on temporary tables, one per format; the seconds it took (0 if it failed).
+
+    `bad`: with each format's unreadable sample too, so that the bad records' path (the diagnosis,
+    the dead-letter append) runs as well. A job's start leaves it out: every start would pay it
+    (about a second), while only a first batch with bad records pays it otherwise, once, and the
+    driver's class archive (`app.run.class_archive`, whose training run warms it) already holds
+    its classes."""
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="sharelake-warm-up-"))
     tables: list[DedupTable] = []
@@ -69,6 +78,8 @@ def warm_up(spark: SparkSession, formats: list[PayloadFormat], max_delivery_coun
                 tables.append(table)
                 destinations.append(Destination((f"{TOPIC}-{i}",), table, twin))
                 values, keys = twin.sample_values(2 * ROWS_PER_TASK), twin.sample_keys(2 * ROWS_PER_TASK)
+                if not bad:  # the last sample value is the unreadable one
+                    values, keys = values[:-1], keys[:-1]
                 records += [_record(f"{TOPIC}-{i}", n, v, k) for n, (v, k) in enumerate(zip(values, keys, strict=True))]
             dead = dead_letter_table(
                 spark,
