@@ -8,19 +8,18 @@ the JVM maps an archive only on the class path it was written on. Without an arc
 archive the JVM cannot map, the driver starts as it would without one (the JVM's own messages
 about it are turned off).
 
-`python -m app.run.class_archive` builds it (`make setup` and `make demo` run it; nothing to do
+`python -m app.run.class_archive` builds it (`make setup` runs it, so `make test` too; nothing to do
 when it exists): a training run in a child process whose driver JVM writes the classes it loaded
 at exit (`-XX:ArchiveClassesAtExit`), after running the write path once as a job's warm-up does
 (`app.sink.warm_up`, on temporary tables: Spark SQL, the Arrow frames, Delta's commit, the JSON
 parse), and the bad records' path too (the diagnosis, the dead-letter append), which a job's
-warm-up leaves out. The archive is written to a temporary name and renamed once complete, so a JVM starting
-meanwhile maps all of it or none.
+warm-up leaves out. The archive is written to a temporary name and renamed once complete, so a
+JVM starting meanwhile maps all of it or none.
 """
 
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import shutil
 import subprocess
@@ -32,8 +31,6 @@ ARCHIVES_ENV = "SHARELAKE_CLASS_ARCHIVES"  # the folder of the archives
 _DUMP_ENV = "SHARELAKE_CLASS_ARCHIVE_DUMP"  # set for the training run only: where its JVM writes at exit
 MODULE = "app.run.class_archive"
 QUIET = "-Xlog:cds=off,cds+dynamic=off"  # an archive the JVM cannot map is not worth a warning
-
-log = logging.getLogger(__name__)
 
 
 def archive_path(folder: Path) -> Path:

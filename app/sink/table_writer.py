@@ -153,8 +153,8 @@ class TableWriter:
             judged = read.classify(frame).observe(observed, F.collect_list(bad_row).alias("bad"))
             main_rows = read.main_rows(judged.where(~F.col(BAD)))
         else:  # only counted: a clean batch pays no more than the count
-            counted = read.parse(frame).observe(observed, F.count_if(F.col(BAD)).alias("bad"))
-            main_rows = read.main_rows(counted.where(~F.col(BAD)))
+            parsed = read.parse(frame).observe(observed, F.count_if(F.col(BAD)).alias("bad"))
+            main_rows = read.main_rows(parsed.where(~F.col(BAD)))
         with timed(self.stats, "wait"):
             table.wait_for_room()
         with timed(self.stats, "write"):
@@ -162,12 +162,13 @@ class TableWriter:
         with timed(self.stats, "diagnose"):
             unreadable: dict[int, BadRecord] = {}
             counted = None  # bad rows the write counted, when a second job named them
-            if observed is not None and appended is None:  # no commit, maybe as every row was bad
+            if observed is None:
+                pass  # nothing judged in Spark
+            elif appended is None:  # no commit, maybe as every row was bad
                 unreadable = self._diagnose(read, frame)
-            elif observed is not None and collect:
+            elif collect:
                 unreadable = {int(r[0]): BadRecord(int(r[0]), r[1], r[2]) for r in observed.get["bad"]}
-            elif observed is not None and observed.get["bad"]:
-                counted = int(observed.get["bad"])
+            elif counted := int(observed.get["bad"]):
                 unreadable = self._diagnose(read, frame)
             self._had_bad = bool(unreadable)
         bad |= unreadable
