@@ -97,3 +97,63 @@ def test_bad_rows_keep_their_class_in_batches_with_and_without_bad_rows(
         assert states <= {RecordState.ACCEPTED, RecordState.REJECTED}
     rejected = sum(state_of(p, i) is RecordState.REJECTED for p in polls for i in range(len(p)))
     assert rejected == len(expected_bad)
+
+
+@pytest.mark.usefixtures("clean_faults")
+def test_a_failed_dead_letter_append_releases_its_records_and_fails_the_next_attempt(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dead-letter append runs beside the next batch: when it fails, its records are RELEASEd
+    (never REJECTed without a commit), the next attempt that must read the dead-letter table fails
+    with its error (and RELEASEs its own records), and the records, come back, are parked once."""
+    fmt = JsonFormat(JsonSettings(format="json", schema=EVENT_SCHEMA))
+    where = TableLocation.at(tmp_path / "events")
+    fmt.start(spark, where)
+    table = main_table(spark, where, fmt, checkpoint_every=100, lookback_commits=None)
+    dead_where = where.dead_letter()
+    dead = dead_letter_table(spark, dead_where, checkpoint_every=100, lookback_commits=None)
+    buffer = RecordBuffer(10_000)
+    sink = DeltaSink(
+        buffer,
+        [Destination((TOPIC,), table, fmt)],
+        DeltaDeadLetters(dead),
+        BatchConfig(max_wait_ms=0, write_attempts=1),
+        5,
+        30.0,
+        "t",
+        counts_deliveries=True,
+    )
+
+    def poll(records: list[SyntheticRecord]) -> PollBatch:
+        polled: Any = records
+        batch = PollBatch(0, polled, queue.Queue())
+        assert buffer.put(Poll(batch, poll_rows(polled)), 1)
+        return batch
+
+    def bad(delivery: int) -> list[SyntheticRecord]:
+        return [
+            SyntheticRecord(TOPIC, 0, 50 + i, key=f"bad-{i}".encode(), value=v, delivery_count=delivery)
+            for i, v in enumerate(BAD_VALUES.values())
+        ]
+
+    monkeypatch.setenv("SHARELAKE_FAULTS", "error@before_dead_letter_commit#1")
+    try:
+        good = [SyntheticRecord(TOPIC, 0, n, key=b"g%d" % n, value=event_value(n), timestamp_ms=1) for n in range(50)]
+        first = poll(good + bad(1))
+        sink(spark.range(1), 0)  # lands the good ones; the append of the bad ones fails beside it
+        again = poll(bad(2))  # come back: this plan reads the dead-letter table, after that append
+        with pytest.raises(Exception, match="before_dead_letter_commit"):
+            sink(spark.range(1), 1)
+        last = poll(bad(3))
+        sink(spark.range(1), 2)
+    finally:
+        sink.finish()
+        table.close()
+        dead.close()
+
+    assert [state_of(first, i) for i in range(len(first))] == [RecordState.ACCEPTED] * 50 + [RecordState.RELEASED] * 3
+    assert {state_of(again, i) for i in range(3)} == {RecordState.RELEASED}
+    assert {state_of(last, i) for i in range(3)} == {RecordState.REJECTED}
+    parked = dead_letters_by_key(spark, dead_where.path)
+    assert {k: r["error_class"] for k, r in parked.items()} == {f"bad-{i}": c for i, c in enumerate(BAD_VALUES)}
+    assert spark.read.format("delta").load(where.path).count() == 50
