@@ -134,13 +134,16 @@ class ClaimHeld(Exception):
 
 
 class ConflictCount(Protocol):
-    """Where a writer counts the commits another writer's concurrent commit sent back (`TableStats`)."""
+    """Where a writer counts the commits another writer's concurrent commit sent back, and the
+    seconds from each append's first refused commit to its commit (`TableStats`)."""
 
     commit_conflicts: int
+    commit_conflict_s: float
 
 
 class _NoCount:
     commit_conflicts = 0
+    commit_conflict_s = 0.0
 
 
 class DeltaWriter:
@@ -307,6 +310,7 @@ class DeltaWriter:
             jvm.scala.Option.apply(user_metadata),
             *(self._none,) * 5,
         )
+        refused_at: float | None = None  # time.monotonic() of this append's first refused commit
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             if self._before_commit is not None:
                 self._before_commit()  # again: writing the files took a while
@@ -316,6 +320,7 @@ class DeltaWriter:
             except CONFLICTS:
                 if attempt == COMMIT_ATTEMPTS:
                     raise
+                refused_at = refused_at if refused_at is not None else time.monotonic()
                 self._stats.commit_conflicts += 1
                 log.info(
                     "%s: another writer committed first (attempt %d): checking again, then committing the same files",
@@ -325,6 +330,8 @@ class DeltaWriter:
                 time.sleep(random.uniform(0.0, 0.05 * attempt))  # two writers retrying in step would collide again
                 faults.hit(f"before_{self.name}_recommit")
                 txn = self._transaction(claim)
+        if refused_at is not None:  # what the conflicts cost this append: re-checks and commit attempts
+            self._stats.commit_conflict_s += time.monotonic() - refused_at
         self._after_commit()
 
     def _transaction(self, claim: Claim | None) -> Any:
