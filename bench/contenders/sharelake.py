@@ -94,10 +94,15 @@ def start_sharelake(
     env: dict[str, str] | None = None,
     payload: tuple[str, ...] = JSON_PAYLOAD,
     destination: tuple[str, ...] | None = None,
+    *,
+    group: str | None = None,
+    table: Path | None = None,
 ) -> SharelakeJob:
+    """Start the job in the background; `group` and `table` default to a fresh group and the run's
+    own table (`bench.several_jobs` gives several jobs the same ones)."""
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
-    table, log = ctx.run_dir / "table", ctx.run_dir / "sharelake.log"
-    cmd = sharelake_command(ctx, ctx.group(NAME), table, mode, extra_sets, payload, destination)
+    table, log = table or ctx.run_dir / "table", ctx.run_dir / "sharelake.log"
+    cmd = sharelake_command(ctx, group or ctx.group(NAME), table, mode, extra_sets, payload, destination)
     launched_at = time.time()
     with log.open("wb") as out:
         proc = subprocess.Popen(
