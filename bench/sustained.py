@@ -1,0 +1,444 @@
+"""The sustained rate: the highest offered load Sharelake, and Spark's Kafka source beside it, keep up with.
+
+Run on its own, not a phase of `bench.run`: `.cache/venv/bin/python -m bench.sustained [--smoke]
+[--rates 5000,10000,...] [--seconds 60] ...`; it writes bench/results/<date>-sustained.md and .json.
+On one embedded broker each contender (Sharelake first, then Spark's Kafka source) runs once per
+offered rate, lowest first, each step on a fresh topic: `bench.latency.run_latency` (warm-up, then
+`--seconds` of measured load, wait until every record landed, SIGTERM). Once the step's job has
+stopped, a SparkSession in a child process computes its latency (`bench.verify.table_latency`): it
+ends with that process, so no Spark JVM runs beside the next step's job. A step passes when the run
+succeeded, every record produced landed, the producer kept its schedule (else the machine, not the
+job, was the limit: "producer behind"), the p99 of the measured records is within `--p99-limit-s`,
+and the job did not fall behind (`falls_behind`). A contender stops at its first failed step; its
+sustained rate is its highest passed step (0 if none). The report lists every step run, a failed
+one with its reasons, and the ratio Sharelake / Spark (the issue's target: >= 1.5x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import multiprocessing
+import os
+import shutil
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from bench.contenders import LABELS
+from bench.figures import finite_or_none, fmt, md_table
+from bench.latency import CONTENDERS, LatencyRun, run_latency
+from bench.machine import machine_facts
+from bench.settings import RESULTS_DIR, WORK_ROOT, BenchSettings
+from bench.verify import Window, open_spark, table_latency
+from devkit.kafka_broker import EmbeddedKafka
+
+log = logging.getLogger("bench.sustained")
+
+PRODUCER_LAG_LIMIT_S = 2.0  # the producer fell behind its schedule by more: the offered load was not offered
+GROWTH_FACTOR = 2.0  # falls behind: the last window's p99 is more than this times the early windows' ...
+GROWTH_MIN_MS = 500.0  # ... and at least this much above it
+TARGET_RATIO = 1.5  # Sharelake / Spark
+
+
+@dataclass(frozen=True)
+class SustainedSettings:
+    """The mode's sizes (printed in the report)."""
+
+    size: str = "sustained"
+    rates: tuple[int, ...] = (2500, 5000, 10000, 15000, 20000, 25000, 30000)  # offered records/s, stepped up in order
+    seconds: float = 60.0  # measured load per step
+    warmup_seconds: float = 20.0  # load before it (and at least until the first Delta commit)
+    partitions: int = 4
+    p99_limit_s: float = 2.0
+    window_seconds: float = 10.0  # p99 per window of produce time: shows a job falling behind
+    contenders: tuple[str, ...] = CONTENDERS
+    run_timeout_s: float = 1800.0
+    work_dir: Path = WORK_ROOT
+    results_dir: Path = RESULTS_DIR
+    keep_work: bool = False
+
+    def bench_settings(self, rate: int) -> BenchSettings:
+        """What `run_latency` and the contenders read, for one step."""
+        return replace(
+            BenchSettings(),
+            size=self.size,
+            contenders=self.contenders,
+            latency_rate=rate,
+            latency_seconds=self.seconds,
+            latency_warmup_seconds=self.warmup_seconds,
+            latency_partitions=self.partitions,
+            latency_window_seconds=self.window_seconds,
+            run_timeout_s=self.run_timeout_s,
+            work_dir=self.work_dir,
+            results_dir=self.results_dir,
+            keep_work=self.keep_work,
+        )
+
+    def as_table(self) -> dict[str, str]:
+        b = BenchSettings()
+        return {
+            "offered rates (records/s), in order": ", ".join(f"{r:,}" for r in self.rates),
+            "measured load per step (s)": f"{self.seconds:g}",
+            "warm-up per step (s, and until the first Delta commit)": f"{self.warmup_seconds:g}",
+            "partitions of every topic": str(self.partitions),
+            "p99 limit (s)": f"{self.p99_limit_s:g}",
+            "window for the falls-behind check (s)": f"{self.window_seconds:g}",
+            "producer lag limit (s)": f"{PRODUCER_LAG_LIMIT_S:g}",
+            "contenders, in order": ", ".join(self.contenders),
+            "Sharelake pump.members": str(b.members),
+            "Spark trigger": f'ProcessingTime("{b.latency_trigger}")',
+            "run timeout (s)": f"{self.run_timeout_s:g}",
+        }
+
+
+SMOKE: dict[str, Any] = {
+    "size": "smoke",
+    "rates": (200, 400),
+    "seconds": 4.0,
+    "warmup_seconds": 1.0,
+    "partitions": 2,
+    "window_seconds": 2.0,
+    "run_timeout_s": 300.0,
+}
+
+
+@dataclass
+class StepFigures:
+    """A step's latency (ms, produce -> Delta commit) over its measured records, from `table_latency`."""
+
+    samples: int
+    unmatched: int
+    rewritten: int
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    windows: list[Window]
+
+    def growth(self) -> tuple[float, float]:
+        """(the lowest p99 of the first half of the windows, the last window's p99); NaN with < 2 windows."""
+        p99s = [w.p99_ms for w in self.windows if w.rows]
+        if len(p99s) < 2:
+            return math.nan, math.nan
+        return min(p99s[: max(1, len(p99s) // 2)]), p99s[-1]
+
+    def falls_behind(self) -> bool:
+        """The latency grew over the run: the last window's p99 is more than GROWTH_FACTOR times the
+        early one and GROWTH_MIN_MS above it (a job that keeps up has a flat p99)."""
+        early, last = self.growth()
+        return last > GROWTH_FACTOR * early and last - early >= GROWTH_MIN_MS
+
+
+@dataclass
+class Step:
+    contender: str
+    rate: int
+    run: LatencyRun
+    figures: StepFigures | None = None
+    figures_error: str = ""
+    reasons: list[str] = field(default_factory=list)  # why it failed; empty: passed
+
+    @property
+    def passed(self) -> bool:
+        return not self.reasons
+
+    @property
+    def landed(self) -> int:
+        return self.run.result.records
+
+    @property
+    def producer_behind(self) -> bool:
+        return self.run.producer_lag_s >= PRODUCER_LAG_LIMIT_S
+
+
+@dataclass
+class SustainedOutcome:
+    settings: SustainedSettings
+    started: str
+    machine: dict[str, str]
+    steps: list[Step] = field(default_factory=list)
+    load_after: str = ""
+    seconds: float = 0.0
+
+
+def step_figures(table: str, min_id: int, window_s: float, span_s: float) -> StepFigures:
+    """Run in a child process: a SparkSession, the step's latency from its table; the JVM ends with the process."""
+    spark = open_spark()
+    try:
+        lat = table_latency(spark, Path(table), min_id, window_s, span_s)
+    finally:
+        spark.stop()
+    return StepFigures(lat.samples, lat.unmatched, lat.rewritten, lat.pct(50), lat.pct(99), lat.pct(100), lat.windows)
+
+
+def figures_apart(table: Path, min_id: int, window_s: float, span_s: float) -> StepFigures:
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(step_figures, str(table), min_id, window_s, span_s).result()
+
+
+def judge(step: Step, s: SustainedSettings) -> list[str]:
+    """Why the step failed (empty: it passed)."""
+    run, r = step.run, step.run.result
+    if not r.ok:
+        return ["run failed: " + " / ".join(r.error.splitlines())[:300]]
+    reasons = []
+    if step.landed < run.produced:
+        reasons.append(f"only {step.landed:,} of {run.produced:,} records landed")
+    elif step.landed > run.produced:
+        reasons.append(f"{step.landed:,} rows for {run.produced:,} records produced")
+    if step.producer_behind:
+        reasons.append(f"producer behind (up to {run.producer_lag_s:.1f} s late: the machine was the limit)")
+    f = step.figures
+    if f is None:
+        return [*reasons, f"no latency figures: {step.figures_error}"]
+    if not math.isfinite(f.p99_ms):
+        reasons.append("no measured row in the table to take a p99 from")
+    elif f.p99_ms > s.p99_limit_s * 1000:
+        reasons.append(f"p99 {f.p99_ms / 1000:.2f} s > {s.p99_limit_s:g} s")
+    if f.falls_behind():
+        early, last = f.growth()
+        reasons.append(f"falls behind (p99 {early / 1000:.2f} s early, {last / 1000:.2f} s in the last window)")
+    return reasons
+
+
+def run_steps(kafka: EmbeddedKafka, s: SustainedSettings, contender: str, work: Path) -> list[Step]:
+    """One contender at each rate, lowest first, until its first failed step."""
+    steps = []
+    for rate in s.rates:
+        log.info("sustained: %s at %d records/s on %d partition(s)", contender, rate, s.partitions)
+        topic = f"sustained-{contender}-r{rate}-p{s.partitions}"
+        run = run_latency(kafka, s.bench_settings(rate), work / f"{contender}-r{rate}", contender, topic=topic)
+        step = Step(contender, rate, run)
+        if run.result.ok and run.result.table is not None:
+            try:
+                step.figures = figures_apart(run.result.table, run.warmup_records, s.window_seconds, s.seconds)
+            except Exception as e:
+                log.exception("latency figures of %s at %d failed", contender, rate)
+                step.figures_error = f"computing them raised {e!r}"
+        step.reasons = judge(step, s)
+        steps.append(step)
+        log.info("  -> %s", "passed" if step.passed else "FAILED: " + "; ".join(step.reasons))
+        if not step.passed:
+            break
+    return steps
+
+
+# -- the report ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Verdict:
+    """A contender's sustained rate and what bounded it."""
+
+    contender: str
+    rate: int  # its highest passed step, 0 if none
+    exact: bool  # False: a lower bound (every step passed, or only the producer fell behind)
+    note: str
+
+
+def verdict(steps: list[Step], contender: str) -> Verdict:
+    mine = [st for st in steps if st.contender == contender]
+    rate = max((st.rate for st in mine if st.passed), default=0)
+    failed = next((st for st in mine if not st.passed), None)
+    if failed is None:
+        return Verdict(contender, rate, False, "passed every step: its limit is above the highest rate offered")
+    only_producer = failed.producer_behind and len(failed.reasons) == 1
+    if only_producer:
+        return Verdict(contender, rate, False, f"the producer fell behind at {failed.rate:,}: the machine's limit")
+    return Verdict(contender, rate, True, f"failed at {failed.rate:,}: " + "; ".join(failed.reasons))
+
+
+def ratio(a: Verdict | None, b: Verdict | None) -> tuple[float, str, str]:
+    """(Sharelake / Spark, its qualifier "=", ">=", "<=" or "?", the target's verdict)."""
+    if a is None or b is None or a.rate <= 0 or b.rate <= 0:
+        return math.nan, "", "not determined: a contender was not run or sustained none of the rates"
+    value = a.rate / b.rate
+    sign = {(True, True): "=", (False, True): ">=", (True, False): "<="}.get((a.exact, b.exact), "?")
+    met = value >= TARGET_RATIO and sign in ("=", ">=")
+    missed = value < TARGET_RATIO and sign in ("=", "<=")
+    target = "met" if met else "not met" if missed else "not determined (bounds only)"
+    return value, sign, target
+
+
+def _step_row(st: Step) -> list[str]:
+    f, run = st.figures, st.run
+    early, last = f.growth() if f else (math.nan, math.nan)
+    result = "passed" if st.passed else "failed: " + "; ".join(st.reasons).replace("|", "/")
+    return [
+        f"{st.rate:,}", f"{run.produced:,}", f"{st.landed:,}", fmt(f.p50_ms if f else None, 0),
+        fmt(f.p99_ms if f else None, 0), fmt(early, 0), fmt(last, 0), fmt(run.producer_lag_s * 1000, 0), result,
+    ]  # fmt: skip
+
+
+def report_markdown(o: SustainedOutcome) -> str:
+    s = o.settings
+    verdicts = {c: verdict(o.steps, c) for c in s.contenders}
+    value, sign, target = ratio(verdicts.get(CONTENDERS[0]), verdicts.get(CONTENDERS[1]))
+    md = [f"# Sustained rate: Sharelake and Spark's Kafka source ({s.size}), {o.started}\n"]
+    md.append(
+        "Each contender ran at each offered rate in turn, lowest first, on a fresh topic of "
+        f"{s.partitions} partition(s) of one embedded broker (`bench.latency.run_latency`): a warm-up of "
+        f"{s.warmup_seconds:g} s (and until the job's first Delta commit), then {s.seconds:g} s of measured load "
+        "at a fixed schedule; once every record was in the table the job got SIGTERM. Latency of a row = the "
+        "`commitInfo.timestamp` of the Delta version that added it - its `kafka_timestamp` (`bench.verify`), "
+        "computed after the step with no job running. A step passes when the run succeeded, every record "
+        f"produced landed, the producer was never more than {PRODUCER_LAG_LIMIT_S:g} s behind its schedule, the "
+        f"p99 over the measured records is <= {s.p99_limit_s:g} s, and the job did not fall behind: the p99 of "
+        f"the last {s.window_seconds:g} s window (by produce time) is not above {GROWTH_FACTOR:g}x the lowest p99 "
+        f"of the first half of the windows by {GROWTH_MIN_MS / 1000:g} s or more. A contender stops at its first "
+        "failed step; its sustained rate is its highest passed step, so its limit lies between that and the next "
+        "rate.\n"
+    )
+    md.append("## Sustained rate\n")
+    rows = [
+        [LABELS[v.contender], f"{v.rate:,}" if v.exact else f">= {v.rate:,}", v.note.replace("|", "/")]
+        for v in verdicts.values()
+    ]
+    md.append(md_table(["contender", "sustained records/s", "bounded by"], rows) + "\n")
+    words = {"=": "", ">=": "at least ", "<=": "at most ", "?": "two lower bounds, so undetermined: "}
+    shown = f"{words[sign]}{value:.2f}x" if math.isfinite(value) else "n/a"
+    md.append(f"Sharelake / Spark's Kafka source: **{shown}**; target >= {TARGET_RATIO:g}x: **{target}**.\n")
+    header = ["offered records/s", "produced", "landed", "p50 ms", "p99 ms", "early p99 ms", "last-window p99 ms"]
+    for c in s.contenders:
+        md.append(f"## Steps of {LABELS[c]}\n")
+        mine = [st for st in o.steps if st.contender == c]
+        md.append(md_table([*header, "producer lag ms", "result"], [_step_row(st) for st in mine]) + "\n")
+        for st in mine:
+            f = st.figures
+            if f and (f.samples != st.run.measured or f.unmatched or f.rewritten):
+                md.append(
+                    f"**Note**, {st.rate:,} records/s: {f.samples:,} measured rows for {st.run.measured:,} measured "
+                    f"records; {f.unmatched:,} rows in a file no add action names; {f.rewritten:,} rewritten.\n"
+                )
+    md.append("Produced and landed count the warm-up records too; p50 / p99 are over the measured records only.\n")
+    md.append("## Settings\n")
+    md.append(md_table(["setting", "value"], [[k, v] for k, v in s.as_table().items()]) + "\n")
+    md.append("## Machine\n")
+    facts = {**o.machine, "load average at the end (1, 5, 15 min)": o.load_after}
+    md.append(md_table(["", ""], [[k, v] for k, v in facts.items()]) + "\n")
+    md.append(f"Whole run: {o.seconds / 60:.1f} min.\n")
+    return "\n".join(md)
+
+
+def _finite(d: dict[str, Any]) -> dict[str, Any]:
+    """For JSON: NaN floats become null."""
+    return {k: finite_or_none(v) if isinstance(v, float) else v for k, v in d.items()}
+
+
+def report_json(o: SustainedOutcome) -> dict[str, Any]:
+    s = o.settings
+    verdicts = {c: verdict(o.steps, c) for c in s.contenders}
+    value, sign, target = ratio(verdicts.get(CONTENDERS[0]), verdicts.get(CONTENDERS[1]))
+    steps = []
+    for st in o.steps:
+        f, run = st.figures, st.run
+        entry: dict[str, Any] = {
+            "contender": st.contender, "rate": st.rate, "topic": run.topic, "passed": st.passed,
+            "reasons": st.reasons, "error": run.result.error or st.figures_error, "produced": run.produced,
+            "landed": st.landed, "warmup_records": run.warmup_records, "measured_records": run.measured,
+            "producer_lag_s": run.producer_lag_s,
+        }  # fmt: skip
+        if f is not None:
+            early, last = f.growth()
+            entry |= _finite(asdict(f)) | {"early_p99_ms": finite_or_none(early), "last_p99_ms": finite_or_none(last)}
+            entry["windows"] = [_finite(asdict(w)) for w in f.windows]
+        steps.append(entry)
+    return {
+        "started": o.started,
+        "seconds": o.seconds,
+        "machine": o.machine,
+        "load_after": o.load_after,
+        "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(s).items()},
+        "criteria": {
+            "p99_limit_s": s.p99_limit_s,
+            "producer_lag_limit_s": PRODUCER_LAG_LIMIT_S,
+            "growth_factor": GROWTH_FACTOR,
+            "growth_min_ms": GROWTH_MIN_MS,
+        },
+        "steps": steps,
+        "sustained": {c: asdict(v) for c, v in verdicts.items()},
+        "ratio": {"value": finite_or_none(value), "qualifier": sign, "target": TARGET_RATIO, "verdict": target},
+    }
+
+
+def write_report(o: SustainedOutcome, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(report_markdown(o))
+    path.with_suffix(".json").write_text(json.dumps(report_json(o), indent=2, default=str))
+    return path
+
+
+# -- the command -----------------------------------------------------------------------------------------
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def parser() -> argparse.ArgumentParser:
+    d = SustainedSettings()
+    p = argparse.ArgumentParser(
+        prog="python -m bench.sustained",
+        description="Steps the offered rate up until the p99 passes a limit or the job falls behind, for Sharelake "
+        "and Spark's Kafka source; writes bench/results/<date>-sustained.md",
+    )
+    p.add_argument("--smoke", action="store_true", help="tiny sizes that only check the harness works")
+    p.add_argument("--rates", type=_ints, help="offered records/s, comma-separated (default 2500,5000,10000,...,30000)")
+    p.add_argument("--seconds", type=float, help=f"measured load per step (default {d.seconds:g})")
+    p.add_argument("--warmup-seconds", type=float, help=f"load before it (default {d.warmup_seconds:g})")
+    p.add_argument("--partitions", type=int, help=f"partitions of every topic (default {d.partitions})")
+    p.add_argument("--p99-limit-s", type=float, help=f"a step's p99 limit (default {d.p99_limit_s:g})")
+    p.add_argument("--window-seconds", type=float, help=f"falls-behind check windows (default {d.window_seconds:g})")
+    p.add_argument("--contenders", type=_names, help="subset, comma-separated: " + ",".join(CONTENDERS))
+    p.add_argument("--work-dir", type=Path, help=f"broker data, tables, logs (default {WORK_ROOT})")
+    p.add_argument("--results-dir", type=Path, help=f"where the report goes (default {RESULTS_DIR})")
+    p.add_argument("--keep-work", action="store_true", default=None, help="keep broker data, tables and logs")
+    return p
+
+
+def settings_from_args(argv: list[str] | None = None) -> SustainedSettings:
+    args = parser().parse_args(argv)
+    s = replace(SustainedSettings(), **SMOKE) if args.smoke else SustainedSettings()
+    s = replace(s, **{k: v for k, v in vars(args).items() if k != "smoke" and v is not None})
+    unknown = set(s.contenders) - set(CONTENDERS)
+    if unknown:
+        raise SystemExit(f"bench.sustained: unknown contender(s) {', '.join(sorted(unknown))}")
+    if not s.rates or min(s.rates) < 1 or s.seconds <= 0 or s.partitions < 1 or s.window_seconds <= 0:
+        raise SystemExit("bench.sustained: need rates >= 1, --seconds > 0, --partitions >= 1, --window-seconds > 0")
+    return replace(s, rates=tuple(sorted(set(s.rates))), contenders=tuple(c for c in CONTENDERS if c in s.contenders))
+
+
+def main(argv: list[str] | None = None) -> int:
+    s = settings_from_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    stamp = time.strftime("%Y-%m-%d-%H%M%S")
+    suffix = "sustained" if s.size == "sustained" else f"sustained-{s.size}"
+    work = s.work_dir / f"{stamp}-{suffix}"
+    out = SustainedOutcome(s, time.strftime("%Y-%m-%d %H:%M:%S %Z"), machine_facts())
+    began = time.monotonic()
+    try:
+        with EmbeddedKafka(work / "broker", heap="1g") as kafka:
+            for contender in s.contenders:
+                out.steps += run_steps(kafka, s, contender, work / "runs")
+        out.load_after = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+        out.seconds = time.monotonic() - began
+        report = write_report(out, s.results_dir / f"{stamp}-{suffix}.md")
+    finally:
+        if not s.keep_work:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"bench.sustained: report written to {report}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
