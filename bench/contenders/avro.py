@@ -15,6 +15,8 @@ Called by `bench.formats` (its rounds), beside the JSON contenders it takes from
 
 from __future__ import annotations
 
+import time
+
 from bench.avro_workload import AVRO_SCHEMA_JSON
 from bench.contenders.base import RunContext, RunResult, delta_job_result, failed, run_logged
 from bench.contenders.sharelake import result_of, start_sharelake
@@ -45,5 +47,6 @@ def run_spark_kafka_avro(ctx: RunContext) -> RunResult:
         cmd, env = submit_command(ctx, JOB, table, "--avro-schema", AVRO_SCHEMA_JSON)
     except FileNotFoundError:
         return failed(ctx, SPARK_AVRO, f"no jars in {BENCH_JARS}: run `make bench-setup`")
+    launched_at = time.time()
     code = run_logged(cmd, log, ctx.settings.run_timeout_s, env=env)
-    return delta_job_result(ctx, SPARK_AVRO, code, log, table)
+    return delta_job_result(ctx, SPARK_AVRO, code, log, table, launched_at=launched_at)
