@@ -9,9 +9,12 @@ stopped, a SparkSession in a child process computes its latency (`bench.verify.t
 ends with that process, so no Spark JVM runs beside the next step's job. A step passes when the run
 succeeded, every record produced landed, the producer kept its schedule (else the machine, not the
 job, was the limit: "producer behind"), the p99 of the measured records is within `--p99-limit-s`,
-and the job did not fall behind (`falls_behind`). A contender stops at its first failed step; its
-sustained rate is its highest passed step (0 if none). The report lists every step run, a failed
-one with its reasons, and the ratio Sharelake / Spark (the issue's target: >= 1.5x).
+and the job did not fall behind (`falls_behind`); its sustained rate is the highest of the steps
+passed in a row (0 if none). A p99 over the limit does not stop a contender: it steps on until a
+step it does not keep up with, which gives a second figure, the highest rate kept up with whatever
+the p99 (a job that batches a backlog keeps up with more than it serves within 2 s). The report
+lists every step run, a failed one with its reasons, and both ratios Sharelake / Spark (target:
+>= 1.5x).
 """
 
 from __future__ import annotations
@@ -141,11 +144,22 @@ class Step:
     run: LatencyRun
     figures: StepFigures | None = None
     figures_error: str = ""
-    reasons: list[str] = field(default_factory=list)  # why it failed; empty: passed
+    reasons: list[str] = field(default_factory=list)  # why it did not keep up; empty: it did
+    over_limit: str = ""  # its p99 over the limit, said in words; "": within the limit
+
+    @property
+    def keeps_up(self) -> bool:
+        """Every record landed, on schedule, and the latency did not grow over the step."""
+        return not self.reasons
 
     @property
     def passed(self) -> bool:
-        return not self.reasons
+        """Kept up, with the p99 within the limit."""
+        return self.keeps_up and not self.over_limit
+
+    @property
+    def failures(self) -> list[str]:
+        return [*self.reasons, *([self.over_limit] if self.over_limit else [])]
 
     @property
     def landed(self) -> int:
@@ -181,8 +195,17 @@ def figures_apart(table: Path, min_id: int, window_s: float, span_s: float) -> S
         return pool.submit(step_figures, str(table), min_id, window_s, span_s).result()
 
 
-def judge(step: Step, s: SustainedSettings) -> list[str]:
-    """Why the step failed (empty: it passed)."""
+def judge(step: Step, s: SustainedSettings) -> tuple[list[str], str]:
+    """(why the step did not keep up, empty if it did; its p99 over the limit in words, "" if within)."""
+    reasons = keep_up_reasons(step)
+    f = step.figures
+    if f is None or not math.isfinite(f.p99_ms) or f.p99_ms <= s.p99_limit_s * 1000:
+        return reasons, ""
+    return reasons, f"p99 {f.p99_ms / 1000:.2f} s > {s.p99_limit_s:g} s"
+
+
+def keep_up_reasons(step: Step) -> list[str]:
+    """Why the step did not keep up with its offered rate (empty: it did)."""
     run, r = step.run, step.run.result
     if not r.ok:
         return ["run failed: " + " / ".join(r.error.splitlines())[:300]]
@@ -198,8 +221,6 @@ def judge(step: Step, s: SustainedSettings) -> list[str]:
         return [*reasons, f"no latency figures: {step.figures_error}"]
     if not math.isfinite(f.p99_ms):
         reasons.append("no measured row in the table to take a p99 from")
-    elif f.p99_ms > s.p99_limit_s * 1000:
-        reasons.append(f"p99 {f.p99_ms / 1000:.2f} s > {s.p99_limit_s:g} s")
     if f.falls_behind():
         early, last = f.growth()
         reasons.append(f"falls behind (p99 {early / 1000:.2f} s early, {last / 1000:.2f} s in the last window)")
@@ -207,7 +228,8 @@ def judge(step: Step, s: SustainedSettings) -> list[str]:
 
 
 def run_steps(kafka: EmbeddedKafka, s: SustainedSettings, contender: str, work: Path) -> list[Step]:
-    """One contender at each rate, lowest first, until its first failed step."""
+    """One contender at each rate, lowest first, until the first step it does not keep up with (a p99
+    over the limit does not stop it: the rate it keeps up with is the second figure)."""
     steps = []
     for rate in s.rates:
         log.info("sustained: %s at %d records/s on %d partition(s)", contender, rate, s.partitions)
@@ -220,10 +242,10 @@ def run_steps(kafka: EmbeddedKafka, s: SustainedSettings, contender: str, work: 
             except Exception as e:
                 log.exception("latency figures of %s at %d failed", contender, rate)
                 step.figures_error = f"computing them raised {e!r}"
-        step.reasons = judge(step, s)
+        step.reasons, step.over_limit = judge(step, s)
         steps.append(step)
-        log.info("  -> %s", "passed" if step.passed else "FAILED: " + "; ".join(step.reasons))
-        if not step.passed:
+        log.info("  -> %s", "passed" if step.passed else "FAILED: " + "; ".join(step.failures))
+        if not step.keeps_up:
             break
     return steps
 
@@ -241,16 +263,21 @@ class Verdict:
     note: str
 
 
-def verdict(steps: list[Step], contender: str) -> Verdict:
-    mine = [st for st in steps if st.contender == contender]
-    rate = max((st.rate for st in mine if st.passed), default=0)
-    failed = next((st for st in mine if not st.passed), None)
+def verdict(steps: list[Step], contender: str, kept_up: bool = False) -> Verdict:
+    """The highest rate of the steps passed in a row from the lowest (`kept_up`: kept up with, the p99
+    aside), and what bounded it."""
+    rate, failed = 0, None
+    for st in (st for st in steps if st.contender == contender):
+        if not (st.keeps_up if kept_up else st.passed):
+            failed = st
+            break
+        rate = st.rate
     if failed is None:
         return Verdict(contender, rate, False, "passed every step: its limit is above the highest rate offered")
-    only_producer = failed.producer_behind and len(failed.reasons) == 1
-    if only_producer:
+    why = failed.reasons if kept_up else failed.failures
+    if failed.producer_behind and len(why) == 1:
         return Verdict(contender, rate, False, f"the producer fell behind at {failed.rate:,}: the machine's limit")
-    return Verdict(contender, rate, True, f"failed at {failed.rate:,}: " + "; ".join(failed.reasons))
+    return Verdict(contender, rate, True, f"failed at {failed.rate:,}: " + "; ".join(why))
 
 
 def ratio(a: Verdict | None, b: Verdict | None) -> tuple[float, str, str]:
@@ -268,7 +295,7 @@ def ratio(a: Verdict | None, b: Verdict | None) -> tuple[float, str, str]:
 def _step_row(st: Step) -> list[str]:
     f, run = st.figures, st.run
     early, last = f.growth() if f else (math.nan, math.nan)
-    result = "passed" if st.passed else "failed: " + "; ".join(st.reasons).replace("|", "/")
+    result = "passed" if st.passed else "failed: " + "; ".join(st.failures).replace("|", "/")
     return [
         f"{st.rate:,}", f"{run.produced:,}", f"{st.landed:,}", fmt(f.p50_ms if f else None, 0),
         fmt(f.p99_ms if f else None, 0), fmt(early, 0), fmt(last, 0), fmt(run.producer_lag_s * 1000, 0), result,
@@ -279,6 +306,8 @@ def report_markdown(o: SustainedOutcome) -> str:
     s = o.settings
     verdicts = {c: verdict(o.steps, c) for c in s.contenders}
     value, sign, target = ratio(verdicts.get(CONTENDERS[0]), verdicts.get(CONTENDERS[1]))
+    kept = {c: verdict(o.steps, c, kept_up=True) for c in s.contenders}
+    kept_value, kept_sign, kept_target = ratio(kept.get(CONTENDERS[0]), kept.get(CONTENDERS[1]))
     md = [f"# Sustained rate: Sharelake and Spark's Kafka source ({s.size}), {o.started}\n"]
     md.append(
         "Each contender ran at each offered rate in turn, lowest first, on a fresh topic of "
@@ -290,9 +319,10 @@ def report_markdown(o: SustainedOutcome) -> str:
         f"produced landed, the producer was never more than {PRODUCER_LAG_LIMIT_S:g} s behind its schedule, the "
         f"p99 over the measured records is <= {s.p99_limit_s:g} s, and the job did not fall behind: the p99 of "
         f"the last {s.window_seconds:g} s window (by produce time) is not above {GROWTH_FACTOR:g}x the lowest p99 "
-        f"of the first half of the windows by {GROWTH_MIN_MS / 1000:g} s or more. A contender stops at its first "
-        "failed step; its sustained rate is its highest passed step, so its limit lies between that and the next "
-        "rate.\n"
+        f"of the first half of the windows by {GROWTH_MIN_MS / 1000:g} s or more. Its sustained rate is the "
+        "highest of the steps passed in a row from the lowest. A p99 over the limit does not stop a contender: it "
+        "goes on until a step it does not keep up with (every record landed on schedule, no falling behind), "
+        "which gives the second figure, the highest rate kept up with whatever the p99.\n"
     )
     md.append("## Sustained rate\n")
     rows = [
@@ -303,6 +333,14 @@ def report_markdown(o: SustainedOutcome) -> str:
     words = {"=": "", ">=": "at least ", "<=": "at most ", "?": "two lower bounds, so undetermined: "}
     shown = f"{words[sign]}{value:.2f}x" if math.isfinite(value) else "n/a"
     md.append(f"Sharelake / Spark's Kafka source: **{shown}**; target >= {TARGET_RATIO:g}x: **{target}**.\n")
+    md.append("## Highest rate kept up with (the p99 aside)\n")
+    rows = [
+        [LABELS[v.contender], f"{v.rate:,}" if v.exact else f">= {v.rate:,}", v.note.replace("|", "/")]
+        for v in kept.values()
+    ]
+    md.append(md_table(["contender", "kept up with, records/s", "bounded by"], rows) + "\n")
+    shown = f"{words[kept_sign]}{kept_value:.2f}x" if math.isfinite(kept_value) else "n/a"
+    md.append(f"Sharelake / Spark's Kafka source: **{shown}** ({kept_target} against {TARGET_RATIO:g}x).\n")
     header = ["offered records/s", "produced", "landed", "p50 ms", "p99 ms", "early p99 ms", "last-window p99 ms"]
     for c in s.contenders:
         md.append(f"## Steps of {LABELS[c]}\n")
@@ -334,14 +372,16 @@ def report_json(o: SustainedOutcome) -> dict[str, Any]:
     s = o.settings
     verdicts = {c: verdict(o.steps, c) for c in s.contenders}
     value, sign, target = ratio(verdicts.get(CONTENDERS[0]), verdicts.get(CONTENDERS[1]))
+    kept = {c: verdict(o.steps, c, kept_up=True) for c in s.contenders}
+    kept_value, kept_sign, _ = ratio(kept.get(CONTENDERS[0]), kept.get(CONTENDERS[1]))
     steps = []
     for st in o.steps:
         f, run = st.figures, st.run
         entry: dict[str, Any] = {
             "contender": st.contender, "rate": st.rate, "topic": run.topic, "passed": st.passed,
-            "reasons": st.reasons, "error": run.result.error or st.figures_error, "produced": run.produced,
-            "landed": st.landed, "warmup_records": run.warmup_records, "measured_records": run.measured,
-            "producer_lag_s": run.producer_lag_s,
+            "reasons": st.failures, "keeps_up": st.keeps_up, "error": run.result.error or st.figures_error,
+            "produced": run.produced, "landed": st.landed, "warmup_records": run.warmup_records,
+            "measured_records": run.measured, "producer_lag_s": run.producer_lag_s,
         }  # fmt: skip
         if f is not None:
             early, last = f.growth()
@@ -363,6 +403,8 @@ def report_json(o: SustainedOutcome) -> dict[str, Any]:
         "steps": steps,
         "sustained": {c: asdict(v) for c, v in verdicts.items()},
         "ratio": {"value": finite_or_none(value), "qualifier": sign, "target": TARGET_RATIO, "verdict": target},
+        "kept_up": {c: asdict(v) for c, v in kept.items()},
+        "kept_up_ratio": {"value": finite_or_none(kept_value), "qualifier": kept_sign},
     }
 
 
