@@ -196,11 +196,12 @@ class PumpConfig(_Section):
         default=None, ge=1, le=64, description="Elastic members: the pool grows to this (unset: `members`)."
     )
     max_poll_records: int = Field(
-        default=10_000,
+        default=40_000,
         ge=1,
         description="Records one poll may return (a soft limit: the broker rounds up to whole record batches). "
-        "The default is Kafka's most record locks per partition: with a backlog, the members' polls fill the "
-        "partitions' lock window, so a batch grows with the backlog; a light stream's polls stay small.",
+        "A poll spans partitions, each holding at most its record locks (Kafka allows 10,000): with a backlog "
+        "the members' polls fill the partitions' lock window (up to `buffer_max_records`), so a batch grows "
+        "with the backlog and the partitions; a light stream's polls stay small.",
     )
     poll_timeout_ms: int = Field(default=200, ge=10, description="How long one poll waits for records.")
     acknowledgement_commit: Literal["sync", "async"] = Field(
@@ -211,7 +212,7 @@ class PumpConfig(_Section):
         "its records come back). Measured in `docs/tuning.md`.",
     )
     buffer_max_records: int = Field(
-        default=50_000,
+        default=160_000,
         ge=1,
         description="Bound of the in-driver RecordBuffer: members wait when it is full (backpressure; the driver's "
         "memory follows the config, not the backlog).",
@@ -239,7 +240,7 @@ class BatchConfig(_Section):
     """`[batch]`: the micro-batches; each is at most one Delta commit per table."""
 
     max_records: int = Field(
-        default=50_000, ge=1, description="Records one micro-batch (one Delta commit per table) takes at most."
+        default=160_000, ge=1, description="Records one micro-batch (one Delta commit per table) takes at most."
     )
     max_wait_ms: int = Field(
         default=200, ge=0, description="How long a micro-batch waits for its first poll before it skips."
