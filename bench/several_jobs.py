@@ -186,7 +186,7 @@ def write_report(runs: list[JobsRun], s: BenchSettings, jobs: list[int], facts: 
             "the data commits after the first / (last data commit - first). Scheduled: all rows / (first "
             "process start -> last data commit). Refused: commits Delta sent back because another job "
             "committed first (each re-checked and committed again with the same files); their seconds run "
-            "from an append's first refusal to its commit, against the jobs' `write` step seconds.",
+            "from an append's first refusal until its commit is durable, against the jobs' `write` step seconds.",
             md_table(
                 [
                     "jobs",

@@ -86,7 +86,8 @@ class TableStats:
         "commits another writer's concurrent commit sent back: checked again, the same files committed"
     )
     commit_conflict_s: float = counter(
-        "seconds from an append's first commit another writer sent back to its commit, summed", default=0.0
+        "seconds from an append's first commit another writer sent back until its commit was durable, summed",
+        default=0.0,
     )
     duplicates_repaired: int = counter("duplicate rows an older Sharelake version left, deleted at start")
     last_version: int = gauge("the table version of our last commit", name="{prefix}last_version", default=-1)

@@ -135,7 +135,7 @@ class ClaimHeld(Exception):
 
 class ConflictCount(Protocol):
     """Where a writer counts the commits another writer's concurrent commit sent back, and the
-    seconds from each append's first refused commit to its commit (`TableStats`)."""
+    seconds from each append's first refused commit until its commit is durable (`TableStats`)."""
 
     commit_conflicts: int
     commit_conflict_s: float
@@ -144,6 +144,13 @@ class ConflictCount(Protocol):
 class _NoCount:
     commit_conflicts = 0
     commit_conflict_s = 0.0
+
+
+@dataclass
+class _Refusal:
+    """When an append's commit was first refused (set by its committer thread, read once it is durable)."""
+
+    first_at: float | None = None  # time.monotonic()
 
 
 class DeltaWriter:
@@ -257,8 +264,9 @@ class DeltaWriter:
             self._prepare_schema(rows.schema, merge_schema)  # a commit of its own, before `before` is read
         before = self._last_commit()
         description = f"sharelake {self.name} append, batch = {batch_id}"
+        refusal = _Refusal()
         if created:
-            future = self._committer.submit(self._commit, rows, user_metadata, claim, description)
+            future = self._committer.submit(self._commit, rows, user_metadata, claim, description, refusal)
         else:  # the table's first commit creates it: a plain append (two creators conflict in Delta)
             writer = rows.write.format("delta").mode("append").option("userMetadata", user_metadata)
             if merge_schema:
@@ -279,6 +287,8 @@ class DeltaWriter:
                 if version is None or version == before:
                     return None
                 break
+        if refusal.first_at is not None:  # what other writers' commits cost it: re-checks, commit attempts
+            self._stats.commit_conflict_s += time.monotonic() - refusal.first_at
         faults.hit(f"after_{self.name}_commit")
         return CommitProof._mint(self.table_path, version)
 
@@ -293,7 +303,9 @@ class DeltaWriter:
         self._created = True
         self._after_commit()
 
-    def _commit(self, rows: DataFrame, user_metadata: str, claim: Claim | None, description: str) -> None:
+    def _commit(
+        self, rows: DataFrame, user_metadata: str, claim: Claim | None, description: str, refusal: _Refusal
+    ) -> None:
         """One append as Delta's transaction: check, write the files, commit them (committer thread).
 
         A conflict with another writer's commit starts a new transaction on the newer snapshot,
@@ -310,7 +322,6 @@ class DeltaWriter:
             jvm.scala.Option.apply(user_metadata),
             *(self._none,) * 5,
         )
-        refused_at: float | None = None  # time.monotonic() of this append's first refused commit
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             if self._before_commit is not None:
                 self._before_commit()  # again: writing the files took a while
@@ -320,7 +331,7 @@ class DeltaWriter:
             except CONFLICTS:
                 if attempt == COMMIT_ATTEMPTS:
                     raise
-                refused_at = refused_at if refused_at is not None else time.monotonic()
+                refusal.first_at = refusal.first_at if refusal.first_at is not None else time.monotonic()
                 self._stats.commit_conflicts += 1
                 log.info(
                     "%s: another writer committed first (attempt %d): checking again, then committing the same files",
@@ -330,8 +341,6 @@ class DeltaWriter:
                 time.sleep(random.uniform(0.0, 0.05 * attempt))  # two writers retrying in step would collide again
                 faults.hit(f"before_{self.name}_recommit")
                 txn = self._transaction(claim)
-        if refused_at is not None:  # what the conflicts cost this append: re-checks and commit attempts
-            self._stats.commit_conflict_s += time.monotonic() - refused_at
         self._after_commit()
 
     def _transaction(self, claim: Claim | None) -> Any:
