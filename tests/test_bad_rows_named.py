@@ -24,6 +24,7 @@ from app.bridge.record_buffer import Poll, RecordBuffer
 from app.bridge.synthetic_record import SyntheticRecord
 from app.config.settings import BatchConfig
 from app.sink.dead_letter_sink import DeltaDeadLetters
+from app.sink.dedup_table import DedupTable
 from app.sink.delta_sink import DeltaSink
 from app.sink.destinations import Destination, dead_letter_table, main_table
 from app.sink.formats.json import JsonFormat, JsonSettings
@@ -40,29 +41,30 @@ BAD_VALUES = {  # a bad value and the class it must be parked with
 }
 
 
+def json_sink(
+    spark: SparkSession, where: TableLocation, batch: BatchConfig, counts_deliveries: bool
+) -> tuple[DeltaSink, RecordBuffer, DedupTable, DedupTable]:
+    """A sink of the workload's JSON events into `where`, with its dead-letter table beside it."""
+    fmt = JsonFormat(JsonSettings(format="json", schema=EVENT_SCHEMA))
+    fmt.start(spark, where)
+    table = main_table(spark, where, fmt, checkpoint_every=100, lookback_commits=None)
+    dead = dead_letter_table(spark, where.dead_letter(), checkpoint_every=100, lookback_commits=None)
+    buffer = RecordBuffer(10_000)
+    dead_letters = DeltaDeadLetters(dead)
+    destinations = [Destination((TOPIC,), table, fmt)]
+    sink = DeltaSink(buffer, destinations, dead_letters, batch, 5, 30.0, "t", counts_deliveries=counts_deliveries)
+    return sink, buffer, table, dead
+
+
 @pytest.mark.parametrize("counts_deliveries", [True, False], ids=["share-group", "no-delivery-counts"])
 def test_bad_rows_keep_their_class_in_batches_with_and_without_bad_rows(
     spark: SparkSession, tmp_path: Path, counts_deliveries: bool
 ) -> None:
     """With delivery counts (a share group's first deliveries) each batch's dead-letter append runs
     beside the next batch; without, the next plan waits for it and reads the dead-letter table."""
-    fmt = JsonFormat(JsonSettings(format="json", schema=EVENT_SCHEMA))
     where = TableLocation.at(tmp_path / "events")
-    fmt.start(spark, where)
-    table = main_table(spark, where, fmt, checkpoint_every=100, lookback_commits=None)
     dead_where = where.dead_letter()
-    dead = dead_letter_table(spark, dead_where, checkpoint_every=100, lookback_commits=None)
-    buffer = RecordBuffer(10_000)
-    sink = DeltaSink(
-        buffer,
-        [Destination((TOPIC,), table, fmt)],
-        DeltaDeadLetters(dead),
-        BatchConfig(max_wait_ms=0),
-        5,
-        30.0,
-        "t",
-        counts_deliveries=counts_deliveries,
-    )
+    sink, buffer, table, dead = json_sink(spark, where, BatchConfig(max_wait_ms=0), counts_deliveries)
     good_ids: list[int] = []
     expected_bad: dict[str, str] = {}
     polls: list[PollBatch] = []
@@ -106,23 +108,9 @@ def test_a_failed_dead_letter_append_releases_its_records_and_fails_the_next_att
     """The dead-letter append runs beside the next batch: when it fails, its records are RELEASEd
     (never REJECTed without a commit), the next attempt that must read the dead-letter table fails
     with its error (and RELEASEs its own records), and the records, come back, are parked once."""
-    fmt = JsonFormat(JsonSettings(format="json", schema=EVENT_SCHEMA))
     where = TableLocation.at(tmp_path / "events")
-    fmt.start(spark, where)
-    table = main_table(spark, where, fmt, checkpoint_every=100, lookback_commits=None)
     dead_where = where.dead_letter()
-    dead = dead_letter_table(spark, dead_where, checkpoint_every=100, lookback_commits=None)
-    buffer = RecordBuffer(10_000)
-    sink = DeltaSink(
-        buffer,
-        [Destination((TOPIC,), table, fmt)],
-        DeltaDeadLetters(dead),
-        BatchConfig(max_wait_ms=0, write_attempts=1),
-        5,
-        30.0,
-        "t",
-        counts_deliveries=True,
-    )
+    sink, buffer, table, dead = json_sink(spark, where, BatchConfig(max_wait_ms=0, write_attempts=1), True)
 
     def poll(records: list[SyntheticRecord]) -> PollBatch:
         polled: Any = records
