@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from app.bridge.arrow_rows import poll_rows
 from app.bridge.synthetic_record import SyntheticRecord
-from app.sink.formats.base import ERROR_CLASS, precheck
+from app.sink.formats.base import precheck
 from app.sink.formats.json import JsonFormat, JsonSettings
 from app.sink.table_location import TableLocation
 from app.sink.write_columns import stamped
@@ -35,7 +35,7 @@ def test_a_tombstone_is_dead_lettered_unless_null_values_are_allowed(spark: Spar
     fmt.start(spark, TableLocation.at("unused"))
     found, reader = fmt.read(table)
     assert found == []
-    classified = reader.classify(spark.createDataFrame(table))
-    assert [r[ERROR_CLASS] for r in classified.orderBy("offset").collect()] == [None, None]
-    rows = reader.main_rows(classified).orderBy("offset").select("offset", "id").collect()
+    parsed = reader.parse(spark.createDataFrame(table))
+    assert [r["bad"] for r in parsed.select(reader.bad_row("offset").alias("bad")).collect()] == [None, None]
+    rows = reader.main_rows(parsed).orderBy("offset").select("offset", "id").collect()
     assert [(r["offset"], r["id"]) for r in rows] == [(0, 1), (1, None)]  # the tombstone lands, fields null

@@ -108,10 +108,6 @@ class DedupCache:
             self._repairs[commit.version] = Repair(commit, dups)
         self.add(commit.ranges)
 
-    def written_offsets(self, commit: SharelakeCommit) -> BatchOffsets:
-        """What an append of ours holds in the table, read back (see `DeltaCommitLog.written_offsets`)."""
-        return self._log.written_offsets(commit) if self._log is not None else BatchOffsets(commit.ranges)
-
     def repairs(self) -> list[Repair]:
         """Duplicate commits not repaired yet, oldest first."""
         return [self._repairs[v] for v in sorted(self._repairs)]

@@ -225,11 +225,6 @@ class DedupTable:
         self.stats.last_commit_timestamp = time.time()
         return appended.proof
 
-    def written_offsets(self, appended: Appended) -> BatchOffsets:
-        """What our commit holds, read back from the table (only when Spark's two counts disagree)."""
-        commit = SharelakeCommit(appended.proof.version, appended.write_id, appended.claim, appended.stamp_us)
-        return self._cache.written_offsets(commit)
-
     def repair_pending(self) -> None:
         """At start: delete the duplicates of commits whose writer died before repairing them."""
         for repair in self._cache.repairs():

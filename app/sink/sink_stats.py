@@ -27,7 +27,7 @@ PHASES = (
     "wait",  # waiting for a committer: the last two commits' post-commit work (a checkpoint) still running
     "write",  # the Spark job and the Delta commit, until the commit is durable
     "fold",  # folding our commit (and any gap before it) into the cache; a repair if another writer won
-    "diagnose",  # batches with bad rows only: naming them (a second job, unless the write collected them)
+    "diagnose",  # naming the rows the write left out (a small job, unless the write's job named them)
     "dead_letter",  # waiting for the last batch's dead-letter append (it runs beside the next batch)
     "decide",  # ACCEPT / REJECT commands to the members
 )

@@ -9,14 +9,15 @@ sink, the error that stopped it), and the sink decides them in one place. Its st
 1. the candidates' rows (Arrow), the checks every format shares (`app.sink.formats.base.precheck`:
    no value, too large, delivery cap), then the payload format's own (`PayloadFormat.read`);
 2. the rest stamped (`app.sink.write_columns.stamped`) and claimed (their offsets), one Spark job:
-   the frame is parsed once by the format, the rows that cannot land are filtered out and counted
+   the frame is parsed once by the format, the rows that cannot land are filtered out and collected
    (`DataFrame.observe`), the rest appended to the table (`DedupTable.append`). When the table's
-   last write had such rows (a stream carrying poison tends to keep carrying it), the same job
-   collects their error class and message (`BatchRead.classify`) instead of counting them: that
-   saves the next step's job, and costs a clean batch more, so it is not done when none came;
-3. once that commit is durable: when rows were counted but not named (or no commit was made), a
-   second Spark job names them and their error class, so a record the commit did not hold is never
-   ACCEPTed; the commit is then folded into the table's cache (`DedupTable.settle`);
+   last write left rows out (a stream carrying poison tends to keep carrying it), the same job
+   collects their error class and message too (`BatchRead.bad_row`); otherwise only which rows
+   they are: the class and message make a larger plan, which costs every batch some planning;
+3. once that commit is durable, the rows left out are exactly those collected; unless the job
+   named them, a Spark job over those rows alone (a frame of its own) names them. A left-out row
+   it does not name is RELEASEd, never ACCEPTed; when no commit was made, a job names the bad rows
+   of the whole frame. The commit is then folded into the table's cache (`DedupTable.settle`);
 4. the verdicts: ACCEPT the rows already in the table (PRESENT) with the cache's proof, and those
    the commit holds with its proof; RELEASE the rows that are neither in the commit nor bad.
 
@@ -40,7 +41,7 @@ from app.acknowledge.proof import CommitProof, Decision
 from app.sink.batch_plan import PRESENT, BatchPlan, Indices, Verdict
 from app.sink.delta_writer import ClaimHeld
 from app.sink.destinations import Destination
-from app.sink.formats.base import BAD, ERROR_CLASS, ERROR_MESSAGE, BadRecord, BatchRead, precheck
+from app.sink.formats.base import BAD, BadRecord, BatchRead, precheck
 from app.sink.offset_ranges import BatchOffsets, partition_groups
 from app.sink.sink_stats import SinkStats, timed
 from app.sink.write_columns import stamped
@@ -78,8 +79,8 @@ class TableWriter:
         self.topics = destination.topics
         self.stats = stats
         self.max_delivery_count = max_delivery_count
-        # whether the last write had rows Spark could not read: the next write then collects their
-        # verdicts in its own job (cheaper than a second job when there are some, dearer when not)
+        # whether the last write left rows out: the next one names them in its own job (a stream
+        # that carries poison tends to keep carrying it), else it only collects which they are
         self._had_bad = False
 
     def land(self, plan: BatchPlan, mine: npt.NDArray[np.bool_], batch_id: int) -> Landed:
@@ -145,15 +146,12 @@ class TableWriter:
             return _Written(bad=bad)
         with timed(self.stats, "frame"):
             frame = table.frame(to_write)
-        observed, collect = (Observation(), self._had_bad) if read.needs_spark else (None, False)
+        observed, named = (Observation(), self._had_bad) if read.needs_spark else (None, False)
         if observed is None:
             main_rows = read.main_rows(read.parse(frame))
-        elif collect:  # the bad rows' class and message collected by the write's own job
-            bad_row = F.when(F.col(BAD), F.struct(F.col(ROW), F.col(ERROR_CLASS), F.col(ERROR_MESSAGE)))
-            judged = read.classify(frame).observe(observed, F.collect_list(bad_row).alias("bad"))
-            main_rows = read.main_rows(judged.where(~F.col(BAD)))
-        else:  # only counted: a clean batch pays no more than the count
-            parsed = read.parse(frame).observe(observed, F.count_if(F.col(BAD)).alias("bad"))
+        else:  # the bad rows filtered out, and which they are (named too, in a stream carrying poison)
+            bad_rows = read.bad_row(ROW) if named else F.when(F.col(BAD), F.col(ROW))
+            parsed = read.parse(frame).observe(observed, F.collect_list(bad_rows).alias("bad"))
             main_rows = read.main_rows(parsed.where(~F.col(BAD)))
         with timed(self.stats, "wait"):
             table.wait_for_room()
@@ -161,25 +159,24 @@ class TableWriter:
             appended = table.append(main_rows, claim, batch_id, stamp, merge_schema=fmt.merge_schema)
         with timed(self.stats, "diagnose"):
             unreadable: dict[int, BadRecord] = {}
-            counted = None  # bad rows the write counted, when a second job named them
+            filtered: list[int] = []  # the rows the write left out
             if observed is None:
                 pass  # nothing judged in Spark
-            elif appended is None:  # no commit, maybe as every row was bad
+            elif appended is None:  # no commit (maybe every row was bad): the job may not have run
                 unreadable = self._diagnose(read, frame)
-            elif collect:
+            elif named:
                 unreadable = {int(r[0]): BadRecord(int(r[0]), r[1], r[2]) for r in observed.get["bad"]}
-            elif counted := int(observed.get["bad"]):
-                unreadable = self._diagnose(read, frame)
-            self._had_bad = bool(unreadable)
+                filtered = list(unreadable)
+            elif filtered := [int(r) for r in observed.get["bad"]]:  # named by a job over those rows only
+                left_out = np.isin(to_write.column(ROW).to_numpy(), filtered)
+                unreadable = self._diagnose(read, table.frame(to_write.filter(pa.array(left_out))))
+            self._had_bad = bool(filtered)
         bad |= unreadable
         written = claim
         if appended is None:
             written = BatchOffsets()  # no commit: nothing was written
-        elif unreadable:
-            written = claim.difference(BatchOffsets.of_rows(rows.take(pa.array(sorted(unreadable), pa.int64()))))
-            if counted is not None and len(unreadable) != counted:  # the jobs disagree: ask the table
-                log.error("the write counted %d unreadable records, the diagnosis %d", counted, len(unreadable))
-                written = table.written_offsets(appended)
+        elif filtered:  # a left-out row the diagnosis does not name is RELEASEd below
+            written = claim.difference(BatchOffsets.of_rows(rows.take(pa.array(sorted(filtered), pa.int64()))))
         with timed(self.stats, "fold"):
             proof = table.settle(appended, written) if appended is not None else None
         holds = held(rows, written)
@@ -191,8 +188,8 @@ class TableWriter:
 
     def _diagnose(self, read: BatchRead, frame: DataFrame) -> dict[int, BadRecord]:
         """The bad records with their error class and message, in a Spark job of their own."""
-        verdicts = read.classify(frame).where(F.col(BAD)).select(ROW, ERROR_CLASS, ERROR_MESSAGE).collect()
-        return {int(r[ROW]): BadRecord(int(r[ROW]), r[ERROR_CLASS], r[ERROR_MESSAGE]) for r in verdicts}
+        verdicts = read.parse(frame).where(F.col(BAD)).select(read.bad_row(ROW).alias("bad")).collect()
+        return {int(r.bad[0]): BadRecord(int(r.bad[0]), r.bad[1], r.bad[2]) for r in verdicts}
 
 
 def held(rows: pa.Table, written: BatchOffsets) -> npt.NDArray[np.bool_]:

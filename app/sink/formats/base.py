@@ -6,13 +6,14 @@ A format is one module of `app.sink.formats` with two classes:
   reads, validated when the config loads (`app.config.settings`);
 - its **reader** (a subclass of `PayloadFormat`): the start-up check (`start`), the driver-side
   verdicts of one batch (`read`), and the Spark parse that runs inside the one write job
-  (`BatchRead.parse`), with the diagnosis of the records it could not read (`BatchRead.classify`)
+  (`BatchRead.parse`), with the class and message of a record it could not read (`BatchRead.errors`)
   and the main table's columns (`BatchRead.main_rows`); its error classes (`error_classes`).
 
 The Delta sink (`app.sink.delta_sink`) calls, per batch: `precheck` (the checks every format
 shares, on Arrow: no value, too large, the delivery cap), then the format's `read` on the same
-rows, then one Spark job that parses, filters the rows flagged `BAD` and appends the rest, and only
-for a batch that had bad rows a second job that classifies them. Every error class is permanent:
+rows, then one Spark job that parses, filters the rows flagged `BAD`, collects them (with their
+class and message, `BatchRead.bad_row`, while a stream carries poison) and appends the rest.
+Every error class is permanent:
 the record goes to the dead-letter table and is REJECTed. A format whose dependency is down (a
 schema registry) raises `DependencyUnavailable` from `read`: never the record's fault, so the sink
 RELEASEs the batch and retries it.
@@ -218,12 +219,21 @@ class BatchRead(ABC):
         """`df` (ROW_SCHEMA) with the parsed value and BAD; a format without a Spark check: `df`."""
 
     @abstractmethod
-    def classify(self, df: DataFrame) -> DataFrame:
-        """`df` (ROW_SCHEMA) parsed, plus ERROR_CLASS / ERROR_MESSAGE (null for a good record)."""
+    def errors(self) -> tuple[Column, Column]:
+        """A bad record's error class and message, over `parse`'s columns (null for a good record)."""
 
     @abstractmethod
     def main_rows(self, parsed: DataFrame) -> DataFrame:
         """The main table's columns of parsed rows: metadata, then the value as the format reads it."""
+
+    def bad_row(self, row: str) -> Column:
+        """Over `parse`'s columns: (`row`, ERROR_CLASS, ERROR_MESSAGE) for a bad record, null for a good one.
+
+        Aggregated in the write's own job (`collect_list` in an observation), Spark evaluates the
+        class and message only where BAD holds (as projected columns before the aggregate, they
+        would cost every row); the larger plan still costs each batch some planning."""
+        error_class, message = self.errors()
+        return F.when(F.col(BAD), F.struct(F.col(row), error_class.alias(ERROR_CLASS), message.alias(ERROR_MESSAGE)))
 
 
 class ColumnRead(BatchRead):
@@ -236,16 +246,16 @@ class ColumnRead(BatchRead):
     def parse(self, df: DataFrame) -> DataFrame:
         return df.withColumns(self._parse)
 
-    def classify(self, df: DataFrame) -> DataFrame:
-        return self.parse(df).withColumns({ERROR_CLASS: self._class, ERROR_MESSAGE: self._message})
+    def errors(self) -> tuple[Column, Column]:
+        return self._class, self._message
 
     def main_rows(self, parsed: DataFrame) -> DataFrame:
         return parsed.select(*self._main)
 
 
-def no_error(df: DataFrame) -> DataFrame:
-    """`df` with null ERROR_CLASS / ERROR_MESSAGE: for a read that flags nothing in Spark."""
-    return df.withColumns({ERROR_CLASS: F.lit(None).cast("string"), ERROR_MESSAGE: F.lit(None).cast("string")})
+def no_errors() -> tuple[Column, Column]:
+    """Null class and message: for a read that flags nothing in Spark."""
+    return F.lit(None).cast("string"), F.lit(None).cast("string")
 
 
 class PayloadFormat(ABC):

@@ -3,8 +3,8 @@
 Start-up check: the schema parses, describes an object, and names no Sharelake column. In Spark,
 each value is parsed once (`from_json` in PERMISSIVE mode with a corrupt-record column), and a
 cheap `_bad` column says whether the record can land: invalid UTF-8, not readable as the schema (not
-JSON, not an object, a field of the wrong type) or a required field null or absent. Only a batch
-with bad records pays for `classify`: `invalid_utf8`; `malformed_json` (`try_parse_json` fails too),
+JSON, not an object, a field of the wrong type) or a required field null or absent. Only the bad
+records pay for their class and message (`errors`): `invalid_utf8`; `malformed_json` (`try_parse_json` fails too),
 `schema_mismatch` (not an object, or a field `from_json` could not read as its declared type: named
 in the message) and `missing_required_field`.
 

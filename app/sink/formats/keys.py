@@ -28,7 +28,7 @@ from pyspark.sql.types import DataType, StructType
 
 from app.config.error_lines import ConfigError
 from app.sink.formats.avro import DECODED, WARM_UP_BODY, WARM_UP_HEADER, AvroColumn, AvroShape, warm_up_registry
-from app.sink.formats.base import BAD, ERROR_CLASS, ERROR_MESSAGE, BadRecord, BatchRead, PayloadFormat
+from app.sink.formats.base import BAD, BadRecord, BatchRead, PayloadFormat
 from app.sink.formats.registry import SchemaRegistry, WarmUpRegistry
 from app.sink.formats.shape import field_types, table_schema
 from app.sink.table_location import TableLocation
@@ -36,6 +36,7 @@ from app.sink.table_location import TableLocation
 KEY = "key"
 KEY_PARSED = "_key_parsed"  # the key read into a struct (avro keys)
 KEY_BAD = "_key_bad"  # true for a record whose key cannot land
+VALUE_BAD = "_value_bad"  # true for a record whose value cannot land (the value format's BAD)
 # the `key` column's type in each key format, as Spark names it (`simpleString`, a struct's prefix)
 COLUMN_TYPES = {"raw": "binary", "text": "string", "avro": "struct"}
 
@@ -184,22 +185,18 @@ class KeyedRead(BatchRead):
     def __init__(self, values: BatchRead, key: KeyRead):
         self.values, self.key = values, key
 
-    def _bad(self) -> Column:
-        value_bad = F.col(BAD) if self.values.needs_spark else F.lit(False)
-        return value_bad | F.col(KEY_BAD)
-
     def parse(self, df: DataFrame) -> DataFrame:
-        parsed = self.values.parse(df).withColumns(self.key.parse())
-        return parsed.withColumn(BAD, self._bad())
+        # the value's own verdict is kept: its class and message are the value's read of BAD
+        value_bad = F.col(BAD) if self.values.needs_spark else F.lit(False)
+        parsed = self.values.parse(df).withColumns({VALUE_BAD: value_bad, **self.key.parse()})
+        return parsed.withColumn(BAD, F.col(VALUE_BAD) | F.col(KEY_BAD))
 
-    def classify(self, df: DataFrame) -> DataFrame:
-        judged = self.values.classify(df).withColumns(self.key.parse())  # the value's class wins
-        return judged.withColumns(
-            {
-                BAD: self._bad(),
-                ERROR_CLASS: F.coalesce(F.col(ERROR_CLASS), self.key.error_class()),
-                ERROR_MESSAGE: F.coalesce(F.col(ERROR_MESSAGE), self.key.message()),
-            }
+    def errors(self) -> tuple[Column, Column]:
+        value_class, value_message = self.values.errors()  # the value's class wins
+        bad_value = F.col(VALUE_BAD)
+        return (
+            F.when(bad_value, value_class).otherwise(self.key.error_class()),
+            F.when(bad_value, value_message).otherwise(self.key.message()),
         )
 
     def main_rows(self, parsed: DataFrame) -> DataFrame:

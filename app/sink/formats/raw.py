@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from typing import Literal
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from app.sink.formats.base import METADATA_COLUMNS, BadRecord, BatchRead, FormatSettings, PayloadFormat, no_error
+from app.sink.formats.base import METADATA_COLUMNS, BadRecord, BatchRead, FormatSettings, PayloadFormat, no_errors
 
 
 class RawSettings(FormatSettings):
@@ -26,8 +26,8 @@ class _RawRead(BatchRead):
     def parse(self, df: DataFrame) -> DataFrame:
         return df
 
-    def classify(self, df: DataFrame) -> DataFrame:
-        return no_error(df)
+    def errors(self) -> tuple[Column, Column]:
+        return no_errors()
 
     def main_rows(self, parsed: DataFrame) -> DataFrame:
         return parsed.select(*(F.col(c) for c in METADATA_COLUMNS))
