@@ -143,3 +143,8 @@ def run_summary(log: Path) -> dict[str, float]:
     m = re.findall(r"run ended: (.*)", text)
     assert m, f"no 'run ended' line in {log}:\n{text[-3000:]}"
     return {k: float(v) for k, v in (kv.split("=") for kv in m[-1].split())}
+
+
+def start_failure(log: Path) -> list[str]:
+    """The `sharelake:` lines the job printed (config and start-up failures are one such line)."""
+    return [line for line in log.read_text(errors="replace").splitlines() if line.startswith("sharelake:")]

@@ -71,6 +71,18 @@ def test_overrides_are_typed_and_win() -> None:
             [*REQUIRED, "delta.log_retention=interval 5 minutes"],
             "config key delta.log_retention = 'interval 5 minutes': Value error, at least 'interval 10 minutes'",
         ),
+        (
+            [*REQUIRED, 'delta.partition_by=["day"]', 'delta.cluster_by=["user"]'],
+            "config key delta: partition_by and cluster_by are both set: a Delta table is partitioned or clustered",
+        ),
+        (
+            [*REQUIRED, 'delta.cluster_by=["a", "b", "c", "d", "e"]'],
+            "config key delta: cluster_by names 5 columns: Delta clusters by at most 4",
+        ),
+        (
+            [*REQUIRED, "delta.generated_columns.offset=partition + 1"],
+            "config key delta: generated_columns.offset is a column Sharelake writes itself",
+        ),
     ],
 )
 def test_bad_config_gives_one_line_naming_the_key(overrides: list[str], message: str) -> None:
@@ -190,6 +202,23 @@ ONE_TABLE = [*ROUTED, "topics.orders.table_path=/o", "topics.clicks.table_path=/
 TWO_TABLES = [*ROUTED, "topics.orders.table_path=/o", "topics.clicks.table_path=/c", "dead_letter.table_path=/d"]
 
 
+def test_a_routed_table_takes_its_topics_layout_else_the_default_one() -> None:
+    cfg = load_config(
+        None,
+        [
+            *TWO_TABLES,
+            'delta.partition_by=["day"]',
+            "delta.generated_columns.day=CAST(kafka_timestamp AS DATE)",
+            'topics.clicks.cluster_by=["user", "kind"]',
+        ],
+    )
+    layouts = {r.topics: (r.layout.describe(), r.layout_key) for r in cfg.routes()}
+    assert layouts == {
+        ("orders",): ("partitioned by (day), day = CAST(kafka_timestamp AS DATE)", "delta"),
+        ("clicks",): ("clustered by (user, kind)", "topics.clicks"),
+    }
+
+
 def test_routed_topics_take_the_default_payload_and_their_own_keys(tmp_path: Path) -> None:
     f = tmp_path / "routed.toml"
     f.write_text(
@@ -230,6 +259,10 @@ def test_routed_topics_take_the_default_payload_and_their_own_keys(tmp_path: Pat
         ),
         ([*REQUIRED, 'kafka.topics=["t"]'], "set kafka.topic (one topic into delta.table_path) or kafka.topics"),
         ([*REQUIRED, "topics.t.table_path=/t"], "[topics.<name>] sections route kafka.topics"),
+        (
+            [*ONE_TABLE, 'topics.orders.partition_by=["topic"]', 'topics.clicks.cluster_by=["topic"]'],
+            "topics orders, clicks share a table but ask for different layouts",
+        ),
     ],
 )
 def test_routing_mistakes_give_one_line(overrides: list[str], message: str) -> None:

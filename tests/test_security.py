@@ -26,7 +26,7 @@ from app.consume.group_types import group_type
 from devkit.kafka_broker import EmbeddedKafka
 from devkit.sample_data import produce_json_events
 from devkit.security import Security, make_tls
-from tests.job_runner import ROOT, JobSpec, run_job
+from tests.job_runner import ROOT, JobSpec, run_job, start_failure
 from tests.kafka_helpers import nothing_left
 from tests.table_checks import assert_exactly_once
 
@@ -79,11 +79,6 @@ def setup_topic(kafka: EmbeddedKafka, name: str, records: int) -> list:  # type:
     kafka.create_topic(name, partitions=2)
     assert kafka.security is not None
     return produce_json_events(kafka.bootstrap, name, records, client=kafka.security.client())
-
-
-def start_failure(log: Path) -> list[str]:
-    """The `sharelake:` lines the job printed (config and start-up failures are one such line)."""
-    return [line for line in log.read_text(errors="replace").splitlines() if line.startswith("sharelake:")]
 
 
 def logs_hold(text: str, kafka: EmbeddedKafka, *logs: Path) -> list[str]:

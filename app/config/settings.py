@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -24,11 +24,14 @@ from app.config.secrets import is_secret_key, resolve_secret
 from app.sink.formats import FORMATS, PayloadSettings
 from app.sink.formats.base import FormatSettings
 from app.sink.formats.raw import RawSettings
+from app.sink.table_layout import TableLayout
 from app.sink.table_location import TableLocation
+from app.sink.write_columns import ROW_SCHEMA
 
 __all__ = ["ConfigError", "Route", "SharelakeConfig", "load_config"]
 
 
+RESERVED_COLUMNS = frozenset(ROW_SCHEMA.names)  # the record's and the write's columns in every main table
 MAX_RECORD_LOCKS = 10_000  # Kafka's bound on share.partition.max.record.locks, whatever the broker allows
 
 
@@ -270,7 +273,61 @@ def interval_s(interval: str) -> int:
     return int(count) * _UNIT_S[unit.rstrip("s")]
 
 
-class DeltaConfig(_Section):
+MAX_CLUSTERING_COLUMNS = 4  # Delta's bound on a table's clustering columns
+
+
+class LayoutKeys(_Section):
+    """A main table's layout keys: in `[delta]` for `kafka.topic`'s table, in `[topics.<name>]` for a
+    routed topic's (`app.sink.table_layout.TableLayout`, `docs/table-layouts.md`)."""
+
+    partition_by: list[str] = Field(
+        default=[],
+        description="The table's partition columns, set when Sharelake creates it: record columns (`topic`, "
+        '`partition`), payload columns, or generated ones (`generated_columns`), e.g. `["day"]`. A job on an '
+        "existing table with another layout stops at start. Not with `cluster_by`.",
+    )
+    cluster_by: list[str] = Field(
+        default=[],
+        description="Instead of `partition_by`: the table's liquid-clustering columns (at most 4), set when "
+        "Sharelake creates it; `sharelake maintain` (OPTIMIZE) clusters the rows by them.",
+    )
+    generated_columns: dict[str, str] = Field(
+        default={},
+        description="Columns Delta computes on each write from the row's other columns, by name: a SQL "
+        'expression, e.g. `{ day = "CAST(kafka_timestamp AS DATE)" }` (the Kafka timestamp\'s day) or '
+        '`"CAST(ts AS DATE)"` (a payload field\'s). What `partition_by` usually names.',
+    )
+
+    @model_validator(mode="after")
+    def _one_layout(self) -> LayoutKeys:
+        if self.partition_by and self.cluster_by:
+            raise ValueError(
+                "partition_by and cluster_by are both set: a Delta table is partitioned or clustered, "
+                "not both; keep one"
+            )
+        if len(self.cluster_by) > MAX_CLUSTERING_COLUMNS:
+            raise ValueError(f"cluster_by names {len(self.cluster_by)} columns: Delta clusters by at most 4")
+        for keys in (self.partition_by, self.cluster_by):
+            twice = sorted({c for c in keys if keys.count(c) > 1})
+            if twice:
+                raise ValueError(f"{twice[0]} is named twice in the layout's columns: name each column once")
+        taken = [name for name in self.generated_columns if name in RESERVED_COLUMNS]
+        if taken:
+            raise ValueError(
+                f"generated_columns.{taken[0]} is a column Sharelake writes itself: give the generated column "
+                "another name"
+            )
+        empty = [name for name, expr in self.generated_columns.items() if not expr.strip()]
+        if empty:
+            raise ValueError(f"generated_columns.{empty[0]} has no expression: give it a SQL expression")
+        return self
+
+    def layout(self) -> TableLayout:
+        """The layout these keys ask for (empty: the table keeps whatever it has)."""
+        return TableLayout(tuple(self.partition_by), tuple(self.cluster_by), tuple(self.generated_columns.items()))
+
+
+class DeltaConfig(LayoutKeys):
     """`[delta]`: the main table of `kafka.topic` and how Sharelake keeps it."""
 
     table_path: str | None = Field(
@@ -422,8 +479,8 @@ class RunConfig(_Section):
     app_name: str = Field(default="sharelake-ingest", description="The Spark application's name.")
 
 
-class TopicRoute(_Section):
-    """`[topics.<name>]`: where one of kafka.topics lands, and how its values are read."""
+class TopicRoute(LayoutKeys):
+    """`[topics.<name>]`: where one of kafka.topics lands, how its values are read, its table's layout."""
 
     table_path: str | None = Field(default=None, description="The topic's table, by path.")
     table_name: str | None = Field(
@@ -448,6 +505,8 @@ class Route:
     location: TableLocation
     payload: FormatSettings
     key: str  # the config key naming its table, for error lines
+    layout: TableLayout = field(default_factory=TableLayout)  # asked for (empty: the table keeps its own)
+    layout_key: str = "delta"  # the section holding the layout keys, for error lines
 
 
 def _one_table(section: str, path: str | None, name: str | None, required: bool = True) -> None:
@@ -553,7 +612,7 @@ class SharelakeConfig(_Section):
                 raise ValueError("[topics.<name>] sections route kafka.topics; with kafka.topic use delta.table_path")
             key = "delta.table_path" if self.delta.table_name is None else "delta.table_name"
             where = _location(self.delta.table_path, self.delta.table_name)  # a name's path comes at start
-            self._routes = [Route((self.kafka.topic,), where, self.payload, key)]
+            self._routes = [Route((self.kafka.topic,), where, self.payload, key, self.delta.layout())]
             self._dead_letter_table = _location(self.dead_letter.table_path, self.dead_letter.table_name, where)
             return self
         subscribed = self.kafka.subscribed
@@ -586,8 +645,19 @@ class SharelakeConfig(_Section):
                     f"topics {', '.join(names)} share the table {table.path or f'name:{table.name}'} but read "
                     "their values differently: one payload per table"
                 )
+            layouts = {t: self.topics[t].layout() for t in names}
+            chosen = {t: layout for t, layout in layouts.items() if layout.chosen}
+            if len(set(chosen.values())) > 1:
+                raise ValueError(
+                    f"topics {', '.join(chosen)} share a table but ask for different layouts: give the layout "
+                    "keys (partition_by, cluster_by, generated_columns) in one of their sections"
+                )
             key = f"topics.{names[0]}.table_path" if table.name is None else f"topics.{names[0]}.table_name"
-            routes.append(Route(tuple(names), table, payloads[0], key))
+            if chosen:  # the topic's own layout keys, else [delta]'s: the default of every routed table
+                first = next(iter(chosen))
+                routes.append(Route(tuple(names), table, payloads[0], key, chosen[first], f"topics.{first}"))
+            else:
+                routes.append(Route(tuple(names), table, payloads[0], key, self.delta.layout(), "delta"))
         self._routes = routes
         self._dead_letter_table = _location(self.dead_letter.table_path, self.dead_letter.table_name)
         return self

@@ -49,6 +49,7 @@ from app.sink.commit_log import DeltaCommitLog, SharelakeCommit, repair_metadata
 from app.sink.dedup_cache import DedupCache, Repair
 from app.sink.delta_writer import Claim, ClaimHeld, DeltaWriter
 from app.sink.offset_ranges import BatchOffsets, OffsetRanges, PartitionKey
+from app.sink.table_layout import TableLayout
 from app.sink.table_location import TableLocation
 
 log = logging.getLogger(__name__)
@@ -123,10 +124,12 @@ class DedupTable:
         log_retention: str | None = None,
         before_commit: Callable[[], None] | None = None,
         register_as: str | None = None,
+        layout: TableLayout | None = None,
     ) -> DedupTable:
         """A table with its writer and its cache; `lookback_commits` None: a cache that reads no log
         (a table this process alone writes, as the warm-up's). `before_commit` raises when this job
-        may not commit now (its writer lease); `register_as`: the table's catalog name."""
+        may not commit now (its writer lease); `register_as`: the table's catalog name; `layout`: the
+        partitioning or clustering the table is created with."""
         log_reader = DeltaCommitLog(spark, location, stamp_column) if lookback_commits is not None else None
         cache = DedupCache(log_reader, lookback_commits or 1)
         stats = TableStats(prefix=prefix)
@@ -140,6 +143,7 @@ class DedupTable:
             before_commit=before_commit,
             register_as=register_as,
             stats=stats,
+            layout=layout,
         )
         return cls(writer, cache, stamp_column, stats)
 

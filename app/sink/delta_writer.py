@@ -78,12 +78,14 @@ from app.run import faults
 from app.sink.catalog_tables import register_table
 from app.sink.log_checkpoint import CheckpointExists, checkpoint_latest
 from app.sink.offset_ranges import BatchOffsets
+from app.sink.table_layout import TableLayout
 from app.sink.table_location import DELTA_LOG, TableLocation
 
 log = logging.getLogger(__name__)
 
 LAST_COMMIT_CONF = "spark.databricks.delta.lastCommitVersionInSession"
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+OPTIMIZE_WRITE = "spark.databricks.delta.optimizeWrite.enabled"  # a shuffle by partition before the files
 TABLE_DEFAULTS = "spark.databricks.delta.properties.defaults."
 BACKSTOP_FACTOR = 10  # Delta's in-commit checkpoint interval for new tables, in our checkpoint intervals
 DELTA_DELETED_FILE_RETENTION_S = 7 * 86400  # delta.deletedFileRetentionDuration by default
@@ -166,6 +168,7 @@ class DeltaWriter:
         before_commit: Callable[[], None] | None = None,
         register_as: str | None = None,
         stats: ConflictCount | None = None,
+        layout: TableLayout | None = None,
     ):
         self.location = location
         self.table_path = location.path
@@ -183,6 +186,10 @@ class DeltaWriter:
         }
         if stats_columns:
             conf[TABLE_DEFAULTS + "dataSkippingStatsColumns"] = ",".join(stats_columns)
+        # the partitioning or clustering a table this writer creates gets (None: a plain first append)
+        self._layout = layout if layout is not None and layout.chosen else None
+        if self._layout is not None and self._layout.partition_by:  # one file per partition value and batch,
+            conf[OPTIMIZE_WRITE] = "true"  # not one per partition value and task
         if log_retention:  # the log files a table keeps (the append's listing cost; time travel's reach)
             conf[TABLE_DEFAULTS + "logRetentionDuration"] = log_retention
             if interval_s(log_retention) < DELTA_DELETED_FILE_RETENTION_S:  # Delta refuses a log retention
@@ -260,6 +267,9 @@ class DeltaWriter:
             self._before_commit()
         faults.hit(f"before_{self.name}_commit")
         created = self._exists()
+        if not created and self._layout is not None:  # created with its layout, then appended to
+            self._layout.create(self.session, self.table_path, rows.schema)
+            created = self._created = True
         if created:
             self._prepare_schema(rows.schema, merge_schema)  # a commit of its own, before `before` is read
         before = self._last_commit()

@@ -17,14 +17,17 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from app.config.settings import SharelakeConfig
+from app.config.error_lines import ConfigError
+from app.config.settings import Route, SharelakeConfig
 from app.sink.dead_letter import STAMP_COLUMN as DEAD_LETTER_STAMP
 from app.sink.dead_letter import STATS_COLUMNS as DEAD_LETTER_STATS
 from app.sink.dedup_table import DedupTable
 from app.sink.formats import payload_format
 from app.sink.formats.base import PayloadFormat
+from app.sink.table_layout import TableLayout
 from app.sink.table_location import TableLocation
 
 LeaseCheck = Callable[[], None]  # raises when this job may not commit to the table now
@@ -51,6 +54,7 @@ def main_table(
     name: str = "delta",
     log_retention: str | None = None,
     before_commit: LeaseCheck | None = None,
+    layout: TableLayout | None = None,
 ) -> DedupTable:
     """A main table. `name` names its Delta writer's fault points (`before_delta_commit`, ...): the
     warm-up's tables take names of their own, since its commits run in committer threads, where
@@ -67,6 +71,7 @@ def main_table(
         log_retention=log_retention,
         before_commit=before_commit,
         register_as=location.name,  # a named table: entered in the catalog after a commit
+        layout=layout,
     )
 
 
@@ -113,6 +118,7 @@ def open_destinations(
     every = cfg.delta.checkpoint_interval
     destinations = []
     for route in cfg.routes():
+        check_layout(spark, route)
         fmt = payload_format(route.payload)
         fmt.start(spark, route.location)
         prefix = counter_prefix(route.topics[0]) if routed else ""
@@ -125,6 +131,7 @@ def open_destinations(
             prefix=prefix,
             log_retention=cfg.delta.log_retention,
             before_commit=checks.get(route.location),
+            layout=route.layout,
         )
         destinations.append(Destination(route.topics, table, fmt))
     dead = dead_letter_table(
@@ -138,3 +145,17 @@ def open_destinations(
     for table in [*(d.table for d in destinations), dead]:
         table.load()
     return destinations, dead
+
+
+def check_layout(spark: SparkSession, route: Route) -> None:
+    """ConfigError (one line naming both layouts) when the route's table exists with another layout
+    than its config asks for; a config that asks none takes the table's."""
+    if not route.layout.chosen or not DeltaTable.isDeltaTable(spark, route.location.path):
+        return
+    held = TableLayout.of_table(spark, route.location.path)
+    if route.layout.mismatch(held):
+        raise ConfigError(
+            f"{route.location.path} is {held.describe()}, but {route.layout_key}.partition_by / cluster_by / "
+            f"generated_columns ask for {route.layout.describe()}: a table's layout is fixed when it is created; "
+            "set those keys to match the table, or write to a new table"
+        )
