@@ -170,7 +170,7 @@ class TableWriter:
             elif filtered := [int(r) for r in observed.get["bad"]]:  # named by a job over those rows only
                 left_out = np.isin(to_write.column(ROW).to_numpy(), filtered)
                 unreadable = self._diagnose(read, table.frame(to_write.filter(pa.array(left_out))))
-            self._had_bad = bool(filtered)
+            self._had_bad = bool(filtered or unreadable)
         bad |= unreadable
         written = claim
         if appended is None:
