@@ -5,18 +5,19 @@ Delta's writers. (Outside the ingest's write path, the replay marks its rows wit
 `app.ops.replay`, `app.ops.maintenance` runs OPTIMIZE and VACUUM, and `app.sink.catalog_tables` enters a
 new table in the catalog with CREATE TABLE.) It owns:
 
-- **the append's transaction**. After a table's first commit (a plain append, which creates it
-  with its properties), every append is Delta's own transaction, driven here: it starts on the
-  latest snapshot, checks the caller's `Claim` on that version (the dedup table's offsets and its
-  cache: "does a commit up to this version hold any offset I claim?"), registers a read of the
-  table, writes the data files (`writeFiles`, the same Spark job a plain append runs) and commits
-  them. The registered read makes the commit *not* a blind append, so Delta fails it (a
-  `DeltaConcurrentModificationException`) when any other data commit landed after that snapshot:
-  the check and the commit are atomic together. On such a conflict a new transaction checks again
-  on the newer snapshot and commits the same files (no data written twice); if the winner holds
-  claimed offsets, the append raises `ClaimHeld` and the caller re-plans (the files written stay
-  unreferenced until VACUUM). A plain append is blind and never conflicts with another append:
-  two writers could each land a record once.
+- **the append's transaction**. After a table's first commit (a plain append, which creates it with
+  its properties; a table with a layout is created just before it with the layout,
+  `app.sink.table_layout`, and appended to as an existing one), every append is Delta's own
+  transaction, driven here: it starts on the latest snapshot, checks the caller's `Claim` on that
+  version (the dedup table's offsets and its cache: "does a commit up to this version hold any
+  offset I claim?"), registers a read of the table, writes the data files (`writeFiles`, the same
+  Spark job a plain append runs) and commits them. The registered read makes the commit *not* a
+  blind append, so Delta fails it (a `DeltaConcurrentModificationException`) when any other data
+  commit landed after that snapshot: the check and the commit are atomic together. On such a
+  conflict a new transaction checks again on the newer snapshot and commits the same files (no data
+  written twice); if the winner holds claimed offsets, the append raises `ClaimHeld` and the caller
+  re-plans (the files written stay unreferenced until VACUUM). A plain append is blind and never
+  conflicts with another append: two writers could each land a record once.
 - **a SparkSession of its own** (`newSession()`: same SparkContext, its own SQL conf). Delta
   records the version of a session's last commit in `spark.databricks.delta.lastCommitVersionInSession`,
   right after the commit file is written and before any post-commit work; with a session nobody
@@ -44,9 +45,11 @@ new table in the catalog with CREATE TABLE.) It owns:
 Given at build, not set afterwards: `before_commit` (the table's writer lease check on S3,
 `app.sink.writer_lease`, run before writing an append's files and again before each commit),
 `register_as` (a table addressed by catalog name: entered in the catalog after a commit, until that
-succeeds) and `stats` (where the commits other writers' commits sent back are counted: the table's
-`TableStats`). From its committer threads the writer touches only what an append hands it: the
-`Claim`'s cache, while the caller waits for that append to be durable.
+succeeds), `stats` (where the commits other writers' commits sent back are counted: the table's
+`TableStats`) and `layout` (the partitioning or clustering a table it creates gets; a partitioned
+one is written with Delta's optimized write, in this writer's session). From its committer threads
+the writer touches only what an append hands it: the `Claim`'s cache, while the caller waits for
+that append to be durable.
 
 Proofs: `append` returns the `CommitProof` of its commit and `proof_of_presence` one for records
 an earlier commit holds; nothing else mints one (`CommitProof` cannot be constructed directly).

@@ -3,12 +3,13 @@
 Built once by `open_destinations` (called by `app.run.pipeline.run_ingest`, after the writer leases
 are held: `app.sink.writer_lease.hold_writer_leases`) from the config's routes
 (`SharelakeConfig.routes`): one route with `kafka.topic`, one per table with `kafka.topics`. A
-destination holds its topics, its table (a `DedupTable`, its writer given its lease check and its
-catalog name when it is built) and its payload format, started (its schema checked, its registry
-reached). The Delta sink gives each destination a table writer (`app.sink.table_writer`): each
-micro-batch makes at most one commit per table, and each table's records are decided on that
-table's commit alone. The warm-up and the tests build their tables through the same `main_table` /
-`dead_letter_table`.
+destination holds its topics, its table (a `DedupTable`, its writer given its lease check, its
+catalog name and its layout when it is built; an existing table with another layout than the
+config's stops the job here, `check_layout`) and its payload format, started (its schema checked,
+its registry reached). The Delta sink gives each destination a table writer
+(`app.sink.table_writer`): each micro-batch makes at most one commit per table, and each table's
+records are decided on that table's commit alone. The warm-up and the tests build their tables
+through the same `main_table` / `dead_letter_table`.
 """
 
 from __future__ import annotations
