@@ -21,6 +21,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql.types import DataType, DoubleType, LongType, StructField, StructType
 
@@ -39,12 +40,11 @@ WIDER = {"bigint": LongType(), "double": DoubleType()}  # the table's type a pro
 
 
 def table_schema(spark: SparkSession, location: TableLocation) -> StructType | None:
-    """The schema of the table from earlier runs; None for a new table."""
-    jvm = spark.sparkContext._jvm
-    jsc = spark.sparkContext._jsc
-    assert jvm is not None and jsc is not None
-    log_dir = jvm.org.apache.hadoop.fs.Path(location.delta_log)
-    if not log_dir.getFileSystem(jsc.hadoopConfiguration()).exists(log_dir):
+    """The schema of the table from earlier runs; None for a new table.
+
+    A table exists once it has a commit: a `_delta_log` folder alone (a job killed during the
+    table's first commit leaves one) is still a new table."""
+    if not DeltaTable.isDeltaTable(spark, location.path):
         return None
     return spark.read.format("delta").load(location.path).schema
 
