@@ -23,11 +23,13 @@ import json
 import logging
 import statistics
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from bench.contenders.base import RunContext
 from bench.contenders.sharelake import result_of, start_sharelake
+from bench.delta_log import added_files
 from bench.figures import fmt_rate, md_table
 from bench.machine import machine_facts
 from bench.settings import RESULTS_DIR, WORK_ROOT, BenchSettings
@@ -61,12 +63,8 @@ class LayoutRun:
 
 def files_per_commit(table: Path) -> list[int]:
     """The data files each commit of the table added, in version order (commits adding none left out)."""
-    out = []
-    for path in sorted((table / "_delta_log").glob("*.json")):
-        adds = sum(1 for line in path.read_text().splitlines() if line.startswith('{"add"'))
-        if adds:
-            out.append(adds)
-    return out
+    per_version = Counter(added_files(table).values())
+    return [per_version[v] for v in sorted(per_version)]
 
 
 def run_layout(kafka: EmbeddedKafka, s: BenchSettings, topic: str, name: str, i: int, work: Path) -> LayoutRun:

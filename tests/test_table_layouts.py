@@ -45,9 +45,12 @@ def produce_events(broker: EmbeddedKafka, topic: str) -> list[Produced]:
     return produce_records(broker.bootstrap, topic, values)
 
 
-def expected_rows(spark: SparkSession, produced: list[Produced]) -> object:
+def landed_once(spark: SparkSession, table: Path, produced: list[Produced]) -> None:
+    """The table holds exactly the produced events, each once (topic, partition, offset, id)."""
     rows = [(p.topic, p.partition, p.offset, json.loads(p.value or b"{}")["id"]) for p in produced]
-    return spark.createDataFrame(rows, "topic string, partition int, offset long, id long")
+    expected = spark.createDataFrame(rows, "topic string, partition int, offset long, id long")
+    actual = spark.read.format("delta").load(str(table)).select("topic", "partition", "offset", "id")
+    assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)
 
 
 def layout_spec(
@@ -83,13 +86,8 @@ def test_a_table_partitioned_by_the_day_of_a_payload_timestamp_lands_each_record
     second = tmp_path / "run2.log"
     assert drain_in_process(spark, spec, second, idle_ms=12_000) == 0, second.read_text()[-3000:]
 
+    landed_once(spark, table, produced)
     df = spark.read.format("delta").load(str(table))
-    assert_df_equality(
-        df.select("topic", "partition", "offset", "id"),
-        expected_rows(spark, produced),
-        ignore_row_order=True,
-        ignore_nullable=True,
-    )
     assert df.where("day <> CAST(ts AS DATE)").count() == 0  # each row in its own day's partition
     detail = DeltaTable.forPath(spark, str(table)).detail().first()
     assert detail is not None and list(detail["partitionColumns"]) == ["day"]
@@ -119,12 +117,7 @@ def test_a_clustered_table_is_clustered_by_maintain_and_a_job_asking_another_lay
     assert sharelake(["maintain", *args]) == 0
     optimize = DeltaTable.forPath(spark, str(table)).history().where("operation = 'OPTIMIZE'").collect()
     assert optimize and "user" in optimize[0]["operationParameters"]["clusterBy"], optimize
-    assert_df_equality(
-        spark.read.format("delta").load(str(table)).select("topic", "partition", "offset", "id"),
-        expected_rows(spark, produced),
-        ignore_row_order=True,
-        ignore_nullable=True,
-    )
+    landed_once(spark, table, produced)
 
     log = tmp_path / "other-layout.log"  # the same keys, another layout: the later --set wins
     other = layout_spec(broker, topic, spec.group, table, tmp_path, ('delta.partition_by=["user"]',))
