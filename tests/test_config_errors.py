@@ -109,6 +109,26 @@ def test_payload_schema_that_cannot_be_used(
     assert message.startswith(expected)
 
 
+@pytest.mark.parametrize(
+    "sets, expected",
+    [
+        (("write.mode=upsert",), 'config key write: mode = "upsert" needs keys: the columns that identify a row'),
+        (
+            ("write.mode=upsert", 'write.keys=["account"]'),
+            "write.keys names account, not a column of the table (topic, partition, offset, key, headers, ",
+        ),
+    ],
+    ids=["no key column", "unknown key name"],
+)
+def test_upsert_keys_that_cannot_be_used(
+    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str, sets: tuple[str, ...], expected: str
+) -> None:
+    broker.create_topic(f"t-{unique}")
+    json = ("payload.format=json", "payload.schema=id long, user string")
+    message = start_error(spark, broker, f"t-{unique}", f"g-{unique}", tmp_path / "t", *json, *sets)
+    assert message.startswith(expected), message
+
+
 def test_dead_letter_path_that_is_not_a_delta_table(
     broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
 ) -> None:

@@ -58,14 +58,14 @@ def toml_keys(text: str) -> tuple[set[str], set[str]]:
 
 
 def as_documented(key: str) -> str:
-    """`topics.<name>.payload.format` is a `payload.format` key."""
-    return re.sub(r"^topics\.<name>\.payload\.", "payload.", key)
+    """`topics.<name>.payload.format` is a `payload.format` key (`write` keys the same)."""
+    return re.sub(r"^topics\.<name>\.(payload|write)\.", r"\1.", key)
 
 
 def test_local_toml_names_every_key_with_its_default() -> None:
     text = (ROOT / "conf" / "local.toml").read_text()
     keys = documented_keys()
-    sections = {k.rsplit(".", 1)[0] for k in keys} | {"topics.<name>.payload", *FREE_FORM}
+    sections = {k.rsplit(".", 1)[0] for k in keys} | {"topics.<name>.payload", "topics.<name>.write", *FREE_FORM}
     named, _ = toml_keys(text)
     unknown = sorted(k for k in named if as_documented(k) not in keys and k not in sections)
     assert not unknown, f"conf/local.toml names keys the config models do not have: {unknown}"

@@ -327,6 +327,53 @@ class LayoutKeys(_Section):
         return TableLayout(tuple(self.partition_by), tuple(self.cluster_by), tuple(self.generated_columns.items()))
 
 
+# the record columns an upsert key cannot name: each record has its own (`key`, the record key, can)
+UNKEYABLE_COLUMNS = frozenset(RESERVED_COLUMNS - {"key"})
+
+
+class WriteConfig(_Section):
+    """`[write]`: how a main table takes its records: appended, or upserted by key (`docs/upserts.md`).
+    A routed topic's `[topics.<name>.write]` replaces it for that topic's table."""
+
+    mode: Literal["append", "upsert"] = Field(
+        default="append",
+        description='`"append"`: every record is a row. `"upsert"`: one row per `keys` value, the version from the '
+        "record with the highest `(partition, offset)`; a redelivered or late older record never overwrites it "
+        "(`docs/upserts.md`). A table keeps the mode it was created with.",
+    )
+    keys: list[str] = Field(
+        default=[],
+        description='Upsert only: the columns that identify a row, e.g. `["id"]`: payload columns, or `key` (the '
+        "record key as `payload.key_format` reads it). A record whose key column is null is dead-lettered "
+        "(`missing_key`).",
+    )
+    delete_on_tombstone: bool = Field(
+        default=False,
+        description="Upsert only: a record without a value (a tombstone) deletes its key. The row stays, flagged "
+        "`__deleted`, so a late older record cannot bring the key back; readers filter `NOT __deleted`. Its key "
+        "columns come from the record key (`docs/upserts.md`). Off: tombstones follow `payload.allow_null_value`.",
+    )
+
+    @model_validator(mode="after")
+    def _keys_with_upsert(self) -> WriteConfig:
+        if self.mode == "upsert" and not self.keys:
+            raise ValueError('mode = "upsert" needs keys: the columns that identify a row, e.g. keys = ["id"]')
+        if self.mode == "append" and (self.keys or self.delete_on_tombstone):
+            raise ValueError(
+                'keys and delete_on_tombstone are for mode = "upsert": set write.mode = "upsert" or drop them'
+            )
+        taken = sorted(k for k in self.keys if k in UNKEYABLE_COLUMNS)
+        if taken:
+            raise ValueError(
+                f"keys names {taken[0]}, a column every record has its own value of: name payload columns "
+                "(or `key`, the record key)"
+            )
+        twice = sorted({k for k in self.keys if self.keys.count(k) > 1})
+        if twice:
+            raise ValueError(f"keys names {twice[0]} twice: name each column once")
+        return self
+
+
 class DeltaConfig(LayoutKeys):
     """`[delta]`: the main table of `kafka.topic` and how Sharelake keeps it."""
 
@@ -486,6 +533,11 @@ class TopicRoute(LayoutKeys):
     table_name: str | None = Field(
         default=None, description="Instead of `table_path`: the table by catalog name (exactly one of the two)."
     )
+    write: WriteConfig | None = Field(
+        default=None,
+        description="`[topics.<name>.write]`: how this topic's table takes its records, in place of `[write]` "
+        "(`mode`, `keys`, `delete_on_tombstone`). Topics sharing a table share its write mode.",
+    )
     payload: PayloadSettings = Field(
         default=RawSettings(),
         description="`[topics.<name>.payload]`: the `[payload]` keys this topic reads differently, merged over "
@@ -507,6 +559,8 @@ class Route:
     key: str  # the config key naming its table, for error lines
     layout: TableLayout = field(default_factory=TableLayout)  # asked for (empty: the table keeps its own)
     layout_key: str = "delta"  # the section holding the layout keys, for error lines
+    write: WriteConfig = field(default_factory=WriteConfig)  # appended, or upserted by key
+    write_key: str = "write"  # the section holding the write keys, for error lines
 
 
 def _one_table(section: str, path: str | None, name: str | None, required: bool = True) -> None:
@@ -525,6 +579,14 @@ def _location(path: str | None, name: str | None, main: TableLocation | None = N
         return TableLocation.named(name)
     assert main is not None, "a table needs a path or a name"
     return main.dead_letter()
+
+
+def kept_tombstones(payload: FormatSettings, write: WriteConfig) -> FormatSettings:
+    """The payload keys a table's records are read with: an upsert that deletes on tombstones keeps
+    records without a value (`allow_null_value`), whatever `[payload]` says."""
+    if write.delete_on_tombstone and not payload.allow_null_value:
+        return payload.model_copy(update={"allow_null_value": True})
+    return payload
 
 
 def _merge_payload(default: Any, override: Any) -> Any:
@@ -547,6 +609,7 @@ class SharelakeConfig(_Section):
     batch: BatchConfig = BatchConfig()
     run: RunConfig = RunConfig()
     payload: PayloadSettings = RawSettings()  # the format's own section (app.sink.formats)
+    write: WriteConfig = WriteConfig()
     dead_letter: DeadLetterConfig = DeadLetterConfig()
     metrics: MetricsConfig = MetricsConfig()
     maintenance: MaintenanceConfig = MaintenanceConfig()
@@ -612,7 +675,8 @@ class SharelakeConfig(_Section):
                 raise ValueError("[topics.<name>] sections route kafka.topics; with kafka.topic use delta.table_path")
             key = "delta.table_path" if self.delta.table_name is None else "delta.table_name"
             where = _location(self.delta.table_path, self.delta.table_name)  # a name's path comes at start
-            self._routes = [Route((self.kafka.topic,), where, self.payload, key, self.delta.layout())]
+            payload = kept_tombstones(self.payload, self.write)
+            self._routes = [Route((self.kafka.topic,), where, payload, key, self.delta.layout(), write=self.write)]
             self._dead_letter_table = _location(self.dead_letter.table_path, self.dead_letter.table_name, where)
             return self
         subscribed = self.kafka.subscribed
@@ -652,12 +716,23 @@ class SharelakeConfig(_Section):
                     f"topics {', '.join(chosen)} share a table but ask for different layouts: give the layout "
                     "keys (partition_by, cluster_by, generated_columns) in one of their sections"
                 )
+            writes = {t: w for t in names if (w := self.topics[t].write) is not None}
+            if writes and (len(writes) < len(names) or any(w != next(iter(writes.values())) for w in writes.values())):
+                raise ValueError(
+                    f"topics {', '.join(names)} share a table but not its [topics.<name>.write] keys: one write "
+                    "mode per table; give every topic sharing it the same write section"
+                )
+            write, write_key = (
+                (next(iter(writes.values())), f"topics.{names[0]}.write") if writes else (self.write, "write")
+            )
             key = f"topics.{names[0]}.table_path" if table.name is None else f"topics.{names[0]}.table_name"
+            payload = kept_tombstones(payloads[0], write)
             if chosen:  # the topic's own layout keys, else [delta]'s: the default of every routed table
                 first = next(iter(chosen))
-                routes.append(Route(tuple(names), table, payloads[0], key, chosen[first], f"topics.{first}"))
+                layout, layout_key = chosen[first], f"topics.{first}"
             else:
-                routes.append(Route(tuple(names), table, payloads[0], key, self.delta.layout(), "delta"))
+                layout, layout_key = self.delta.layout(), "delta"
+            routes.append(Route(tuple(names), table, payload, key, layout, layout_key, write, write_key))
         self._routes = routes
         self._dead_letter_table = _location(self.dead_letter.table_path, self.dead_letter.table_name)
         return self

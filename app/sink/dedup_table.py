@@ -39,7 +39,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from tenacity import Retrying, stop_after_attempt, wait_exponential_jitter
 
 from app.acknowledge.proof import CommitProof
@@ -101,8 +101,11 @@ class TableStats:
 
 
 class DedupTable:
-    def __init__(self, writer: DeltaWriter, cache: DedupCache, stamp_column: str, stats: TableStats):
+    def __init__(
+        self, writer: DeltaWriter, cache: DedupCache, stamp_column: str, stats: TableStats, upserted: bool = False
+    ):
         self._writer = writer
+        self.upserted = upserted  # its commits are MERGEs by key (`merge`), not appends
         self.location = writer.location
         self.table_path = writer.table_path
         self._cache = cache
@@ -125,11 +128,12 @@ class DedupTable:
         before_commit: Callable[[], None] | None = None,
         register_as: str | None = None,
         layout: TableLayout | None = None,
+        upserted: bool = False,
     ) -> DedupTable:
         """A table with its writer and its cache; `lookback_commits` None: a cache that reads no log
         (a table this process alone writes, as the warm-up's). `before_commit` raises when this job
         may not commit now (its writer lease); `register_as`: the table's catalog name; `layout`: the
-        partitioning or clustering the table is created with."""
+        partitioning or clustering the table is created with; `upserted`: its commits are MERGEs."""
         log_reader = DeltaCommitLog(spark, location, stamp_column) if lookback_commits is not None else None
         cache = DedupCache(log_reader, lookback_commits or 1)
         stats = TableStats(prefix=prefix)
@@ -145,7 +149,7 @@ class DedupTable:
             stats=stats,
             layout=layout,
         )
-        return cls(writer, cache, stamp_column, stats)
+        return cls(writer, cache, stamp_column, stats, upserted)
 
     def load(self) -> None:
         """At start: the recent commits' offsets into the cache."""
@@ -172,9 +176,10 @@ class DedupTable:
         """Duplicate commits an older Sharelake left, not repaired yet (oldest first)."""
         return self._cache.repairs()
 
-    def frame(self, rows: pa.Table) -> DataFrame:
-        """`rows` as a data frame of the table's writer session."""
-        return self._writer.frame(rows)
+    def frame(self, rows: pa.Table, release: bool = True) -> DataFrame:
+        """`rows` as a data frame of the table's writer session (`release=False`: the batch's earlier
+        frames stay readable)."""
+        return self._writer.frame(rows, release)
 
     def wait_for_room(self) -> None:
         self._writer.wait_for_room()
@@ -207,6 +212,34 @@ class DedupTable:
             raise
         return Appended(proof, write_id, claim, micros(stamp)) if proof is not None else None
 
+    def merge(
+        self,
+        source: DataFrame,
+        on: Column,
+        when_newer: Column,
+        claim: BatchOffsets,
+        batch_id: int,
+        stamp: datetime,
+        merge_schema: bool = False,
+    ) -> Appended | None:
+        """An upsert's commit: MERGE `source` into the table (`DeltaWriter.merge`), claiming `claim`.
+
+        As `append`, but a MERGE runs Delta's own transaction, where no claim can be checked: the
+        claim is checked first, on the cache refreshed to the latest commit (`ClaimHeld` when a
+        commit holds some of it). A commit of another writer landing meanwhile with some of the
+        same records is harmless: the MERGE replaces a row only with a newer record, so applying a
+        record twice changes nothing the first time did not.
+        """
+        self._cache.refresh()
+        held = self._cache.held(claim)
+        if held.count():
+            self.stats.concurrent_claims += held.count()
+            raise ClaimHeld(self.table_path, self._cache.version, held)
+        write_id = uuid.uuid4().hex
+        metadata = user_metadata_json(write_id, batch_id, claim, micros(stamp))
+        proof = self._writer.merge(source, on, when_newer, metadata, batch_id, merge_schema=merge_schema)
+        return Appended(proof, write_id, claim, micros(stamp)) if proof is not None else None
+
     def settle(self, appended: Appended, written: BatchOffsets) -> CommitProof:
         """Fold our commit (holding `written` of its claim) and any other writer's before it.
 
@@ -216,6 +249,8 @@ class DedupTable:
         self._cache.refresh(until=version - 1)  # other writers' commits before ours: the gap, read from the log
         commit = SharelakeCommit(version, appended.write_id, appended.claim, ingested_at_us=appended.stamp_us)
         self._cache.fold(commit, written=written)
+        if self.upserted:  # a record merged twice changed the table once: nothing to repair
+            self._cache.repaired(version)
         if any(r.commit.version == version for r in self._cache.repairs()):  # the transaction rules it out
             log.error(
                 "%s version %d holds offsets an earlier commit holds: deleted at the next start",
@@ -232,6 +267,9 @@ class DedupTable:
     def repair_pending(self) -> None:
         """At start: delete the duplicates of commits whose writer died before repairing them."""
         for repair in self._cache.repairs():
+            if self.upserted:  # its later commit found the rows newer and changed none of them
+                self._cache.repaired(repair.commit.version)
+                continue
             log.warning(
                 "%s version %d holds %d offsets an earlier commit already held, unrepaired (an older "
                 "Sharelake wrote it and stopped before deleting them): deleting them now",

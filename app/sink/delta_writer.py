@@ -70,8 +70,9 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 from delta import exceptions as delta_errors
+from delta.tables import DeltaTable
 from pyspark import Broadcast
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
@@ -222,16 +223,18 @@ class DeltaWriter:
 
     # -- data frames ---------------------------------------------------------------------------------
 
-    def frame(self, rows: pa.Table) -> DataFrame:
+    def frame(self, rows: pa.Table, release: bool = True) -> DataFrame:
         """`rows` as a data frame of this writer's session, split over parallel tasks.
 
         The rows travel as Spark broadcasts (one Arrow IPC stream per task) that each task reads
         in a Python worker (`mapInArrow`), not inside the tasks: `createDataFrame` ships each task's
         Arrow batch in the task itself, and a batch of a few MiB made Spark warn of a task of very
         large size on every micro-batch. A frame's broadcasts live until the writer's next `frame`
-        (one batch at a time: the previous batch's append and diagnosis are over by then).
+        (one batch at a time: the previous batch's append and diagnosis are over by then);
+        `release=False` keeps the earlier frames of the batch readable (an upsert's source beside its rows).
         """
-        self.release_frames()
+        if release:
+            self.release_frames()
         n = rows.num_rows
         tasks = max(1, min(self._parallelism, math.ceil(n / ROWS_PER_TASK)))
         per_task = max(1, math.ceil(n / tasks))
@@ -419,6 +422,61 @@ class DeltaWriter:
     def _last_commit(self) -> int | None:
         value = self.session.conf.get(LAST_COMMIT_CONF, None)
         return int(value) if value not in (None, "", "None") else None
+
+    def merge(
+        self,
+        source: DataFrame,
+        on: Column,
+        when_newer: Column,
+        user_metadata: str,
+        batch_id: int,
+        merge_schema: bool = False,
+    ) -> CommitProof | None:
+        """MERGE `source` (aliased `s`) into the table (`t`): a row matched `on` is replaced when
+        `when_newer` holds, an unmatched one inserted; one commit, its proof once it is durable.
+
+        Synchronous (in the caller's thread, after every earlier commit's post-commit work): Delta's
+        MERGE runs its own transaction, which conflicts with any commit that added or removed files
+        it read after it began; it then runs again on the newer snapshot (a conditional MERGE
+        repeated changes nothing it already changed). The table's first commit is a plain append
+        of `source` (two creators conflict in Delta). None when Delta recorded no commit.
+        """
+        self.wait_idle()
+        if not self._exists():
+            return self.append(source, user_metadata, batch_id, merge_schema)
+        if self._before_commit is not None:
+            self._before_commit()
+        faults.hit(f"before_{self.name}_commit")
+        self._prepare_schema(source.schema, merge_schema)
+        before = self._last_commit()
+        self.session.sparkContext.setLocalProperty(
+            "spark.job.description", f"sharelake {self.name} merge, batch = {batch_id}"
+        )
+        self.session.conf.set(USER_METADATA_CONF, user_metadata)
+        try:
+            for attempt in range(1, COMMIT_ATTEMPTS + 1):
+                if self._before_commit is not None and attempt > 1:
+                    self._before_commit()
+                target = DeltaTable.forPath(self.session, self.table_path).alias("t")
+                try:
+                    target.merge(source.alias("s"), on).whenMatchedUpdateAll(
+                        when_newer
+                    ).whenNotMatchedInsertAll().execute()
+                    break
+                except CONFLICTS:
+                    if attempt == COMMIT_ATTEMPTS:
+                        raise
+                    self._stats.commit_conflicts += 1
+                    log.info("%s: another writer committed first (attempt %d): merging again", self.table_path, attempt)
+                    time.sleep(random.uniform(0.0, 0.05 * attempt))
+        finally:
+            self.session.conf.unset(USER_METADATA_CONF)
+        version = self._last_commit()
+        if version is None or version == before:
+            return None
+        self._after_commit()
+        faults.hit(f"after_{self.name}_commit")
+        return CommitProof._mint(self.table_path, version)
 
     def delete(self, condition: str, user_metadata: str) -> int:
         """DELETE FROM the table WHERE `condition`, with `user_metadata` on its commit; rows deleted."""

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from app.config.error_lines import ConfigError
-from app.config.settings import Route, SharelakeConfig
+from app.config.settings import Route, SharelakeConfig, WriteConfig
 from app.sink.dead_letter import STAMP_COLUMN as DEAD_LETTER_STAMP
 from app.sink.dead_letter import STATS_COLUMNS as DEAD_LETTER_STATS
 from app.sink.dedup_table import DedupTable
@@ -30,6 +30,8 @@ from app.sink.formats import payload_format
 from app.sink.formats.base import PayloadFormat
 from app.sink.table_layout import TableLayout
 from app.sink.table_location import TableLocation
+from app.sink.upsert import Upsert
+from app.sink.write_mode import Append, WriteMode
 
 LeaseCheck = Callable[[], None]  # raises when this job may not commit to the table now
 MAIN_STAMP = "ingested_at"  # the main tables' write stamp (app.sink.write_columns.WRITE_FIELDS)
@@ -42,6 +44,7 @@ class Destination:
     topics: tuple[str, ...]
     table: DedupTable
     format: PayloadFormat
+    mode: WriteMode = field(default_factory=Append)  # how the table takes its records
 
 
 def main_table(
@@ -56,6 +59,7 @@ def main_table(
     log_retention: str | None = None,
     before_commit: LeaseCheck | None = None,
     layout: TableLayout | None = None,
+    upserted: bool = False,
 ) -> DedupTable:
     """A main table. `name` names its Delta writer's fault points (`before_delta_commit`, ...): the
     warm-up's tables take names of their own, since its commits run in committer threads, where
@@ -73,7 +77,15 @@ def main_table(
         before_commit=before_commit,
         register_as=location.name,  # a named table: entered in the catalog after a commit
         layout=layout,
+        upserted=upserted,
     )
+
+
+def write_mode(settings: WriteConfig, key: str = "write") -> WriteMode:
+    """The write mode `settings` ask for (`key`: their section, for error lines)."""
+    if settings.mode == "upsert":
+        return Upsert(tuple(settings.keys), settings.delete_on_tombstone, key)
+    return Append()
 
 
 def dead_letter_table(
@@ -122,6 +134,8 @@ def open_destinations(
         check_layout(spark, route)
         fmt = payload_format(route.payload)
         fmt.start(spark, route.location)
+        mode = write_mode(route.write, route.write_key)
+        mode.check(spark, route.location, fmt)
         prefix = counter_prefix(route.topics[0]) if routed else ""
         table = main_table(
             spark,
@@ -133,8 +147,9 @@ def open_destinations(
             log_retention=cfg.delta.log_retention,
             before_commit=checks.get(route.location),
             layout=route.layout,
+            upserted=isinstance(mode, Upsert),
         )
-        destinations.append(Destination(route.topics, table, fmt))
+        destinations.append(Destination(route.topics, table, fmt, mode))
     dead = dead_letter_table(
         spark,
         cfg.dead_letter_table,

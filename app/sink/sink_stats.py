@@ -41,6 +41,10 @@ class SinkStats:
     records_in: int = counter("records drained from the buffer into micro-batches (failed attempts included)")
     dedup_hits: int = counter("redelivered records already in the table: ACCEPTed without a write")
     in_batch_duplicates: int = counter("second copies inside one micro-batch: decided like the first")
+    upsert_superseded: int = counter("upserted records a newer record of their key in the same batch replaced")
+    upsert_split_keys: int = counter(
+        "upserted keys whose records in one batch came from several partitions (their order is then not the producer's)"
+    )
     dead_lettered: int = counter("records written to the dead-letter table (and REJECTed)")
     dead_letter_hits: int = counter("records already in the dead-letter table: REJECTed without a write")
     late_accepts: int = counter("records ACCEPTed after their lock duration: the ACCEPT likely failed")

@@ -45,6 +45,7 @@ from app.sink.formats.base import BAD, BadRecord, BatchRead, precheck
 from app.sink.offset_ranges import BatchOffsets, partition_groups
 from app.sink.sink_stats import SinkStats, timed
 from app.sink.write_columns import stamped
+from app.sink.write_mode import Batch
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,7 @@ class TableWriter:
         self.table = destination.table
         self.format = destination.format
         self.topics = destination.topics
+        self.mode = destination.mode
         self.stats = stats
         self.max_delivery_count = max_delivery_count
         # whether the last write left rows out: the next one names them in its own job (a stream
@@ -148,15 +150,18 @@ class TableWriter:
             frame = table.frame(to_write)
         observed, named = (Observation(), self._had_bad) if read.needs_spark else (None, False)
         if observed is None:
-            main_rows = read.main_rows(read.parse(frame))
+            kept = read.parse(frame)
         else:  # the bad rows filtered out, and which they are (named too, in a stream carrying poison)
             bad_rows = read.bad_row(ROW) if named else F.when(F.col(BAD), F.col(ROW))
             parsed = read.parse(frame).observe(observed, F.collect_list(bad_rows).alias("bad"))
-            main_rows = read.main_rows(parsed.where(~F.col(BAD)))
+            kept = parsed.where(~F.col(BAD))
         with timed(self.stats, "wait"):
             table.wait_for_room()
         with timed(self.stats, "write"):
-            appended = table.append(main_rows, claim, batch_id, stamp, merge_schema=fmt.merge_schema)
+            done = self.mode.write(table, Batch(kept, read, ROW, claim, batch_id, stamp, fmt.merge_schema))
+            appended = done.appended
+            self.stats.upsert_superseded += done.superseded
+            self.stats.upsert_split_keys += done.split_keys
         with timed(self.stats, "diagnose"):
             unreadable: dict[int, BadRecord] = {}
             filtered: list[int] = []  # the rows the write left out
@@ -171,7 +176,8 @@ class TableWriter:
                 left_out = np.isin(to_write.column(ROW).to_numpy(), filtered)
                 unreadable = self._diagnose(read, table.frame(to_write.filter(pa.array(left_out))))
             self._had_bad = bool(filtered or unreadable)
-        bad |= unreadable
+        bad |= unreadable | done.bad  # the mode's own (an upsert's missing keys): never in its commit
+        filtered += list(done.bad)
         written = claim
         if appended is None:
             written = BatchOffsets()  # no commit: nothing was written

@@ -223,8 +223,9 @@ class BatchRead(ABC):
         """A bad record's error class and message, over `parse`'s columns (null for a good record)."""
 
     @abstractmethod
-    def main_rows(self, parsed: DataFrame) -> DataFrame:
-        """The main table's columns of parsed rows: metadata, then the value as the format reads it."""
+    def main_rows(self, parsed: DataFrame, carry: Sequence[str] = ()) -> DataFrame:
+        """The main table's columns of parsed rows: metadata, then the value as the format reads it;
+        then `carry`, columns of `parsed` a write mode needs after them (`app.sink.write_mode`)."""
 
     def bad_row(self, row: str) -> Column:
         """Over `parse`'s columns: (`row`, ERROR_CLASS, ERROR_MESSAGE) for a bad record, null for a good one.
@@ -249,8 +250,8 @@ class ColumnRead(BatchRead):
     def errors(self) -> tuple[Column, Column]:
         return self._class, self._message
 
-    def main_rows(self, parsed: DataFrame) -> DataFrame:
-        return parsed.select(*self._main)
+    def main_rows(self, parsed: DataFrame, carry: Sequence[str] = ()) -> DataFrame:
+        return parsed.select(*self._main, *carry)
 
 
 def no_errors() -> tuple[Column, Column]:
@@ -282,6 +283,11 @@ class PayloadFormat(ABC):
 
         Raises `DependencyUnavailable` when a service the format needs did not answer.
         """
+
+    def columns(self) -> tuple[str, ...] | None:
+        """The main table's columns, when the format knows them before the first batch (a write
+        mode's start-up check); None when the writer schemas in the registry say them."""
+        return None
 
     def stats_columns(self) -> tuple[str, ...]:
         """The main table's columns Delta keeps file statistics on (data skipping): the record's

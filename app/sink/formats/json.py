@@ -193,6 +193,10 @@ class JsonFormat(PayloadFormat):
         assert self._read is not None, "JsonFormat.start() first"
         return [], self._read
 
+    def columns(self) -> tuple[str, ...]:
+        assert self.schema is not None, "JsonFormat.start() first"
+        return (*(c for c in METADATA_COLUMNS if c != "value"), *self.schema.names)
+
     def stats_columns(self) -> tuple[str, ...]:
         """Beside the metadata's, the JSON fields of simple types."""
         simple = (NumericType, StringType, DateType, TimestampType, TimestampNTZType)

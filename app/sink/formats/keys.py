@@ -199,8 +199,8 @@ class KeyedRead(BatchRead):
             F.when(bad_value, value_message).otherwise(self.key.message()),
         )
 
-    def main_rows(self, parsed: DataFrame) -> DataFrame:
-        rows = self.values.main_rows(parsed.withColumn(KEY, self.key.value()))
+    def main_rows(self, parsed: DataFrame, carry: Sequence[str] = ()) -> DataFrame:
+        rows = self.values.main_rows(parsed.withColumn(KEY, self.key.value()), carry)
         return rows if self.key.lands() else rows.drop(KEY)
 
 
@@ -234,6 +234,9 @@ class KeyedFormat(PayloadFormat):
         bad_values, values = self.values.read(rows)
         by_row = {b.index: b for b in bad_keys} | {b.index: b for b in bad_values}  # the value's class wins
         return list(by_row.values()), KeyedRead(values, key)
+
+    def columns(self) -> tuple[str, ...] | None:
+        return self.values.columns()
 
     def stats_columns(self) -> tuple[str, ...]:
         return self.values.stats_columns()

@@ -29,8 +29,8 @@ class _RawRead(BatchRead):
     def errors(self) -> tuple[Column, Column]:
         return no_errors()
 
-    def main_rows(self, parsed: DataFrame) -> DataFrame:
-        return parsed.select(*(F.col(c) for c in METADATA_COLUMNS))
+    def main_rows(self, parsed: DataFrame, carry: Sequence[str] = ()) -> DataFrame:
+        return parsed.select(*(F.col(c) for c in METADATA_COLUMNS), *carry)
 
 
 class RawFormat(PayloadFormat):
@@ -44,6 +44,9 @@ class RawFormat(PayloadFormat):
 
     def read(self, rows: pa.Table) -> tuple[list[BadRecord], BatchRead]:
         return [], self._read
+
+    def columns(self) -> tuple[str, ...]:
+        return METADATA_COLUMNS
 
     def sample_values(self, count: int) -> Sequence[bytes | None]:
         return [b"warm-up value"] * (count - 1) + [None]

@@ -49,5 +49,8 @@ class TextFormat(PayloadFormat):
     def read(self, rows: pa.Table) -> tuple[list[BadRecord], BatchRead]:
         return [], self._read
 
+    def columns(self) -> tuple[str, ...]:
+        return METADATA_COLUMNS
+
     def sample_values(self, count: int) -> Sequence[bytes | None]:
         return [b"warm-up text"] * (count - 1) + [b"\xff\xfe"]

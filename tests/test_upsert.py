@@ -1,0 +1,162 @@
+"""Upserts by key (`write.mode = "upsert"`): one row per key, the newest record's, exactly once.
+
+Real Delta tables throughout; the sink is fed batches of records here so that every ordering the
+rule must survive is produced on purpose (an older record arriving after a newer one, a tombstone
+before a late older record); `test_upsert_ingest.py` runs the whole job against a real broker.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+
+from app.acknowledge.lifecycle import PollBatch
+from app.acknowledge.proof import RecordState
+from app.bridge.arrow_rows import poll_rows
+from app.bridge.record_buffer import Poll, RecordBuffer
+from app.bridge.synthetic_record import SyntheticRecord
+from app.config.error_lines import ConfigError
+from app.config.settings import BatchConfig
+from app.sink.dead_letter_sink import DeltaDeadLetters
+from app.sink.delta_sink import DeltaSink
+from app.sink.destinations import Destination, dead_letter_table, main_table
+from app.sink.formats import payload_format
+from app.sink.formats.json import JsonSettings
+from app.sink.table_location import TableLocation
+from app.sink.upsert import Upsert
+from app.sink.write_mode import Append
+from tests.table_checks import dead_letters_by_key
+from tests.test_lifecycle import state_of
+
+TOPIC = "accounts"
+SCHEMA = "id long, owner string, balance long"
+
+
+def account(i: int, balance: int) -> bytes:
+    return json.dumps({"id": i, "owner": f"owner-{i}", "balance": balance}).encode()
+
+
+def record(partition: int, offset: int, key: int | str, value: bytes | None) -> SyntheticRecord:
+    return SyntheticRecord(TOPIC, partition, offset, key=str(key).encode(), value=value, timestamp_ms=1)
+
+
+class UpsertSink:
+    """A sink upserting the accounts by `id` into `where` (text keys: a tombstone's key is its id)."""
+
+    def __init__(self, spark: SparkSession, where: TableLocation, deletes: bool = True):
+        settings = JsonSettings(format="json", schema=SCHEMA, key_format="text", allow_null_value=deletes)
+        self.format = payload_format(settings)
+        self.format.start(spark, where)
+        self.mode = Upsert(("id",), deletes)
+        self.mode.check(spark, where, self.format)
+        self.table = main_table(spark, where, self.format, checkpoint_every=100, lookback_commits=1000, upserted=True)
+        self.table.load()
+        self.dead = dead_letter_table(spark, where.dead_letter(), checkpoint_every=100, lookback_commits=None)
+        self.buffer = RecordBuffer(100_000)
+        destinations = [Destination((TOPIC,), self.table, self.format, self.mode)]
+        self.sink = DeltaSink(
+            self.buffer, destinations, DeltaDeadLetters(self.dead), BatchConfig(max_wait_ms=0), 5, 30.0, "t"
+        )
+        self.spark = spark
+        self.batch_id = 0
+
+    def run(self, records: list[SyntheticRecord]) -> PollBatch:
+        polled: Any = records
+        poll = PollBatch(0, polled, queue.Queue())
+        assert self.buffer.put(Poll(poll, poll_rows(polled)), 1)
+        self.sink(self.spark.range(1), self.batch_id)
+        self.batch_id += 1
+        return poll
+
+    def close(self) -> None:
+        self.sink.finish()
+        self.table.close()
+        self.dead.close()
+
+
+def rows_of(spark: SparkSession, where: TableLocation) -> Any:
+    return spark.read.format("delta").load(where.path).select("id", "balance", "__deleted", "offset").orderBy("id")
+
+
+def test_the_newest_record_of_a_key_wins_whatever_order_and_a_delete_is_remembered(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    where = TableLocation.at(tmp_path / "accounts")
+    sink = UpsertSink(spark, where)
+    polls = []
+    try:
+        polls.append(
+            sink.run(
+                [
+                    record(0, 0, 1, account(1, 10)),
+                    record(0, 1, 1, account(1, 11)),  # newer, same batch: wins
+                    record(0, 2, 2, account(2, 20)),
+                    record(0, 7, 3, account(3, 37)),  # a newer one than any of key 3 to come
+                    record(0, 8, 4, account(4, 48)),
+                    record(0, 3, 5, b'{"owner": "nobody", "balance": 5}'),  # no id: missing_key
+                ]
+            )
+        )
+        polls.append(
+            sink.run(
+                [
+                    record(0, 4, 3, account(3, 34)),  # late and older: must not overwrite offset 7
+                    record(0, 9, 2, None),  # tombstone of key 2
+                    record(0, 10, 1, account(1, 110)),
+                    record(1, 0, 4, account(4, 400)),  # key 4 from another partition: (1, 0) > (0, 8)
+                ]
+            )
+        )
+        polls.append(sink.run([record(0, 6, 2, account(2, 26))]))  # older than the tombstone: stays deleted
+        polls.append(
+            sink.run([record(0, 1, 1, account(1, 11)), record(0, 11, 2, account(2, 211))])
+        )  # redelivery; 2 back
+    finally:
+        sink.close()
+
+    expected = spark.createDataFrame(
+        [(1, 110, False, 10), (2, 211, False, 11), (3, 37, False, 7), (4, 400, False, 0)],
+        "id long, balance long, __deleted boolean, offset long",
+    )
+    assert_df_equality(rows_of(spark, where), expected, ignore_nullable=True)
+    parked = dead_letters_by_key(spark, where.dead_letter().path)
+    assert {k: r["error_class"] for k, r in parked.items()} == {"5": "missing_key"}
+    states = [state_of(p, i) for p in polls for i in range(len(p))]
+    assert states.count(RecordState.REJECTED) == 1
+    assert set(states) == {RecordState.ACCEPTED, RecordState.REJECTED}
+    assert sink.sink.stats.upsert_superseded >= 1 and sink.sink.stats.upsert_split_keys == 0
+
+
+def test_a_tombstone_deletes_its_key_until_a_newer_record(spark: SparkSession, tmp_path: Path) -> None:
+    where = TableLocation.at(tmp_path / "accounts")
+    sink = UpsertSink(spark, where)
+    try:
+        sink.run([record(0, 0, 7, account(7, 1)), record(0, 5, 7, None), record(0, 6, 8, None)])  # 8: never lived
+        sink.run([record(0, 3, 7, account(7, 3))])  # older than the tombstone, first seen after it
+    finally:
+        sink.close()
+    expected = spark.createDataFrame(
+        [(7, None, True, 5), (8, None, True, 6)], "id long, balance long, __deleted boolean, offset long"
+    )
+    assert_df_equality(rows_of(spark, where), expected, ignore_nullable=True)
+
+
+def test_a_table_keeps_the_mode_it_was_created_in(spark: SparkSession, tmp_path: Path) -> None:
+    where = TableLocation.at(tmp_path / "accounts")
+    sink = UpsertSink(spark, where)
+    try:
+        sink.run([record(0, 0, 1, account(1, 10))])
+    finally:
+        sink.close()
+    fmt = payload_format(JsonSettings(format="json", schema=SCHEMA))
+    fmt.start(spark, where)
+    with pytest.raises(ConfigError, match=r"is an upserted table .* write.mode = 'append'"):
+        Append().check(spark, where, fmt)
+    with pytest.raises(ConfigError, match=r"write.keys names account_id, not a column of the table \(topic, partition"):
+        Upsert(("account_id",), False).check(spark, where, fmt)

@@ -1,0 +1,97 @@
+"""Upserts through the whole job: a real broker, several members, expired locks and a kill -9.
+
+Every key is updated `VERSIONS` times (produced in order, keyed, so each key's records share a
+partition), and every tenth key is then deleted by a tombstone. The first run's second commit is
+held past the record lock (its records come back to other members while it still holds them, and
+it commits them late), and the run is killed -9 a few commits later; a second run drains the rest.
+The table must equal applying every record once in offset order per key: each live key at its last
+version, each deleted key flagged, one row per key.
+
+CI runs `SHARELAKE_UPSERT_KEYS=2000` (20,000 updates); the closing notes quote 10,000.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from chispa import assert_df_equality
+from confluent_kafka import Producer
+from pyspark.sql import SparkSession
+
+from bench.delta_log import read_commits
+from devkit.kafka_broker import EmbeddedKafka
+from tests.job_runner import JobSpec, drain_in_process, kill_job, run_summary, start_job
+from tests.kafka_helpers import nothing_left
+from tests.waiting import wait_for
+
+KEYS = int(os.environ.get("SHARELAKE_UPSERT_KEYS", "2000"))
+VERSIONS = 10
+DELETED_EVERY = 10  # every tenth key ends with a tombstone
+
+
+def produce_updates(bootstrap: str, topic: str) -> None:
+    """`VERSIONS` rounds over the keys (version 1 of every key, then version 2, ...), then the tombstones."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "partitioner": "murmur2_random"})
+    for version in range(1, VERSIONS + 1):
+        for k in range(KEYS):
+            value = json.dumps({"id": k, "version": version, "amount": k * 100 + version}).encode()
+            producer.produce(topic, key=str(k).encode(), value=value)
+            producer.poll(0)
+    for k in range(0, KEYS, DELETED_EVERY):
+        producer.produce(topic, key=str(k).encode(), value=None)
+    assert producer.flush(60) == 0
+
+
+def test_updates_out_of_order_with_expired_locks_and_a_kill_land_as_the_last_version_per_key(
+    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
+) -> None:
+    spec = JobSpec(
+        broker,
+        f"upserts-{unique}",
+        f"g-{unique}",
+        tmp_path / "accounts",
+        lock_ms=15_000,
+        settings=(
+            "payload.format=json",
+            "payload.schema=id long, version int, amount long",
+            "payload.key_format=text",
+            "write.mode=upsert",
+            'write.keys=["id"]',
+            "write.delete_on_tombstone=true",
+            "pump.members=4",
+        ),
+    )
+    broker.create_topic(spec.topic, partitions=4)
+    produce_updates(broker.bootstrap, spec.topic)
+
+    log = tmp_path / "killed.log"
+    # the second commit waits past the 15 s lock: its records (and the polls waiting behind it) are
+    # redelivered to other members meanwhile, and committed late; the kill comes a few commits later
+    job = start_job(spec, "run.mode=continuous", faults="delay@before_delta_commit#2=17", log=log)
+    try:
+        wait_for(
+            lambda: len(read_commits(spec.table)) >= 6, 240, give_up=lambda: job.poll() is not None,
+            failure=lambda: f"the first run made no 6 commits (exit {job.poll()}):\n{log.read_text()[-3000:]}",
+        )  # fmt: skip
+    finally:
+        kill_job(job)
+    assert re.search(r"expired_locks=[1-9]", log.read_text()), "no lock expired: the scenario was not provoked"
+
+    assert drain_in_process(spark, spec, tmp_path / "final.log", idle_ms=8000) == 0
+    final = run_summary(tmp_path / "final.log")
+    print(f"upserts: {KEYS} keys x {VERSIONS} versions, {len(read_commits(spec.table))} commits; final run: {final}")
+
+    table = spark.read.format("delta").load(str(spec.table))
+    expected = spark.createDataFrame(
+        [
+            (k, None, None, True) if k % DELETED_EVERY == 0 else (k, VERSIONS, k * 100 + VERSIONS, False)
+            for k in range(KEYS)
+        ],
+        "id long, version int, amount long, __deleted boolean",
+    )
+    landed = table.select("id", "version", "amount", "__deleted").orderBy("id")
+    assert_df_equality(landed, expected.orderBy("id"), ignore_nullable=True)
+    assert nothing_left(broker, spec.topic, spec.group)
