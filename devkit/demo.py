@@ -1,17 +1,19 @@
-"""The demo: embedded Kafka broker and schema registry -> JSON and Avro records -> one ingest job -> two tables.
+"""The demo: embedded Kafka broker and schema registry -> JSON and Avro records -> one ingest job -> three tables.
 
     make demo        (sets everything up first; or: .cache/venv/bin/python -m devkit.demo [--records N] [--work-dir D])
 
 Starts a fresh single-node broker and an embedded schema registry (Apicurio) under .cache/demo/
 (or `--work-dir`: two demos with different ones never collide),
-creates two 3-partition topics and produces to them: sample JSON events with a few poison records
-in the middle, and the same events as Avro through the registry (confluent-kafka's AvroSerializer),
+creates three 3-partition topics and produces to them: sample JSON events with a few poison records
+in the middle; the same events as Avro through the registry (confluent-kafka's AvroSerializer),
 the second half with a new version of the schema that adds an optional field, and two poison
-records. Then one `./spark-submit.sh jobs/sharelake.py ingest` (what users submit) reads both
-topics in until-drained mode, each routed into its own table, with `--summary` (each table, its
-columns, and the dead letters by class), and the broker and registry stop. Then it proves its own
-result with a Spark session of its own (`devkit.demo_check`): every produced record in its table
-exactly once, every poison record in the dead-letter table once with its class. Exits with the
+records; and the JSON events again, keyed by their `user`, into a table upserted by `user` (one row
+per user, the newest amount: `docs/upserts.md`). Then one `./spark-submit.sh jobs/sharelake.py
+ingest` (what users submit) reads the topics in until-drained mode, each routed into its own table,
+with `--summary` (each table, its columns, and the dead letters by class), and the broker and
+registry stop. Then it proves its own result with a Spark session of its own
+(`devkit.demo_check`): every produced record in its table exactly once, one row per user at its
+newest amount, every poison record in the dead-letter table once with its class. Exits with the
 ingest job's exit code, or 1 when the check fails. In a terminal the job's output scrolls above one
 progress bar; piped or redirected there is no bar, only the job's lines (`app.observe.console.follow_job`).
 """
@@ -19,16 +21,18 @@ progress bar; piped or redirected there is no bar, only the job's lines (`app.ob
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from app.observe.console import follow_job
 from app.run.spark_session import build_spark
-from devkit.demo_check import Expected, check_demo
+from devkit.demo_check import Expected, ExpectedUpserts, check_demo
 from devkit.kafka_broker import EmbeddedKafka
 from devkit.paths import CACHE_DIR, jars_env
 from devkit.paths import PROJECT_ROOT as ROOT
@@ -39,6 +43,7 @@ from devkit.sample_data import (
     Produced,
     avro_values,
     event_record,
+    event_value,
     produce_json_events,
     produce_poison_records,
     produce_records,
@@ -47,6 +52,7 @@ from devkit.schema_registry import EmbeddedSchemaRegistry
 
 TOPIC = "demo-events"
 AVRO_TOPIC = "demo-avro-events"
+USERS_TOPIC = "demo-users"  # the JSON events keyed by user, upserted by user
 AVRO_POISON: dict[str, bytes] = {  # one per way an Avro value can fail before its body is read
     "not-wire-format": b"plain text, no Confluent header",
     "unknown-schema-id": b"\x00\x00\x0f\x42\x40\x02",  # schema id 1,000,000: not in the registry
@@ -77,6 +83,15 @@ def produce_avro_events(registry_url: str, bootstrap: str, count: int) -> tuple[
     return good, poison
 
 
+def produce_user_events(bootstrap: str, count: int) -> ExpectedUpserts:
+    """`count` JSON events keyed by their user (so each user's share a partition, in order); what the
+    upserted table must hold: each user's newest amount."""
+    values = [event_value(i) for i in range(count)]
+    events = [json.loads(v) for v in values]
+    produce_records(bootstrap, USERS_TOPIC, ((e["user"].encode(), v) for e, v in zip(events, values, strict=True)))
+    return ExpectedUpserts(Path(), "user", "amount", {e["user"]: e["amount"] for e in events})
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="Sharelake demo")
     parser.add_argument("--records", type=int, default=20_000, help="JSON records (and half as many Avro ones)")
@@ -89,32 +104,38 @@ def main() -> int:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     demo_dir = args.work_dir.resolve()
     shutil.rmtree(demo_dir, ignore_errors=True)
-    table, avro_table = demo_dir / "events", demo_dir / "avro_events"
+    table, avro_table, users_table = demo_dir / "events", demo_dir / "avro_events", demo_dir / "users"
 
     print(f"[demo] starting an embedded Kafka broker (KRaft, share groups) under {demo_dir}/broker")
     print(f"[demo] starting an embedded schema registry (Apicurio, Confluent-compatible API) under {demo_dir}/registry")
     with EmbeddedKafka(demo_dir / "broker") as broker, EmbeddedSchemaRegistry(demo_dir / "registry") as registry:
         broker.create_topic(TOPIC, partitions=3)
         broker.create_topic(AVRO_TOPIC, partitions=3)
+        broker.create_topic(USERS_TOPIC, partitions=3)
         t0 = time.monotonic()
         half = args.records // 2
         produced = produce_json_events(broker.bootstrap, TOPIC, half)
         poison = produce_poison_records(broker.bootstrap, TOPIC)  # in the middle of the stream
         produced += produce_json_events(broker.bootstrap, TOPIC, args.records - half, start=half)
         avro, avro_poison = produce_avro_events(registry.url, broker.bootstrap, args.records // 2)
+        users = replace(produce_user_events(broker.bootstrap, args.records // 2), table=users_table)
         print(
             f"[demo] produced {len(produced)} JSON records and {len(poison)} poison records to {TOPIC}, "
             f"{len(avro)} Avro records (schema v1, then v2 adding `region`) and {len(avro_poison)} poison records "
-            f"to {AVRO_TOPIC}, in {time.monotonic() - t0:.1f}s"
+            f"to {AVRO_TOPIC}, {args.records // 2} JSON records keyed by their {len(users.newest)} users to "
+            f"{USERS_TOPIC}, in {time.monotonic() - t0:.1f}s"
         )
         cmd = [
             str(ROOT / "spark-submit.sh"), str(ROOT / "jobs" / "sharelake.py"), "ingest",
             "--config", str(ROOT / "conf" / "local.toml"),
             "--set", f"kafka.bootstrap_servers={broker.bootstrap}",
-            "--set", f'kafka.topics=["{TOPIC}", "{AVRO_TOPIC}"]',
+            "--set", f'kafka.topics=["{TOPIC}", "{AVRO_TOPIC}", "{USERS_TOPIC}"]',
             "--set", "kafka.group_id=sharelake-demo",
             "--set", f"topics.{TOPIC}.table_path={table}",
             "--set", f"topics.{AVRO_TOPIC}.table_path={avro_table}",
+            "--set", f"topics.{USERS_TOPIC}.table_path={users_table}",
+            "--set", f"topics.{USERS_TOPIC}.write.mode=upsert",
+            "--set", f'topics.{USERS_TOPIC}.write.keys=["user"]',
             "--set", f"dead_letter.table_path={demo_dir / 'dead_letter'}",
             "--set", "payload.format=json",
             "--set", f"payload.schema={EVENT_SCHEMA}",
@@ -127,7 +148,7 @@ def main() -> int:
         print("[demo] running the ingest job until the backlog is drained:")
         print("       " + " ".join(cmd[:5]) + " ...")
         t0 = time.monotonic()
-        total = len(produced) + len(poison) + len(avro) + len(avro_poison)
+        total = len(produced) + len(poison) + len(avro) + len(avro_poison) + args.records // 2
         # the bar (in a terminal only) closes at `run ended:`: the table summary follows, below it
         rc = follow_job(cmd, total, "[demo] decided", after_line=rate_after, close_on="run ended:")
         print(
@@ -140,7 +161,8 @@ def main() -> int:
     tables = [Expected(table, produced), Expected(avro_table, avro)]
     spark = build_spark("sharelake-demo-check", "local[2]", {"spark.ui.enabled": "false"})
     try:
-        proven = check_demo(spark, tables, demo_dir / "dead_letter", poison + avro_poison, POISON_CLASSES)
+        dead_letter = demo_dir / "dead_letter"
+        proven = check_demo(spark, tables, dead_letter, poison + avro_poison, POISON_CLASSES, [users])
         print(f"[demo] checked: {proven}")
     except AssertionError as e:
         print(f"[demo] failed: the tables do not hold what was produced: {e}")

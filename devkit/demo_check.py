@@ -9,6 +9,7 @@ its own, as a user would, never through the job's summary.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +41,33 @@ def table_problems(spark: SparkSession, expected: Expected) -> list[str]:
     return problems
 
 
+@dataclass(frozen=True)
+class ExpectedUpserts:
+    """An upserted table and what each key's row must hold: its newest record's value of `column`."""
+
+    table: Path
+    key: str
+    column: str
+    newest: dict[str, object]
+
+
+def upsert_problems(spark: SparkSession, expected: ExpectedUpserts) -> list[str]:
+    """What is wrong with an upserted table: a key missing, doubled or extra, or not at its newest value."""
+    rows = spark.read.format("delta").load(str(expected.table)).select(expected.key, expected.column).collect()
+    keys = Counter(r[0] for r in rows)
+    name, problems = expected.table.name, []
+    if doubled := [k for k, n in keys.items() if n > 1]:
+        problems.append(f"{name}: {len(doubled)} keys with more than one row, e.g. {min(doubled)}")
+    if missing := set(expected.newest) - set(keys):
+        problems.append(f"{name}: {len(missing)} keys missing, e.g. {min(missing)}")
+    if extra := set(keys) - set(expected.newest):
+        problems.append(f"{name}: {len(extra)} keys never produced, e.g. {min(extra)}")
+    stale = sorted(r[0] for r in rows if r[0] in expected.newest and r[1] != expected.newest[r[0]])
+    if stale:
+        problems.append(f"{name}: {len(stale)} keys not at their newest record's {expected.column}, e.g. {stale[0]}")
+    return problems
+
+
 def dead_letter_problems(spark: SparkSession, path: Path, classes: dict[tuple[str, int, int], str]) -> list[str]:
     """The dead-letter table holds exactly the poison records, each once, each with its expected class."""
     rows = spark.read.format("delta").load(str(path)).select("topic", "partition", "offset", "error_class").collect()
@@ -58,19 +86,30 @@ def dead_letter_problems(spark: SparkSession, path: Path, classes: dict[tuple[st
 
 
 def check_demo(
-    spark: SparkSession, tables: list[Expected], dead_letter: Path, poison: list[Produced], classes: dict[str, str]
+    spark: SparkSession,
+    tables: list[Expected],
+    dead_letter: Path,
+    poison: list[Produced],
+    classes: dict[str, str],
+    upserted: Sequence[ExpectedUpserts] = (),
 ) -> str:
     """One line that says what was proven; raises AssertionError naming every problem found.
 
-    `classes`: the dead-letter class expected for each poison record, by the record's key."""
+    `classes`: the dead-letter class expected for each poison record, by the record's key;
+    `upserted`: the upserted tables and each key's newest value."""
     by_offset = {(p.topic, p.partition, p.offset): classes[p.key.decode()] for p in poison}
     problems = [p for expected in tables for p in table_problems(spark, expected)]
+    problems += [p for expected in upserted for p in upsert_problems(spark, expected)]
     problems += dead_letter_problems(spark, dead_letter, by_offset)
     if problems:
         raise AssertionError("; ".join(problems))
     counted = ", ".join(f"{e.table.name} {len(e.records):,} rows" for e in tables)
     by_class = ", ".join(f"{cls} {n}" for cls, n in sorted(Counter(by_offset.values()).items()))
+    upserts = "".join(
+        f"; {u.table.name} holds one row per {u.key} ({len(u.newest):,}), each its newest record's {u.column}"
+        for u in upserted
+    )
     return (
-        f"every produced record is in its table exactly once ({counted}, 0 duplicates); "
+        f"every produced record is in its table exactly once ({counted}, 0 duplicates){upserts}; "
         f"the dead-letter table holds the {len(poison)} poison records, each once ({by_class})"
     )

@@ -49,11 +49,14 @@ def record(partition: int, offset: int, key: int | str, value: bytes | None) -> 
 class UpsertSink:
     """A sink upserting the accounts by `id` into `where` (text keys: a tombstone's key is its id)."""
 
-    def __init__(self, spark: SparkSession, where: TableLocation, deletes: bool = True):
-        settings = JsonSettings(format="json", schema=SCHEMA, key_format="text", allow_null_value=deletes)
+    def __init__(self, spark: SparkSession, where: TableLocation, deletes: bool = True, debezium: bool = False):
+        envelope = "debezium" if debezium else "none"
+        settings = JsonSettings(
+            format="json", schema=SCHEMA, key_format="text", allow_null_value=deletes or debezium, envelope=envelope
+        )
         self.format = payload_format(settings)
         self.format.start(spark, where)
-        self.mode = Upsert(("id",), deletes)
+        self.mode = Upsert(("id",), deletes, envelope=debezium)
         self.mode.check(spark, where, self.format)
         self.table = main_table(spark, where, self.format, checkpoint_every=100, lookback_commits=1000, upserted=True)
         self.table.load()
@@ -160,3 +163,45 @@ def test_a_table_keeps_the_mode_it_was_created_in(spark: SparkSession, tmp_path:
         Append().check(spark, where, fmt)
     with pytest.raises(ConfigError, match=r"write.keys names account_id, not a column of the table \(topic, partition"):
         Upsert(("account_id",), False).check(spark, where, fmt)
+
+
+def event(op: str, before: dict[str, Any] | None, after: dict[str, Any] | None, wrapped: bool = False) -> bytes:
+    """A Debezium change event as its JSON converter writes it (`wrapped`: with schemas on)."""
+    body = {"before": before, "after": after, "op": op, "source": {"connector": "postgresql"}, "ts_ms": 1}
+    return json.dumps({"schema": {"type": "struct"}, "payload": body} if wrapped else body).encode()
+
+
+def test_debezium_json_events_insert_update_and_delete(spark: SparkSession, tmp_path: Path) -> None:
+    where = TableLocation.at(tmp_path / "accounts")
+    sink = UpsertSink(spark, where, deletes=False, debezium=True)  # Debezium's deletes need no flag
+    a1, a2 = {"id": 1, "owner": "ann", "balance": 10}, {"id": 1, "owner": "ann", "balance": 15}
+    b1, c1 = {"id": 2, "owner": "bob", "balance": 20}, {"id": 3, "owner": "cy", "balance": 30}
+    try:
+        sink.run(
+            [
+                record(0, 0, '{"id": 1}', event("r", None, a1)),  # the snapshot
+                record(0, 1, '{"id": 2}', event("c", None, b1, wrapped=True)),
+                record(0, 2, '{"id": 3}', event("c", None, c1)),
+                record(0, 3, '{"id": 1}', event("u", a1, a2)),
+                record(0, 4, "x", event("t", None, None)),  # a truncate: no row of the table
+            ]
+        )
+        sink.run(
+            [
+                record(0, 5, '{"id": 2}', event("d", b1, None, wrapped=True)),
+                record(0, 6, '{"schema": {}, "payload": {"id": 2}}', None),  # its tombstone, a JSON key
+                record(0, 7, '{"id": 3}', event("d", c1, None)),
+                record(0, 1, '{"id": 2}', event("c", None, b1, wrapped=True)),  # a redelivery: changes nothing
+            ]
+        )
+    finally:
+        sink.close()
+    expected = spark.createDataFrame(
+        [(1, 15, False, 3), (2, None, True, 6), (3, None, True, 7)],
+        "id long, balance long, __deleted boolean, offset long",
+    )
+    assert_df_equality(rows_of(spark, where), expected, ignore_nullable=True)
+    table = spark.read.format("delta").load(where.path)
+    assert {"before", "after", "op", "payload", "source"}.isdisjoint(table.columns)
+    parked = dead_letters_by_key(spark, where.dead_letter().path)
+    assert {k: r["error_class"] for k, r in parked.items()} == {"x": "unsupported_op"}

@@ -17,12 +17,21 @@ import os
 import re
 from pathlib import Path
 
+import pytest
 from chispa import assert_df_equality
 from confluent_kafka import Producer
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
 from pyspark.sql import SparkSession
 
+from app.config.error_lines import ConfigError
+from app.run.pipeline import run_ingest
 from bench.delta_log import read_commits
 from devkit.kafka_broker import EmbeddedKafka
+from devkit.sample_data import produce_records
+from devkit.schema_registry import EmbeddedSchemaRegistry
+from tests.ingest_config import ingest_config
 from tests.job_runner import JobSpec, drain_in_process, kill_job, run_summary, start_job
 from tests.kafka_helpers import nothing_left
 from tests.waiting import wait_for
@@ -95,3 +104,106 @@ def test_updates_out_of_order_with_expired_locks_and_a_kill_land_as_the_last_ver
     landed = table.select("id", "version", "amount", "__deleted").orderBy("id")
     assert_df_equality(landed, expected.orderBy("id"), ignore_nullable=True)
     assert nothing_left(broker, spec.topic, spec.group)
+
+
+ACCOUNT = {"type": "record", "name": "Value", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "owner", "type": "string"},
+    {"name": "balance", "type": ["null", "long"], "default": None},
+]}  # fmt: skip
+ENVELOPE = json.dumps(
+    {
+        "type": "record",
+        "name": "Envelope",
+        "namespace": "bank.public.accounts",
+        "fields": [
+            {"name": "before", "type": ["null", ACCOUNT], "default": None},
+            {"name": "after", "type": ["null", "Value"], "default": None},
+            {
+                "name": "source",
+                "type": {
+                    "type": "record",
+                    "name": "Source",
+                    "fields": [
+                        {"name": "connector", "type": "string"},
+                        {"name": "lsn", "type": ["null", "long"], "default": None},
+                    ],
+                },
+            },
+            {"name": "op", "type": "string"},
+            {"name": "ts_ms", "type": ["null", "long"], "default": None},
+        ],
+    }
+)  # fmt: skip: Debezium's Postgres envelope, trimmed
+KEY_SCHEMA = json.dumps({"type": "record", "name": "Key", "fields": [{"name": "id", "type": "long"}]})
+
+
+def test_debezium_avro_events_insert_update_and_delete(
+    broker: EmbeddedKafka, registry: EmbeddedSchemaRegistry, spark: SparkSession, tmp_path: Path, unique: str
+) -> None:
+    """A table's snapshot (`r`), inserts, updates and deletes with their tombstones, as Debezium's
+    Avro converter writes them: values and keys in the registry, the table's rows from `after`."""
+    topic, group = f"cdc-{unique}", f"g-{unique}"
+    broker.create_topic(topic, partitions=2)
+    client = SchemaRegistryClient({"url": registry.url})
+    values = AvroSerializer(client, ENVELOPE)
+    keys = AvroSerializer(client, KEY_SCHEMA)
+
+    def change(i: int, op: str, balance: int | None) -> tuple[bytes, bytes | None]:
+        row = {"id": i, "owner": f"owner-{i}", "balance": balance}
+        before, after = (row, None) if op == "d" else (None, row)
+        event = {"before": before, "after": after, "source": {"connector": "postgresql", "lsn": i}, "op": op}
+        key = keys({"id": i}, SerializationContext(topic, MessageField.KEY))
+        assert key is not None
+        return key, values(event, SerializationContext(topic, MessageField.VALUE))
+
+    changes = [change(i, "r", i) for i in range(100)]
+    changes += [change(i, "u", i * 10) for i in range(0, 100, 2)]
+    for i in range(0, 100, 10):
+        key, delete = change(i, "d", None)
+        changes += [(key, delete), (key, None)]  # the delete, then its tombstone
+    changes += [change(i, "c", i) for i in range(100, 110)]
+    produce_records(broker.bootstrap, topic, changes)
+
+    registry_url = f"payload.registry.url={registry.url}"
+    avro = ("payload.format=avro", "payload.key_format=avro", "payload.envelope=debezium", registry_url)
+    sets = (*avro, "write.mode=upsert", 'write.keys=["id"]')
+    summary = run_ingest(spark, ingest_config(broker, topic, group, tmp_path / "accounts", *sets))
+
+    def expected(i: int) -> tuple[int, str | None, int | None, bool]:
+        if i < 100 and i % 10 == 0:
+            return (i, None, None, True)
+        return (i, f"owner-{i}", i * 10 if i < 100 and i % 2 == 0 else i, False)
+
+    landed = spark.read.format("delta").load(str(tmp_path / "accounts"))
+    assert_df_equality(
+        landed.select("id", "owner", "balance", "__deleted").orderBy("id"),
+        spark.createDataFrame(
+            [expected(i) for i in range(110)], "id long, owner string, balance long, __deleted boolean"
+        ),
+        ignore_nullable=True,
+    )
+    assert summary.dead_lettered == 0
+    assert nothing_left(broker, topic, group)
+
+
+def test_a_key_the_writer_schemas_lack_stops_the_job_at_its_first_batch(
+    broker: EmbeddedKafka, registry: EmbeddedSchemaRegistry, spark: SparkSession, tmp_path: Path, unique: str
+) -> None:
+    """Avro's columns are known from the registry once records arrive: a key column they lack is
+    found by the first batch, which stops the job with the config's one line (exit 2), not retried."""
+    topic, group = f"cdc-{unique}", f"g-{unique}"
+    broker.create_topic(topic, partitions=1)
+    values = AvroSerializer(SchemaRegistryClient({"url": registry.url}), json.dumps(ACCOUNT))
+    value = values({"id": 1, "owner": "ann", "balance": 1}, SerializationContext(topic, MessageField.VALUE))
+    produce_records(broker.bootstrap, topic, [(b"1", value)])
+    sets = (
+        "payload.format=avro",
+        f"payload.registry.url={registry.url}",
+        "write.mode=upsert",
+        'write.keys=["account"]',
+    )
+    with pytest.raises(ConfigError) as stopped:
+        run_ingest(spark, ingest_config(broker, topic, group, tmp_path / "accounts", *sets))
+    assert str(stopped.value).startswith("write.keys names account, not a column of the table (topic, partition")
+    assert "id, owner, balance" in str(stopped.value)

@@ -581,10 +581,17 @@ def _location(path: str | None, name: str | None, main: TableLocation | None = N
     return main.dead_letter()
 
 
-def kept_tombstones(payload: FormatSettings, write: WriteConfig) -> FormatSettings:
-    """The payload keys a table's records are read with: an upsert that deletes on tombstones keeps
-    records without a value (`allow_null_value`), whatever `[payload]` says."""
-    if write.delete_on_tombstone and not payload.allow_null_value:
+def kept_tombstones(payload: FormatSettings, write: WriteConfig, section: str = "write") -> FormatSettings:
+    """The payload keys a table's records are read with: an upsert that deletes on tombstones (as
+    every upsert of Debezium events does) keeps records without a value (`allow_null_value`),
+    whatever `[payload]` says. Debezium events are upserted, never appended."""
+    debezium = payload.envelope == "debezium"
+    if debezium and write.mode != "upsert":
+        raise ValueError(
+            f'payload.envelope = "debezium" upserts change events by key: set {section}.mode = "upsert" and '
+            f"{section}.keys (the table's key columns)"
+        )
+    if (write.delete_on_tombstone or debezium) and not payload.allow_null_value:
         return payload.model_copy(update={"allow_null_value": True})
     return payload
 
@@ -726,7 +733,7 @@ class SharelakeConfig(_Section):
                 (next(iter(writes.values())), f"topics.{names[0]}.write") if writes else (self.write, "write")
             )
             key = f"topics.{names[0]}.table_path" if table.name is None else f"topics.{names[0]}.table_name"
-            payload = kept_tombstones(payloads[0], write)
+            payload = kept_tombstones(payloads[0], write, write_key)
             if chosen:  # the topic's own layout keys, else [delta]'s: the default of every routed table
                 first = next(iter(chosen))
                 layout, layout_key = chosen[first], f"topics.{first}"

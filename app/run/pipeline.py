@@ -335,6 +335,8 @@ class IngestRun:
             self._on_pool_started(pool)
         drain_mode = cfg.run.mode in ("until-drained", "available-now")
         while not self.stop_event.is_set():
+            if self.sink.config_error is not None:  # found by a batch (a key column the registry's schemas lack)
+                return self.sink.config_error
             if query.exception() is not None:
                 log.warning("the streaming query failed; its error in full: %s", query.exception())
                 return IngestError(f"streaming query failed: {one_line(query.exception())}")

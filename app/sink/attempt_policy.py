@@ -32,6 +32,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from app.config.error_lines import ConfigError
 from app.sink.formats.base import DependencyUnavailable
 from app.sink.writer_lease import LeaseLostError
 
@@ -59,8 +60,9 @@ class AttemptPolicy:
         return Retrying(
             stop=stop_after_attempt(self.attempts),
             wait=wait_exponential_jitter(multiplier=0.5, max=30, jitter=0.5),
-            # a lost writer lease does not come back: retrying would only burn the records' deliveries
-            retry=retry_if_exception_type(Exception) & retry_if_not_exception_type(LeaseLostError),
+            # a lost writer lease does not come back, nor does a config a batch found wrong (a key column the
+            # registry's schemas lack): retrying would only burn the records' deliveries
+            retry=retry_if_exception_type(Exception) & retry_if_not_exception_type((LeaseLostError, ConfigError)),
             reraise=True,
             before_sleep=lambda state: log.warning(
                 "micro-batch %d attempt %d failed, records RELEASEd, retrying: %s",
@@ -88,5 +90,7 @@ class AttemptPolicy:
         if isinstance(error, DependencyUnavailable) and not last:
             self._dependency_down = True  # stop polling first: released records are not delivered again
             self._on_pause()
-        if last or isinstance(error, LeaseLostError):  # the job fails now: stop the members first, or they
+        if last or isinstance(
+            error, LeaseLostError | ConfigError
+        ):  # the job fails now: stop the members first, or they
             self._on_fatal()  # poll the released records again at once, each poll costing a delivery

@@ -54,6 +54,7 @@ from pyspark.sql import DataFrame
 
 from app.acknowledge.proof import CommitProof, Decision
 from app.bridge.record_buffer import Poll, RecordBuffer
+from app.config.error_lines import ConfigError
 from app.config.settings import BatchConfig
 from app.run import faults
 from app.sink.attempt_policy import AttemptPolicy
@@ -90,7 +91,11 @@ class DeltaSink:
         self.lock_duration_s = lock_duration_s
         self.job_name = job_name
         self.stats = SinkStats(record_lock_seconds=lock_duration_s)
-        classes = {*SHARED_ERROR_CLASSES, *(c for d in destinations for c in d.format.error_classes)}
+        self.config_error: ConfigError | None = None  # a batch found the config wrong: the run stops with it
+        classes = {
+            *SHARED_ERROR_CLASSES,
+            *(c for d in destinations for c in (*d.format.error_classes, *d.mode.error_classes)),
+        }
         self.stats.dead_lettered_by_class.update(dict.fromkeys(sorted(classes), 0))  # each class's series from start
         self._writers = [TableWriter(d, self.stats, max_delivery_count) for d in destinations]
         self._table_of = {t: d.table for d in destinations for t in d.topics}
@@ -180,7 +185,10 @@ class DeltaSink:
             self._park_beside(plan, bad, batch_id)
         self._account_locks(polls)
         in_order = [errors[n] for n in sorted(errors)]
-        failed = next((e for e in in_order if isinstance(e, LeaseLostError)), in_order[0] if in_order else None)
+        fatal = (e for e in in_order if isinstance(e, LeaseLostError | ConfigError))
+        failed = next(fatal, in_order[0] if in_order else None)
+        if isinstance(failed, ConfigError):  # the run ends with its one line (exit 2), not a query failure
+            self.config_error = failed
         if failed is not None:
             raise failed
         if faults.active("after_accept"):

@@ -22,7 +22,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from app.config.error_lines import ConfigError
-from app.config.settings import Route, SharelakeConfig, WriteConfig
+from app.config.settings import Route, SharelakeConfig
 from app.sink.dead_letter import STAMP_COLUMN as DEAD_LETTER_STAMP
 from app.sink.dead_letter import STATS_COLUMNS as DEAD_LETTER_STATS
 from app.sink.dedup_table import DedupTable
@@ -81,10 +81,12 @@ def main_table(
     )
 
 
-def write_mode(settings: WriteConfig, key: str = "write") -> WriteMode:
-    """The write mode `settings` ask for (`key`: their section, for error lines)."""
+def write_mode(route: Route) -> WriteMode:
+    """The write mode a route's `write` keys ask for (its payload says whether values are Debezium events)."""
+    settings = route.write
     if settings.mode == "upsert":
-        return Upsert(tuple(settings.keys), settings.delete_on_tombstone, key)
+        debezium = route.payload.envelope == "debezium"
+        return Upsert(tuple(settings.keys), settings.delete_on_tombstone, route.write_key, envelope=debezium)
     return Append()
 
 
@@ -134,7 +136,7 @@ def open_destinations(
         check_layout(spark, route)
         fmt = payload_format(route.payload)
         fmt.start(spark, route.location)
-        mode = write_mode(route.write, route.write_key)
+        mode = write_mode(route)
         mode.check(spark, route.location, fmt)
         prefix = counter_prefix(route.topics[0]) if routed else ""
         table = main_table(

@@ -36,13 +36,14 @@ from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import Column, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, DataType, StringType, StructType
 
 from app.config.error_lines import ConfigError
 from app.sink.dedup_table import DedupTable
-from app.sink.formats.base import BadRecord, PayloadFormat, pc
+from app.sink.formats.base import METADATA_COLUMNS, BadRecord, PayloadFormat, pc
+from app.sink.formats.debezium import AFTER, EVENT_FIELDS, OP, event_row, no_row_of
 from app.sink.formats.shape import table_schema
 from app.sink.table_location import TableLocation
 from app.sink.write_mode import DELETED, Batch, ModeWrite, WriteMode
@@ -50,7 +51,8 @@ from app.sink.write_mode import DELETED, Batch, ModeWrite, WriteMode
 log = logging.getLogger(__name__)
 
 KEY = "key"  # the record key's column (app.sink.formats.keys)
-_MISSING = "_missing_key"
+_ERROR = "_upsert_error"  # a row's dead-letter class, set by this mode
+_OP = "_op"  # a Debezium event's op
 _NEWEST = "_newest"
 _VERSIONS = "_versions"  # records of the key in the batch
 _SPLIT = "_split"  # the key's records came from more than one partition
@@ -60,9 +62,12 @@ ORDERED = (int, float, str, date, datetime, Decimal)  # key values a MERGE can p
 class Upsert(WriteMode):
     name = "upsert"
 
-    def __init__(self, keys: tuple[str, ...], delete_on_tombstone: bool, key: str = "write"):
+    error_classes = ("missing_key", "unsupported_op")
+
+    def __init__(self, keys: tuple[str, ...], delete_on_tombstone: bool, key: str = "write", envelope: bool = False):
         self.keys = keys
-        self.deletes = delete_on_tombstone
+        self.envelope = envelope  # values are Debezium change events (app.sink.formats.debezium)
+        self.deletes = delete_on_tombstone or envelope  # Debezium's tombstone follows its delete
         self.key = key  # the config section, for error lines
         self._newer = (F.col("s.partition") > F.col("t.partition")) | (
             (F.col("s.partition") == F.col("t.partition")) & (F.col("s.offset") > F.col("t.offset"))
@@ -87,10 +92,13 @@ class Upsert(WriteMode):
     def write(self, table: DedupTable, batch: Batch) -> ModeWrite:
         kept = batch.kept.withColumn(DELETED, F.col("value").isNull() if self.deletes else F.lit(False))
         rows = batch.read.main_rows(kept, carry=(batch.row, DELETED))
+        no_row = F.lit(False)  # a Debezium op that carries no row of the table
+        if self.envelope:
+            rows, no_row = self._unwrap(rows, batch.row)
         schema = rows.schema
         unknown = [k for k in self.keys if k not in schema.names]
         if unknown:  # a format whose columns come from the registry: found at its first batch
-            raise ConfigError(self._unknown(unknown[0], [c for c in schema.names if c != batch.row]))
+            raise ConfigError(self._unknown(unknown[0], [c for c in schema.names if c not in (batch.row, _OP)]))
         if self.deletes:
             named = [k for k in self.keys if k != KEY]
             whole = len(named) == 1  # a text key can fill one key column, not several
@@ -98,13 +106,17 @@ class Upsert(WriteMode):
                 {k: F.when(F.col(DELETED), tombstone_key(k, schema, whole)).otherwise(F.col(k)) for k in named}
             )
         missing = functools.reduce(operator.or_, (F.col(k).isNull() for k in self.keys))
+        error = F.when(no_row, F.lit("unsupported_op")).when(missing, F.lit("missing_key"))
         observed = Observation()
-        flagged = rows.withColumn(_MISSING, missing).observe(
-            observed, F.collect_list(F.when(F.col(_MISSING), F.col(batch.row))).alias("missing")
+        flagged = rows.withColumn(_ERROR, error).observe(
+            observed,
+            F.collect_list(
+                F.when(F.col(_ERROR).isNotNull(), F.struct(batch.row, _ERROR, _OP if self.envelope else F.lit(None)))
+            ).alias("bad"),
         )
-        columns = [c for c in schema.names if c != batch.row]
+        columns = [c for c in schema.names if c not in (batch.row, _OP)]
         newest = (
-            flagged.where(~F.col(_MISSING))
+            flagged.where(F.col(_ERROR).isNull())
             .groupBy(*self.keys)
             .agg(
                 F.max_by(F.struct(*columns), F.struct("partition", "offset")).alias(_NEWEST),
@@ -114,10 +126,7 @@ class Upsert(WriteMode):
             .select(f"{_NEWEST}.*", _VERSIONS, _SPLIT)
         )
         source = newest.toArrow()  # the job: parse, observations, newest per key
-        bad = {
-            int(r): BadRecord(int(r), "missing_key", f"key column(s) null or absent: {', '.join(self.keys)}")
-            for r in observed.get["missing"]
-        }
+        bad = {int(r[0]): self._bad(int(r[0]), r[1], r[2]) for r in observed.get["bad"]}
         superseded = int(pc.sum(source.column(_VERSIONS)).as_py() or 0) - source.num_rows
         split = int(pc.sum(source.column(_SPLIT).cast(pa.int64())).as_py() or 0)
         if split:
@@ -143,6 +152,35 @@ class Upsert(WriteMode):
         )
         return ModeWrite(appended, bad, superseded, split)
 
+    def _unwrap(self, rows: DataFrame, row: str) -> tuple[DataFrame, Column]:
+        """A Debezium event's columns -> the row it carries (its fields as columns; a delete's are its
+        key columns, the rest null, as a tombstone's), deletes flagged, the op kept (`_OP`); and
+        whether the op carries no row."""
+        missing = [f for f in EVENT_FIELDS if f not in rows.columns]
+        if missing:
+            raise ConfigError(
+                f"payload.envelope = 'debezium', but the values have no {', '.join(missing)} field: they are not "
+                "Debezium change events; set payload.envelope = 'none', or fix the topic"
+            )
+        fields = [f.name for f in rows.schema[AFTER].dataType.fields]
+        carried, deletes = event_row()
+        meta = [c for c in rows.columns if c in METADATA_COLUMNS]
+        return (
+            rows.select(
+                *meta,
+                *(carried[f].alias(f) if f in self.keys else F.when(~deletes, carried[f]).alias(f) for f in fields),
+                F.col(row),
+                (F.col(DELETED) | deletes).alias(DELETED),
+                F.col(OP).alias(_OP),
+            ),
+            F.col(_OP).isNotNull() & no_row_of(F.col(_OP)),
+        )
+
+    def _bad(self, row: int, error_class: str, op: str | None) -> BadRecord:
+        if error_class == "unsupported_op":
+            return BadRecord(row, error_class, f"Debezium op {op!r} carries no row (c, r, u and d do)")
+        return BadRecord(row, error_class, f"key column(s) null or absent: {', '.join(self.keys)}")
+
     def _on(self, source: pa.Table) -> Column:
         """The keys matched, and the target pruned to each key column's range in the batch."""
         on = functools.reduce(operator.and_, (F.col(f"t.`{k}`") == F.col(f"s.`{k}`") for k in self.keys))
@@ -154,13 +192,16 @@ class Upsert(WriteMode):
 
 
 def tombstone_key(name: str, schema: StructType, whole: bool) -> Column:
-    """A tombstone's value of key column `name`, from its record key: the field of that name of a
-    struct key (Avro keys), or (`whole`: the only key column) the whole key as text (text or raw
-    keys), cast to the column's type; null otherwise (the record is then `missing_key`)."""
+    """A tombstone's value of key column `name`, from its record key, cast to the column's type: the
+    field of that name of a struct key (Avro keys); of a text (or raw) key, the field of that name
+    when the key is a JSON object (as Debezium's JSON converter writes keys, plain or in `payload`),
+    else (`whole`: the only key column) the whole key. Null otherwise: the record is `missing_key`."""
     key_type: DataType = schema[KEY].dataType
     target: Any = schema[name].dataType
     if isinstance(key_type, StructType):
         return F.col(KEY)[name].cast(target) if name in key_type.names else F.lit(None).cast(target)
-    if whole and isinstance(key_type, StringType | BinaryType):
-        return F.col(KEY).cast("string").cast(target)
+    if isinstance(key_type, StringType | BinaryType):
+        text = F.col(KEY).cast("string")
+        found = [F.get_json_object(text, f"$.payload.{name}"), F.get_json_object(text, f"$.{name}")]
+        return F.coalesce(*found, *([text] if whole else [])).cast(target)
     return F.lit(None).cast(target)

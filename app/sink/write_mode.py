@@ -57,6 +57,7 @@ class Batch:
 
 class WriteMode(ABC):
     name: str
+    error_classes: tuple[str, ...] = ()  # the dead-letter classes of the rows it leaves out
 
     def check(self, spark: SparkSession, location: TableLocation, fmt: PayloadFormat) -> None:
         """At start: ConfigError (one line) when the table cannot be written in this mode."""

@@ -130,6 +130,14 @@ class FormatSettings(BaseModel):
         "into a struct; its classes are the value's prefixed `key_`). A table keeps the key format it was first "
         "written with.",
     )
+    envelope: Literal["none", "debezium"] = Field(
+        default="none",
+        description='`"debezium"`: each value is a Debezium change event (`op`, `before`, `after`, `source`), '
+        "plain or as the JSON converter writes it with schemas (`{schema, payload}`). With `write.mode = "
+        '"upsert"` only: `c`, `r` and `u` upsert `after`, `d` deletes the key of `before`, a tombstone deletes '
+        "the record key's; another op is dead-lettered (`unsupported_op`). For `json`, `schema` describes the "
+        "row (`after`), not the event (`docs/upserts.md`).",
+    )
     registry: RegistrySettings | None = Field(
         default=None,
         description="`[payload.registry]`: the schema registry (Confluent REST API) of values in the Confluent wire "

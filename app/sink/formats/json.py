@@ -51,6 +51,7 @@ from app.sink.formats.base import (
     FormatSettings,
     PayloadFormat,
 )
+from app.sink.formats.debezium import EVENT_FIELDS, PAYLOAD, debezium_event
 from app.sink.table_location import TableLocation
 
 _CORRUPT = "_corrupt_record"
@@ -75,6 +76,11 @@ class JsonSettings(FormatSettings):
     def _has_schema(self) -> JsonSettings:
         if not (self.schema_ddl or "").strip():
             raise ValueError("payload.format = 'json' needs payload.schema, e.g. schema = \"id long, name string\"")
+        if self.envelope == "debezium" and self.required_fields:
+            raise ValueError(
+                "payload.required_fields is not read with envelope = 'debezium' (a delete has no `after`): the "
+                "key columns (write.keys) are required instead; drop required_fields"
+            )
         return self
 
 
@@ -108,7 +114,10 @@ def parse_schema(ddl: str, required_fields: list[str]) -> StructType:
 class _JsonRead(ColumnRead):
     """The parse and diagnosis of one schema; built once, reused for every batch."""
 
-    def __init__(self, schema: StructType, required_fields: list[str]):
+    def __init__(self, schema: StructType, required_fields: list[str], envelope: bool = False):
+        row = schema
+        if envelope:  # a Debezium event of such rows, plain or as {schema, payload}: its fields are parsed
+            schema = debezium_event(row)
         text = F.col("value").cast("string")
         valid_utf8 = F.expr("is_valid_utf8(cast(value as string))")
         kept_null = F.col("value").isNull()  # only reaches Spark when payload.allow_null_value is set
@@ -158,7 +167,11 @@ class _JsonRead(ColumnRead):
             .otherwise(F.concat(F.lit("not readable as payload.schema: "), shown))
         )
         metadata = [F.col(c) for c in METADATA_COLUMNS if c != "value"]
-        main = [*metadata, *(F.col(PARSED)[f.name].alias(f.name) for f in schema.fields)]
+        if envelope:  # the event's fields, from the converter's `payload` when it wrapped them
+            fields = [F.coalesce(parsed[PAYLOAD][n], parsed[n]).alias(n) for n in EVENT_FIELDS]
+        else:
+            fields = [parsed[f.name].alias(f.name) for f in row.fields]
+        main = [*metadata, *fields]
         super().__init__(parse, error_class, message, main)
 
 
@@ -187,7 +200,7 @@ class JsonFormat(PayloadFormat):
     def start(self, spark: SparkSession, location: TableLocation) -> None:
         if self._read is None:
             self.schema = parse_schema(self.json.schema_ddl or "", self.json.required_fields)
-            self._read = _JsonRead(self.schema, self.json.required_fields)
+            self._read = _JsonRead(self.schema, self.json.required_fields, self.json.envelope == "debezium")
 
     def read(self, rows: pa.Table) -> tuple[list[BadRecord], BatchRead]:
         assert self._read is not None, "JsonFormat.start() first"
