@@ -98,7 +98,10 @@ class RunSummary:
 
 def route_note(route: Route) -> str:
     """One destination for the banner: topics -> table, payload (a registry's URL never holds credentials)."""
-    return f"{', '.join(route.topics)} -> table {route.location.describe()}, payload {payload_note(route.payload)}"
+    upsert = f", upserted by {', '.join(route.write.keys)}" if route.write.mode == "upsert" else ""
+    return (
+        f"{', '.join(route.topics)} -> table {route.location.describe()}{upsert}, payload {payload_note(route.payload)}"
+    )
 
 
 def payload_note(p: FormatSettings) -> str:
