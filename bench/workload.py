@@ -78,12 +78,22 @@ def _producer(bootstrap: str, batch_bytes: int) -> Producer:
     )
 
 
+def user_key(i: int) -> bytes:
+    """Record `i` keyed by its `user` (the upsert bench's key: a user's records share a partition)."""
+    return f"user-{i % 9973:05d}".encode()
+
+
 def _send(
-    producer: Producer, topic: str, i: int, on_delivery: _Counter, value_of: Callable[[int], bytes] = record_value
+    producer: Producer,
+    topic: str,
+    i: int,
+    on_delivery: _Counter,
+    value_of: Callable[[int], bytes] = record_value,
+    key_of: Callable[[int], bytes] = record_key,
 ) -> None:
     while True:
         try:
-            producer.produce(topic, key=record_key(i), value=value_of(i), on_delivery=on_delivery)
+            producer.produce(topic, key=key_of(i), value=value_of(i), on_delivery=on_delivery)
             return
         except BufferError:
             producer.poll(0.05)
@@ -96,16 +106,18 @@ def produce_backlog(
     batch_bytes: int = 16384,
     start: int = 0,
     value_of: Callable[[int], bytes] = record_value,
+    key_of: Callable[[int], bytes] = record_key,
 ) -> ProduceStats:
     """Produce records start..start+count-1 as fast as possible and wait until all are delivered.
 
-    `value_of(i)` is record i's value: the JSON one by default (`bench.avro_workload` passes its Avro twin).
+    `value_of(i)` is record i's value: the JSON one by default (`bench.avro_workload` passes its Avro
+    twin); `key_of(i)` its key (`k-<i>`; `bench.upserts` keys by user).
     """
     stats = ProduceStats()
     producer, on_delivery = _producer(bootstrap, batch_bytes), _Counter(stats)
     t0 = time.monotonic()
     for i in range(start, start + count):
-        _send(producer, topic, i, on_delivery, value_of)
+        _send(producer, topic, i, on_delivery, value_of, key_of)
         if i % 1000 == 0:
             producer.poll(0)
     remaining = producer.flush(120)

@@ -58,6 +58,7 @@ from app.config.error_lines import ConfigError
 from app.config.settings import BatchConfig
 from app.run import faults
 from app.sink.attempt_policy import AttemptPolicy
+from app.sink.batch_budget import BatchBudget
 from app.sink.batch_plan import COPY, NOTHING_PARKED, PARKED, PRESENT, BatchPlan, Holder, Verdict, plan_batch
 from app.sink.dead_letter_sink import DeadLetterSink
 from app.sink.destinations import Destination
@@ -91,6 +92,8 @@ class DeltaSink:
         self.lock_duration_s = lock_duration_s
         self.job_name = job_name
         self.stats = SinkStats(record_lock_seconds=lock_duration_s)
+        # the records a batch may take, when a destination's batches must be split to stay inside the lock
+        self._budget = BatchBudget(lock_duration_s) if any(d.mode.splits_batches for d in destinations) else None
         self.config_error: ConfigError | None = None  # a batch found the config wrong: the run stops with it
         classes = {
             *SHARED_ERROR_CLASSES,
@@ -138,14 +141,13 @@ class DeltaSink:
             return
         self.stats.start_cycle(batch_id)
         self.policy.before_attempt()  # raises DependencyUnavailable again while it is still down
+        limit = self.batch.max_records if self._budget is None else self._budget.records(self.batch.max_records)
         with timed(self.stats, "drain"):
-            polls = self.buffer.drain(
-                self.batch.max_records, self.batch.max_wait_ms / 1000, self.batch.linger_ms / 1000
-            )
+            polls = self.buffer.drain(limit, self.batch.max_wait_ms / 1000, self.batch.linger_ms / 1000)
         if not polls:
             self.stats.empty_batches += 1
             return
-        drained_at = datetime.now(UTC)
+        drained_at, began = datetime.now(UTC), time.monotonic()
         drained = sum(len(p) for p in polls)
         self.stats.records_in += drained
         self.stats.recent_in[batch_id] = self.stats.recent_in.get(batch_id, 0) + drained
@@ -158,6 +160,8 @@ class DeltaSink:
             self._release_undecided(polls)
             self.dead_letters.seen((p.rows for p in polls), drained_at)
             raise
+        if self._budget is not None:
+            self._budget.observe(drained, time.monotonic() - began)
 
     def _run(self, polls: list[Poll], batch_id: int) -> None:
         if self._parked is not None and self._parked.done():

@@ -63,6 +63,7 @@ class Upsert(WriteMode):
     name = "upsert"
 
     error_classes = ("missing_key", "unsupported_op")
+    splits_batches = True  # a MERGE's cost grows with the batch and the table
 
     def __init__(self, keys: tuple[str, ...], delete_on_tombstone: bool, key: str = "write", envelope: bool = False):
         self.keys = keys

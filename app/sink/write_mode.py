@@ -58,6 +58,8 @@ class Batch:
 class WriteMode(ABC):
     name: str
     error_classes: tuple[str, ...] = ()  # the dead-letter classes of the rows it leaves out
+    # whether its batches' cost grows enough to need splitting within the record lock (app.sink.batch_budget)
+    splits_batches: bool = False
 
     def check(self, spark: SparkSession, location: TableLocation, fmt: PayloadFormat) -> None:
         """At start: ConfigError (one line) when the table cannot be written in this mode."""

@@ -28,16 +28,24 @@ ARGS = ("--bootstrap", "--topic", "--table", "--checkpoint", "--schema")
 
 
 def kafka_rows(
-    spark: SparkSession, bootstrap: str, topic: str, schema: str, avro_schema: str | None = None
+    spark: SparkSession,
+    bootstrap: str,
+    topic: str,
+    schema: str,
+    avro_schema: str | None = None,
+    max_offsets: int | None = None,
 ) -> DataFrame:
-    """The topic from its earliest offsets as Sharelake's json (or avro) table lays it out."""
-    records = (
+    """The topic from its earliest offsets as Sharelake's json (or avro) table lays it out
+    (`max_offsets`: records per micro-batch, Spark's maxOffsetsPerTrigger)."""
+    reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
-        .load()
     )
+    if max_offsets is not None:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets))
+    records = reader.load()
     value = (
         F.from_json(F.col("value").cast("string"), schema)
         if avro_schema is None
