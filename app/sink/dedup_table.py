@@ -22,6 +22,10 @@ provable commit that never holds an offset twice:
    offsets the commit really holds (`written`: fewer than claimed when Spark filtered unreadable
    rows out of the same job).
 
+An upserted table's commits are MERGEs (`merge`): the claim is checked before the MERGE, which runs
+Delta's own transaction; a record merged twice changes the table once, so such a table has nothing
+to repair.
+
 Tables written by older Sharelake versions (blind appends, which Delta never checks against each
 other) may hold duplicates: the cache notes them as `Repair`s, and `repair_pending` deletes them
 at start, one DELETE keyed on offset and the duplicate commit's stamp.

@@ -1,4 +1,4 @@
-"""Writes one Delta table: appends that return as soon as their commit is durable, DELETEs, checkpoints.
+"""Writes one Delta table: appends that return once their commit is durable, upserts' MERGEs, DELETEs, checkpoints.
 
 Used twice by `app.sink.dedup_table` (main and dead-letter table): the ingest's only path to
 Delta's writers. (Outside the ingest's write path, the replay marks its rows with a Delta MERGE in

@@ -10,7 +10,8 @@ sink, the error that stopped it), and the sink decides them in one place. Its st
    no value, too large, delivery cap), then the payload format's own (`PayloadFormat.read`);
 2. the rest stamped (`app.sink.write_columns.stamped`) and claimed (their offsets), one Spark job:
    the frame is parsed once by the format, the rows that cannot land are filtered out and collected
-   (`DataFrame.observe`), the rest appended to the table (`DedupTable.append`). When the table's
+   (`DataFrame.observe`), the rest committed by the destination's write mode (`app.sink.write_mode`:
+   appended, `DedupTable.append`, or upserted by key, `app.sink.upsert`). When the table's
    last write left rows out (a stream carrying poison tends to keep carrying it), the same job
    collects their error class and message too (`BatchRead.bad_row`); otherwise only which rows
    they are: the class and message make a larger plan, which costs every batch some planning;
