@@ -49,7 +49,14 @@ def record(partition: int, offset: int, key: int | str, value: bytes | None) -> 
 class UpsertSink:
     """A sink upserting the accounts by `id` into `where` (text keys: a tombstone's key is its id)."""
 
-    def __init__(self, spark: SparkSession, where: TableLocation, deletes: bool = True, debezium: bool = False):
+    def __init__(
+        self,
+        spark: SparkSession,
+        where: TableLocation,
+        deletes: bool = True,
+        debezium: bool = False,
+        lock_s: float = 30.0,
+    ):
         envelope = "debezium" if debezium else "none"
         settings = JsonSettings(
             format="json", schema=SCHEMA, key_format="text", allow_null_value=deletes or debezium, envelope=envelope
@@ -64,17 +71,22 @@ class UpsertSink:
         self.buffer = RecordBuffer(100_000)
         destinations = [Destination((TOPIC,), self.table, self.format, self.mode)]
         self.sink = DeltaSink(
-            self.buffer, destinations, DeltaDeadLetters(self.dead), BatchConfig(max_wait_ms=0), 5, 30.0, "t"
+            self.buffer, destinations, DeltaDeadLetters(self.dead), BatchConfig(max_wait_ms=0), 5, lock_s, "t"
         )
         self.spark = spark
         self.batch_id = 0
 
     def run(self, records: list[SyntheticRecord]) -> PollBatch:
+        poll = self.put(records)
+        self.sink(self.spark.range(1), self.batch_id)
+        self.batch_id += 1
+        return poll
+
+    def put(self, records: list[SyntheticRecord]) -> PollBatch:
+        """One poll of `records` into the buffer (the next batch drains it)."""
         polled: Any = records
         poll = PollBatch(0, polled, queue.Queue())
         assert self.buffer.put(Poll(poll, poll_rows(polled)), 1)
-        self.sink(self.spark.range(1), self.batch_id)
-        self.batch_id += 1
         return poll
 
     def close(self) -> None:
@@ -205,3 +217,22 @@ def test_debezium_json_events_insert_update_and_delete(spark: SparkSession, tmp_
     assert {"before", "after", "op", "payload", "source"}.isdisjoint(table.columns)
     parked = dead_letters_by_key(spark, where.dead_letter().path)
     assert {k: r["error_class"] for k, r in parked.items()} == {"x": "unsupported_op"}
+
+
+def test_a_batch_whose_merge_would_outlast_half_the_lock_takes_fewer_polls(spark: SparkSession, tmp_path: Path) -> None:
+    """With a 1 s record lock no MERGE fits in half of it: once two batches have shown their cost,
+    a batch takes one poll of the three waiting, and the next ones the rest, each landed."""
+    where = TableLocation.at(tmp_path / "accounts")
+    sink = UpsertSink(spark, where, lock_s=1.0)
+    try:
+        sink.run([record(0, 0, 1, account(1, 1))])  # creates the table
+        sink.run([record(0, 1, 1, account(1, 2)), record(0, 2, 2, account(2, 2))])  # a MERGE: its cost known
+        waiting = [sink.put([record(0, 3 + i, 10 + i, account(10 + i, i))]) for i in range(3)]
+        for left in (2, 1, 0):
+            sink.sink(spark.range(1), sink.batch_id)
+            sink.batch_id += 1
+            assert sink.buffer.records == left  # one poll (one record) a batch
+    finally:
+        sink.close()
+    assert all(state_of(p, 0) is RecordState.ACCEPTED for p in waiting)
+    assert rows_of(spark, where).count() == 5
