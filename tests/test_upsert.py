@@ -56,10 +56,11 @@ class UpsertSink:
         deletes: bool = True,
         debezium: bool = False,
         lock_s: float = 30.0,
+        schema: str = SCHEMA,
     ):
         envelope = "debezium" if debezium else "none"
         settings = JsonSettings(
-            format="json", schema=SCHEMA, key_format="text", allow_null_value=deletes or debezium, envelope=envelope
+            format="json", schema=schema, key_format="text", allow_null_value=deletes or debezium, envelope=envelope
         )
         self.format = payload_format(settings)
         self.format.start(spark, where)
@@ -236,3 +237,26 @@ def test_a_batch_whose_merge_would_outlast_half_the_lock_takes_fewer_polls(spark
         sink.close()
     assert all(state_of(p, 0) is RecordState.ACCEPTED for p in waiting)
     assert rows_of(spark, where).count() == 5
+
+
+def test_a_payload_schema_without_a_column_the_table_has_upserts_it_as_null(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A MERGE names every column of the table (an append does not): a field an earlier schema had
+    is null in the rows a record of the new schema replaces or inserts."""
+    where = TableLocation.at(tmp_path / "accounts")
+    first = UpsertSink(spark, where)
+    try:
+        first.run([record(0, 0, 1, account(1, 10)), record(0, 1, 2, account(2, 20))])
+    finally:
+        first.close()
+    second = UpsertSink(spark, where, schema="id long, owner string")  # `balance` dropped
+    try:
+        second.run([record(0, 2, 1, account(1, 11)), record(0, 3, 3, account(3, 30))])
+    finally:
+        second.close()
+    expected = spark.createDataFrame(
+        [(1, None, False, 2), (2, 20, False, 1), (3, None, False, 3)],
+        "id long, balance long, __deleted boolean, offset long",
+    )
+    assert_df_equality(rows_of(spark, where), expected, ignore_nullable=True)

@@ -73,6 +73,7 @@ from delta import exceptions as delta_errors
 from delta.tables import DeltaTable
 from pyspark import Broadcast
 from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
@@ -82,7 +83,7 @@ from app.run import faults
 from app.sink.catalog_tables import register_table
 from app.sink.log_checkpoint import CheckpointExists, checkpoint_latest
 from app.sink.offset_ranges import BatchOffsets
-from app.sink.table_layout import TableLayout
+from app.sink.table_layout import GENERATION_EXPRESSION, TableLayout
 from app.sink.table_location import DELTA_LOG, TableLocation
 
 log = logging.getLogger(__name__)
@@ -448,6 +449,7 @@ class DeltaWriter:
             self._before_commit()
         faults.hit(f"before_{self.name}_commit")
         self._prepare_schema(source.schema, merge_schema)
+        source = self._with_table_columns(source)
         before = self._last_commit()
         self.session.sparkContext.setLocalProperty(
             "spark.job.description", f"sharelake {self.name} merge, batch = {batch_id}"
@@ -477,6 +479,16 @@ class DeltaWriter:
         self._after_commit()
         faults.hit(f"after_{self.name}_commit")
         return CommitProof._mint(self.table_path, version)
+
+    def _with_table_columns(self, frame: DataFrame) -> DataFrame:
+        """`frame` with the table's columns it lacks, as typed nulls: a MERGE's `UPDATE SET *` and
+        `INSERT *` name every column of the table (an append leaves a missing one null by itself),
+        e.g. a field an earlier payload schema had. Generated columns are Delta's to fill. Read from
+        the latest snapshot each time: another writer may have added a column."""
+        table = StructType.fromJson(json.loads(self._latest_snapshot().schema().json()))
+        have = {c.lower() for c in frame.columns}
+        missing = [f for f in table.fields if f.name.lower() not in have and GENERATION_EXPRESSION not in f.metadata]
+        return frame.withColumns({f.name: F.lit(None).cast(f.dataType) for f in missing}) if missing else frame
 
     def delete(self, condition: str, user_metadata: str) -> int:
         """DELETE FROM the table WHERE `condition`, with `user_metadata` on its commit; rows deleted."""
