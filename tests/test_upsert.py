@@ -28,6 +28,7 @@ from app.sink.delta_sink import DeltaSink
 from app.sink.destinations import Destination, dead_letter_table, main_table
 from app.sink.formats import payload_format
 from app.sink.formats.json import JsonSettings
+from app.sink.table_layout import TableLayout
 from app.sink.table_location import TableLocation
 from app.sink.upsert import Upsert
 from app.sink.write_mode import Append
@@ -57,6 +58,7 @@ class UpsertSink:
         debezium: bool = False,
         lock_s: float = 30.0,
         schema: str = SCHEMA,
+        layout: TableLayout | None = None,
     ):
         envelope = "debezium" if debezium else "none"
         settings = JsonSettings(
@@ -66,7 +68,9 @@ class UpsertSink:
         self.format.start(spark, where)
         self.mode = Upsert(("id",), deletes, envelope=debezium)
         self.mode.check(spark, where, self.format)
-        self.table = main_table(spark, where, self.format, checkpoint_every=100, lookback_commits=1000, upserted=True)
+        self.table = main_table(
+            spark, where, self.format, checkpoint_every=100, lookback_commits=1000, upserted=True, layout=layout
+        )
         self.table.load()
         self.dead = dead_letter_table(spark, where.dead_letter(), checkpoint_every=100, lookback_commits=None)
         self.buffer = RecordBuffer(100_000)
@@ -260,3 +264,22 @@ def test_a_payload_schema_without_a_column_the_table_has_upserts_it_as_null(
         "id long, balance long, __deleted boolean, offset long",
     )
     assert_df_equality(rows_of(spark, where), expected, ignore_nullable=True)
+
+
+def test_an_upserted_table_clustered_by_its_key(spark: SparkSession, tmp_path: Path) -> None:
+    """What docs/upserts.md advises for pruning: the key as the clustering column, set when the
+    table is created; the MERGEs after it keep one row per key."""
+    where = TableLocation.at(tmp_path / "accounts")
+    sink = UpsertSink(spark, where, layout=TableLayout(cluster_by=("id",)))
+    try:
+        sink.run([record(0, 0, 1, account(1, 10)), record(0, 1, 2, account(2, 20))])
+        sink.run([record(0, 2, 1, account(1, 11)), record(0, 3, 2, None), record(0, 4, 3, account(3, 30))])
+    finally:
+        sink.close()
+    expected = spark.createDataFrame(
+        [(1, 11, False, 2), (2, None, True, 3), (3, 30, False, 4)],
+        "id long, balance long, __deleted boolean, offset long",
+    )
+    assert_df_equality(rows_of(spark, where), expected, ignore_nullable=True)
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{where.path}`").first()
+    assert detail is not None and list(detail["clusteringColumns"]) == ["id"]
