@@ -6,10 +6,13 @@ Called by `bench.run` before the report and charts; pure functions over `RunResu
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
 
 from bench.contenders.base import RunResult
 
@@ -88,6 +91,26 @@ def md_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def save_report(
+    results_dir: Path,
+    stem: str,
+    title: str,
+    table: tuple[list[str], list[list[str]]],
+    facts: dict[str, str],
+    runs: list[Any],
+) -> str:
+    """A standalone bench module's report (`bench.layouts`, `bench.upserts`): `# title`, its table and
+    the machine as `<stem>.md`, its runs (dataclasses) as `<stem>.json`, in `results_dir`; the text."""
+    text = (
+        f"# {title}\n\n" + md_table(*table) + "\n\nMachine: " + ", ".join(f"{k} {v}" for k, v in facts.items()) + "\n"
+    )
+    results_dir.mkdir(parents=True, exist_ok=True)
+    path = results_dir / f"{stem}.md"
+    path.write_text(text)
+    path.with_suffix(".json").write_text(json.dumps([asdict(r) for r in runs], indent=1))
+    return text
 
 
 def finite_or_none(x: float) -> float | None:

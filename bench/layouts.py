@@ -19,7 +19,6 @@ offset) twice. Writes `bench/results/<stamp>-layouts.md` and `.json`.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import statistics
 import time
@@ -30,7 +29,7 @@ from pathlib import Path
 from bench.contenders.base import RunContext
 from bench.contenders.sharelake import result_of, start_sharelake
 from bench.delta_log import added_files
-from bench.figures import fmt_rate, md_table
+from bench.figures import fmt_rate, save_report
 from bench.machine import machine_facts
 from bench.settings import RESULTS_DIR, WORK_ROOT, BenchSettings
 from bench.verify import check_table, open_spark
@@ -128,17 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     head = ["layout", "keys", "scheduled records/s (median)", "/ plain", "write s per run", "files per commit"]
     head.append("tables")
-    text = (
-        f"# Table layouts: {args.records:,} JSON records on {args.partitions} partitions, {args.rounds} rounds\n\n"
-        + md_table(head, rows)
-        + "\n\nMachine: "
-        + ", ".join(f"{k} {v}" for k, v in facts.items())
-        + "\n"
-    )
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    path = args.results_dir / f"{stamp}-layouts.md"
-    path.write_text(text)
-    path.with_suffix(".json").write_text(json.dumps([asdict(r) for r in runs], indent=1))
+    title = f"Table layouts: {args.records:,} JSON records on {args.partitions} partitions, {args.rounds} rounds"
+    text = save_report(args.results_dir, f"{stamp}-layouts", title, (head, rows), facts, runs)
     print(text)
     return 0 if all(r.ok for r in runs) else 1
 

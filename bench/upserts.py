@@ -23,7 +23,6 @@ Writes `bench/results/<stamp>-upserts.md` and `.json`.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import statistics
 import time
@@ -36,7 +35,7 @@ from bench.contenders.base import RunContext, run_logged, started_at, tail
 from bench.contenders.sharelake import parse_job_log, start_sharelake
 from bench.contenders.spark_kafka_source import submit_command
 from bench.delta_log import read_commits
-from bench.figures import fmt_rate, md_table
+from bench.figures import fmt_rate, save_report
 from bench.machine import machine_facts
 from bench.settings import RESULTS_DIR, WORK_ROOT, BenchSettings
 from bench.verify import check_table, open_spark
@@ -67,11 +66,6 @@ class UpsertRun:
     checked: str = ""
 
 
-def last_commit_s(table: Path) -> float | None:
-    commits = read_commits(table)
-    return commits[-1].timestamp_ms / 1000 if commits else None
-
-
 def run_one(ctx: RunContext, contender: str) -> UpsertRun:
     run = UpsertRun(contender, int(ctx.run_dir.name.rsplit("-", 1)[1]))
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
@@ -88,14 +82,15 @@ def run_one(ctx: RunContext, contender: str) -> UpsertRun:
         code = job.wait(ctx.settings.run_timeout_s)
         logfile = job.log
         started = parse_job_log(logfile).started
-    last = last_commit_s(table)
+    commits = read_commits(table)
+    last = commits[-1].timestamp_ms / 1000 if commits else None
     if code != 0 or started is None or last is None:
         run.error = f"exit {code}, started {started}, last commit {last}: {tail(logfile, 6)}"
         return run
     run.ok = True
     run.window_rate = ctx.records / (last - started)
     run.scheduled_rate = ctx.records / (last - launched)
-    run.commits = len(read_commits(table))
+    run.commits = len(commits)
     return run
 
 
@@ -171,18 +166,11 @@ def main(argv: list[str] | None = None) -> int:
         "commits",
         "tables",
     ]
-    text = (
-        f"# Upserts: {args.records:,} JSON records keyed by {min(USERS, args.records):,} users on "
-        f"{args.partitions} partitions, {args.rounds} rounds\n\n"
-        + md_table(head, rows)
-        + "\n\nMachine: "
-        + ", ".join(f"{k} {v}" for k, v in facts.items())
-        + "\n"
+    title = (
+        f"Upserts: {args.records:,} JSON records keyed by {min(USERS, args.records):,} users on "
+        f"{args.partitions} partitions, {args.rounds} rounds"
     )
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    path = args.results_dir / f"{stamp}-upserts.md"
-    path.write_text(text)
-    path.with_suffix(".json").write_text(json.dumps([asdict(r) for r in runs], indent=1))
+    text = save_report(args.results_dir, f"{stamp}-upserts", title, (head, rows), facts, runs)
     print(text)
     return 0 if all(r.ok for r in runs) else 1
 

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 from chispa import assert_df_equality
-from confluent_kafka import Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -43,15 +42,13 @@ DELETED_EVERY = 10  # every tenth key ends with a tombstone
 
 def produce_updates(bootstrap: str, topic: str) -> None:
     """`VERSIONS` rounds over the keys (version 1 of every key, then version 2, ...), then the tombstones."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "partitioner": "murmur2_random"})
-    for version in range(1, VERSIONS + 1):
-        for k in range(KEYS):
-            value = json.dumps({"id": k, "version": version, "amount": k * 100 + version}).encode()
-            producer.produce(topic, key=str(k).encode(), value=value)
-            producer.poll(0)
-    for k in range(0, KEYS, DELETED_EVERY):
-        producer.produce(topic, key=str(k).encode(), value=None)
-    assert producer.flush(60) == 0
+    updates = [
+        (str(k).encode(), json.dumps({"id": k, "version": v, "amount": k * 100 + v}).encode())
+        for v in range(1, VERSIONS + 1)
+        for k in range(KEYS)
+    ]
+    tombstones: list[tuple[bytes, bytes | None]] = [(str(k).encode(), None) for k in range(0, KEYS, DELETED_EVERY)]
+    produce_records(bootstrap, topic, [*updates, *tombstones])
 
 
 def test_updates_out_of_order_with_expired_locks_and_a_kill_land_as_the_last_version_per_key(

@@ -90,7 +90,7 @@ class AttemptPolicy:
         if isinstance(error, DependencyUnavailable) and not last:
             self._dependency_down = True  # stop polling first: released records are not delivered again
             self._on_pause()
-        if last or isinstance(
-            error, LeaseLostError | ConfigError
-        ):  # the job fails now: stop the members first, or they
-            self._on_fatal()  # poll the released records again at once, each poll costing a delivery
+        # the job fails now: stop the members first, or they poll the released records again at once,
+        # each poll costing a delivery
+        if last or isinstance(error, LeaseLostError | ConfigError):
+            self._on_fatal()
