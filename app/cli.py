@@ -6,8 +6,9 @@ called by the thin spark-submit entry points in `jobs/` (`jobs/sharelake.py inge
 subcommand runs the same from a terminal, a scheduler or spark-submit on YARN and Kubernetes. Each
 subcommand is one module of `app.commands` (its arguments and its `run`). Every subcommand that
 reads a config takes `--config` and `--set`; a bad config (any `ConfigError`) ends it with one line
-on stderr, `sharelake: <the key and the fix>`, and exit code 2. Any other failure prints its
-traceback, then one line `sharelake: <subcommand> failed: <cause>`, and exit code 1.
+on stderr, `sharelake: <the key and the fix>`, and exit code 2. A dependency still down when the
+start's wait for it ran out (`DependencyOutage`) ends it with one line and exit code 3. Any other
+failure prints its traceback, then one line `sharelake: <subcommand> failed: <cause>`, and exit code 1.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from collections.abc import Sequence
 from importlib import import_module
 from typing import Protocol
 
-from app.config.error_lines import one_line
+from app.config.error_lines import DependencyOutage, one_line
 from app.config.settings import ConfigError, SharelakeConfig, load_config
 from app.observe import console
 
 CONFIG_ERROR_EXIT = 2
+DEPENDENCY_OUTAGE_EXIT = 3  # a dependency still down after run.dependency_wait_s: worth a retry later
 
 
 class Command(Protocol):
@@ -90,6 +92,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return command(args.command).run(args)
     except ConfigError as e:
         return config_failure(e)
+    except DependencyOutage as e:
+        console.print_cause(str(e))
+        return DEPENDENCY_OUTAGE_EXIT
     except Exception as e:  # noqa: BLE001 - the trace for a bug report, then the one line a user reads
         traceback.print_exc()
         console.print_cause(f"{args.command} failed: {one_line(e)}")

@@ -22,6 +22,7 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
+from app.config.error_lines import DependencyOutage
 from app.config.settings import ConfigError
 from app.run.pipeline import run_ingest
 from devkit.kafka_broker import EmbeddedKafka
@@ -221,20 +222,63 @@ def test_a_registry_outage_mid_run_loses_duplicates_and_dead_letters_nothing(
     assert nothing_left(broker, topic, group)
 
 
-def test_an_unreachable_registry_stops_the_job_at_start_with_one_line(
+def test_a_registry_down_at_start_is_waited_for_and_one_that_does_not_resolve_stops_the_job(
     broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
 ) -> None:
     topic = f"avro-noreg-{unique}"
     broker.create_topic(topic)
-    url = "http://127.0.0.1:9/apis/ccompat/v7"  # the discard port: nothing listens
+    # nothing listens on the discard port: an outage (a registry not up yet), waited for up to 2 s here
+    url = "http://127.0.0.1:9/apis/ccompat/v7"
+    down = (f"payload.registry.url={url}", "run.dependency_wait_s=2")
+    cfg = ingest_config(broker, topic, f"g-{unique}", tmp_path / "t", "payload.format=avro", *down)
+    with pytest.raises(DependencyOutage) as outage:
+        run_ingest(spark, cfg)
+    line = str(outage.value)
+    assert "\n" not in line
+    assert line.startswith(f"payload.registry.url = '{url}': unreachable"), line
+    assert line.endswith("still down after run.dependency_wait_s = 2s"), line
+    # a host that does not resolve is a wrong setting: the one line at once, not a wait
+    url = "http://no-such-registry.invalid:8081"
     cfg = ingest_config(
         broker, topic, f"g-{unique}", tmp_path / "t", "payload.format=avro", f"payload.registry.url={url}"
     )
-    with pytest.raises(ConfigError) as e:
+    with pytest.raises(ConfigError) as wrong:
         run_ingest(spark, cfg)
-    line = str(e.value)
-    assert "\n" not in line
-    assert line.startswith(f"payload.registry.url = '{url}': unreachable"), line
+    assert str(wrong.value).startswith(f"payload.registry.url = '{url}': unreachable"), str(wrong.value)
+
+
+def test_a_registry_hung_when_the_job_starts_is_waited_for_then_every_record_lands_once(
+    broker: EmbeddedKafka,
+    registry: EmbeddedSchemaRegistry,
+    spark: SparkSession,
+    tmp_path: Path,
+    unique: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    topic, group = f"avro-hung-{unique}", f"g-{unique}"
+    broker.create_topic(topic, partitions=2)
+    produced = produce_events(broker, registry, topic, range(0, 1000))
+    cfg = ingest_config(broker, topic, group, tmp_path / "t", *avro_settings(registry, "payload.registry.timeout_s=1"))
+    result: dict[str, Any] = {}
+    registry.pause()  # hung: it takes connections and never answers (as a registry mid-GC or restart does)
+    try:
+        job = threading.Thread(target=lambda: result.update(summary=run_ingest(spark, cfg)), daemon=True)
+        job.start()
+        wait_for(
+            lambda: "waiting for a dependency: payload.registry.url" in caplog.text, 120,
+            lambda: f"the start did not wait for the hung registry:\n{caplog.text[-2000:]}",
+            give_up=lambda: not job.is_alive(),
+        )  # fmt: skip
+    finally:
+        registry.resume()
+    job.join(180)
+    assert "summary" in result, caplog.text[-3000:]
+    rows = expected_rows(produced, range(1000), region=False)
+    expected = spark.createDataFrame(rows, f"{EVENT_COLUMNS}, region string").drop("region")
+    actual = spark.read.format("delta").load(str(tmp_path / "t")).select(*expected.columns)
+    assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)
+    assert dead_letter_rows(spark, tmp_path / "t") == 0
+    assert nothing_left(broker, topic, group)
 
 
 def test_the_registry_password_never_appears_in_the_job_log(

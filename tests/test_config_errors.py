@@ -1,4 +1,5 @@
-"""Bad configuration stops the job at start: one line naming the key and the fix, exit code 2.
+"""Bad configuration stops the job at start: one line naming the key and the fix, exit code 2 (a
+dependency that is down is not bad configuration: it is waited for, then exit code 3).
 
 Each resource check runs against the real broker and real storage; the last test goes through the
 real entry point (spark-submit) for the exit code, with a canary secret that must never show.
@@ -30,14 +31,37 @@ def start_error(spark: SparkSession, *args: object, **kw: object) -> str:
     return message
 
 
-def test_unreachable_broker(
+def test_a_broker_address_that_does_not_resolve(
     broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # a wrong setting, not an outage: no wait (run.dependency_wait_s is left at its 300 s default)
     monkeypatch.setattr(preflight, "BROKER_TIMEOUT_S", 3.0)
-    nowhere = f"127.0.0.1:{free_port()}"
+    nowhere = "no-such-broker.invalid:9092"
     message = start_error(spark, broker, "t", "g", tmp_path / "t", f"kafka.bootstrap_servers={nowhere}")
-    assert message.startswith(f"kafka.bootstrap_servers = '{nowhere}': no broker answered within 3s")
-    assert "check the address" in message
+    assert message.startswith(f"kafka.bootstrap_servers = '{nowhere}': the address does not resolve"), message
+    assert message.endswith("fix the host name")
+
+
+def test_a_broker_that_does_not_answer_is_an_outage_waited_for_then_exit_3(
+    broker: EmbeddedKafka, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # through the real entry point, for the exit code: nothing listens at the address (a broker not up
+    # yet), so the start waits run.dependency_wait_s for it, one line a try, then exits 3 with one line
+    nowhere = f"127.0.0.1:{free_port()}"
+    cmd = [
+        str(ROOT / "spark-submit.sh"), str(ROOT / "jobs" / "ingest.py"), "--config", str(ROOT / "conf" / "local.toml"),
+        "--set", f"kafka.bootstrap_servers={nowhere}", "--set", "kafka.topic=t",
+        "--set", f"delta.table_path={tmp_path / 't'}", "--set", "run.dependency_wait_s=20",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    output = done.stdout + done.stderr
+    assert done.returncode == 3, output[-3000:]
+    lines = [ln for ln in output.splitlines() if ln.startswith("sharelake:")]
+    assert len(lines) == 1, output[-3000:]
+    assert lines[0].startswith(f"sharelake: kafka.bootstrap_servers = '{nowhere}': no broker answered within 15s")
+    assert lines[0].endswith("still down after run.dependency_wait_s = 20s"), lines
+    assert "waiting for a dependency: kafka.bootstrap_servers" in output  # the wait said what it waits for
+    assert "Traceback" not in output
 
 
 def test_missing_topic(broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str) -> None:

@@ -8,7 +8,9 @@ deepest `Caused by:`, the first Java exception line, else the first line.
 
 `ConfigError` lives here too: the one-line error a job prints before it exits with code 2. It is
 raised by the config's validation (`app.config.settings`), the payload formats' start-up checks
-(`app.sink.formats`) and the start-up checks (`app.run.preflight`).
+(`app.sink.formats`) and the start-up checks (`app.run.preflight`). So does `DependencyOutage`, the
+one line of a dependency still down when the start-up's wait for it ran out (exit code 3,
+`app.sink.dependency_wait`): an outage, not a setting to fix.
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ JAVA_EXCEPTION = re.compile(r"[\w.$]+(?:Exception|Error): ")
 
 class ConfigError(ValueError):
     """A configuration problem, as one line naming the key and the fix."""
+
+
+class DependencyOutage(RuntimeError):
+    """A dependency (the broker, the schema registry) still down after the start-up waited
+    `run.dependency_wait_s` for it, as one line naming it and the cause."""
 
 
 def one_line(error: object, limit: int = 300) -> str:

@@ -524,6 +524,13 @@ class RunConfig(_Section):
         description="Graceful-stop bound (SIGTERM, SIGINT): records still undecided after it are RELEASEd.",
     )
     app_name: str = Field(default="sharelake-ingest", description="The Spark application's name.")
+    dependency_wait_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="At start, how long to wait for a dependency that is down (the broker or the schema registry "
+        "not answering, a timeout, a 5xx) before exiting with code 3; a wrong setting (credentials refused, an "
+        "unknown host) exits 2 at once. 0: do not wait.",
+    )
 
 
 class TopicRoute(LayoutKeys):

@@ -53,6 +53,7 @@ from app.run.preflight import ClientErrors, KafkaFacts, check_start
 from app.sink.dead_letter_sink import DeltaDeadLetters
 from app.sink.dedup_table import DedupTable
 from app.sink.delta_sink import DeltaSink
+from app.sink.dependency_wait import waiting_out_outages
 from app.sink.destinations import Destination, open_destinations
 from app.sink.formats.base import FormatSettings
 from app.sink.warm_up import warm_up
@@ -216,11 +217,14 @@ class IngestRun:
         client_errors = ClientErrors()
         admin = AdminClient({**cfg.kafka.client_config(), "error_cb": client_errors})  # type: ignore[dict-item]
         group = group_type(cfg.kafka, self._consumer_factory)
-        facts = check_start(spark, cfg, admin, group, client_errors, apply=apply)
+        facts = waiting_out_outages(
+            lambda: check_start(spark, cfg, admin, group, client_errors, apply=apply), cfg.run.dependency_wait_s
+        )
         leases = hold_writer_leases(spark, cfg) if apply else []  # S3: one job per table, else ConfigError
         for lease in leases:
             self._closing.callback(lease.release)
-        # formats started (a bad schema or an unreachable registry raises ConfigError here), caches loaded;
+        # formats started (a bad schema or registry setting raises ConfigError here; a registry that is
+        # down is waited for), caches loaded;
         # each table's writer checks its lease before every commit
         destinations, dead = open_destinations(spark, cfg, lease_checks(leases))
         tables = [*(d.table for d in destinations), dead]

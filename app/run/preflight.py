@@ -3,7 +3,9 @@
 Called by `app.run.pipeline.run_ingest` before any member polls, and by `sharelake check` alone
 (`check_start` with `apply=False`: the same checks, changing nothing on the broker). Each problem raises `ConfigError`
 with one line naming the key or the resource and the fix; the job prints it and exits with code 2.
-Messages never include `kafka.client` values (they hold credentials).
+A broker that does not answer (none up yet, a cut network) is an outage, not a problem of the config:
+`DependencyUnavailable`, which the start waits out (`app.sink.dependency_wait`); an address that
+does not resolve is a wrong setting. Messages never include `kafka.client` values (they hold credentials).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from app.config.settings import ConfigError, SharelakeConfig
 from app.consume.group_client import GroupType
 from app.consume.group_settings import AUTHORIZATION, DELIVERY_LIMIT, broker_lock_cap, read_broker_settings
 from app.sink.catalog_tables import locate_tables
+from app.sink.formats.base import DependencyUnavailable
 from app.sink.table_location import TableLocation
 from app.sink.writer_lease import LEASE_FILE
 
@@ -105,7 +108,13 @@ def check_kafka(
         problem = security_problem(cfg, errors)
         if problem is not None:
             raise problem from None
-        raise ConfigError(
+        unresolved = errors.first(KafkaError._RESOLVE)
+        if unresolved is not None:
+            raise ConfigError(
+                f"kafka.bootstrap_servers = {k.bootstrap_servers!r}: the address does not resolve "
+                f"({unresolved.str()[:200]}); fix the host name"
+            ) from None
+        raise DependencyUnavailable(
             f"kafka.bootstrap_servers = {k.bootstrap_servers!r}: no broker answered within "
             f"{BROKER_TIMEOUT_S:.0f}s ({one_line(e, 200)}); check the address, the listener and the "
             "kafka.client security settings"

@@ -26,6 +26,7 @@ from app.config.settings import Route, SharelakeConfig
 from app.sink.dead_letter import STAMP_COLUMN as DEAD_LETTER_STAMP
 from app.sink.dead_letter import STATS_COLUMNS as DEAD_LETTER_STATS
 from app.sink.dedup_table import DedupTable
+from app.sink.dependency_wait import waiting_out_outages
 from app.sink.formats import payload_format
 from app.sink.formats.base import PayloadFormat
 from app.sink.table_layout import TableLayout
@@ -123,7 +124,8 @@ def counter_prefix(topic: str) -> str:
 def open_destinations(
     spark: SparkSession, cfg: SharelakeConfig, lease_checks: Mapping[TableLocation, LeaseCheck] | None = None
 ) -> tuple[list[Destination], DedupTable]:
-    """Every destination (formats started: ConfigError on a bad schema or registry) and the dead-letter
+    """Every destination (formats started: ConfigError on a bad schema or registry settings; a
+    registry that is down waited for up to `run.dependency_wait_s`) and the dead-letter
     table, each with its dedup cache loaded from the table's recent commits. `lease_checks`: the
     writer lease check of each table that has one (`app.sink.writer_lease.lease_checks`), run by
     its writer before every commit."""
@@ -135,7 +137,7 @@ def open_destinations(
     for route in cfg.routes():
         check_layout(spark, route)
         fmt = payload_format(route.payload)
-        fmt.start(spark, route.location)
+        waiting_out_outages(lambda: fmt.start(spark, route.location), cfg.run.dependency_wait_s)  # noqa: B023
         mode = write_mode(route)
         mode.check(spark, route.location, fmt)
         prefix = counter_prefix(route.topics[0]) if routed else ""

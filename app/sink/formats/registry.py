@@ -2,10 +2,11 @@
 too).
 
 Used by every format whose values carry a schema id (`app.sink.formats.avro`, `protobuf`, ...) and
-by the key reader for Avro keys (`app.sink.formats.keys`): `check` at start (ConfigError, one line,
-on an unreachable or refusing registry), `writer_schema` per new id, `probe` after an outage. A
-registry that does not answer, or refuses us (timeout, 5xx, 401/403), raises
-`RegistryUnavailableError`: never the record's fault. Its settings (`RegistrySettings`,
+by the key reader for Avro keys (`app.sink.formats.keys`): `check` at start, `writer_schema` per new
+id, `probe` after an outage. A registry that does not answer, or refuses us (timeout, 5xx, 401/403),
+raises `RegistryUnavailableError`: never the record's fault. At start a refusal (401/403) or an
+address that does not resolve is a wrong setting (ConfigError, one line); no answer, a refused
+connection or a 5xx is an outage the start waits out (`app.sink.dependency_wait`). Its settings (`RegistrySettings`,
 `[payload.registry]`) live in `app.sink.formats.base`, beside the other keys every format has.
 `WarmUpRegistry` stands in for it in the warm-up (`app.sink.warm_up`): each wire format's
 `warm_up_twin` reads one built-in schema under `WARM_UP_ID`, with no network."""
@@ -31,14 +32,16 @@ class SchemaRegistry:
         self._client = SchemaRegistryClient(settings.client_conf())
 
     def check(self) -> None:
-        """At start: the registry answers and lets us in; ConfigError (one line) if not."""
+        """At start: the registry answers and lets us in. ConfigError (one line) when the settings are
+        wrong (refused, unknown host); RegistryUnavailableError when it is down (no answer, 5xx)."""
         try:
             self._client.get_subjects()
-        except Exception as e:  # noqa: BLE001 - every failure means: not usable as configured
-            raise ConfigError(
+        except Exception as e:  # noqa: BLE001 - every failure is one or the other
+            line = (
                 f"payload.registry.url = {self.url!r}: {self._cause(e)}; check the address, "
                 "payload.registry.basic_auth_user / basic_auth_password and ca_location"
-            ) from None
+            )
+            raise (ConfigError(line) if self._wrong_setting(e) else RegistryUnavailableError(line)) from None
 
     def writer_schema(self, schema_id: int) -> tuple[str, str | None] | None:
         """(schema JSON, its type) for `schema_id`; None if the registry has no such id (404)."""
@@ -62,6 +65,17 @@ class SchemaRegistry:
             self._client.get_subjects()
         except Exception as e:  # noqa: BLE001 - any failure: still unavailable
             raise RegistryUnavailableError(f"schema registry {self.url}: {self._cause(e)}") from None
+
+    @staticmethod
+    def _wrong_setting(e: BaseException) -> bool:
+        """A refusal (401/403), a 404 (the URL's path is not a registry's) or a host that does not
+        resolve: waiting will not change it. A timeout, a refused connection or a 5xx may pass."""
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        if isinstance(e, SchemaRegistryError):
+            return e.http_status_code in (401, 403, 404)
+        text = str(e)
+        return any(s in text for s in ("Name or service not known", "nodename nor servname", "No address associated"))
 
     def _cause(self, e: BaseException) -> str:
         from confluent_kafka.schema_registry.error import SchemaRegistryError
