@@ -80,6 +80,17 @@ AVRO_PROMOTIONS = PROMOTIONS | {
 AVRO_OF_SPARK = {"int": "int", "bigint": "long", "float": "float", "double": "double", "string": "string"}
 AVRO_OF_SPARK |= {"binary": "bytes", "boolean": "boolean"}
 _NO_DEFAULT = object()
+# Avro's decoder allocates what a string's or bytes' length (or a collection's item count) declares
+# before it reads them, up to 2 GB by default: a few bytes of garbage declaring that much ran the
+# executor out of heap, and an OutOfMemoryError kills it (in local mode the driver's JVM) on every
+# retry of the batch. Nothing in a value is longer than the value, so Avro's own limits (these JVM
+# properties) are lowered to the largest `payload.max_value_bytes` of the job: a longer declaration
+# fails its decode (`avro_decode_failed`) instead.
+AVRO_LIMITS = (
+    "org.apache.avro.limits.string.maxLength",
+    "org.apache.avro.limits.bytes.maxLength",
+    "org.apache.avro.limits.collectionItems.maxLength",
+)
 
 
 class AvroSettings(FormatSettings):
@@ -106,6 +117,25 @@ class AvroSettings(FormatSettings):
 
     def values_note(self) -> str:
         return f"avro, writer schemas from {self.registry_note() or 'payload.avro_schema'}"
+
+
+def bound_declared_lengths(spark: SparkSession, max_bytes: int) -> None:
+    """Avro's length limits in the session's JVM: the largest `max_bytes` any format started with.
+
+    The limits are read once per JVM (`SystemLimitException`, at class load), so they are set, then
+    read again. This reaches the tasks of a local session (they run in the driver's JVM); a
+    cluster's executors read them from `spark.executor.extraJavaOptions` (`-D<property>=<bytes>`)."""
+    jvm, gateway = spark.sparkContext._jvm, spark.sparkContext._gateway
+    assert jvm is not None and gateway is not None
+    system = jvm.java.lang.System
+    for name in AVRO_LIMITS:
+        current = system.getProperty(name)
+        if current is None or int(current) < max_bytes:
+            system.setProperty(name, str(max_bytes))
+    limits = jvm.java.lang.Class.forName("org.apache.avro.SystemLimitException")
+    reset = limits.getDeclaredMethod("resetLimits", gateway.new_array(jvm.java.lang.Class, 0))
+    reset.setAccessible(True)  # package-private; Avro's own tests call it the same way
+    reset.invoke(None, gateway.new_array(jvm.java.lang.Object, 0))
 
 
 # -- the table's shape ---------------------------------------------------------------------------------
@@ -407,6 +437,7 @@ class AvroFormat(PayloadFormat):
         if self._values is not None:
             return
         jvm = spark.sparkContext._jvm
+        bound_declared_lengths(spark, self.avro.max_value_bytes)
         fixed = self._fixed_schema(jvm) if self.avro.avro_schema else None
         plain = None
         if self.avro.registry is not None:

@@ -27,7 +27,15 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
 from app.config.error_lines import ConfigError
-from app.sink.formats.avro import DECODED, WARM_UP_BODY, WARM_UP_HEADER, AvroColumn, AvroShape, warm_up_registry
+from app.sink.formats.avro import (
+    DECODED,
+    WARM_UP_BODY,
+    WARM_UP_HEADER,
+    AvroColumn,
+    AvroShape,
+    bound_declared_lengths,
+    warm_up_registry,
+)
 from app.sink.formats.base import BAD, BadRecord, BatchRead, PayloadFormat
 from app.sink.formats.registry import SchemaRegistry, WarmUpRegistry
 from app.sink.formats.shape import field_types, table_schema
@@ -223,6 +231,8 @@ class KeyedFormat(PayloadFormat):
 
     def start(self, spark: SparkSession, location: TableLocation) -> None:
         self.values.start(spark, location)
+        if self.keys.format == "avro":  # a key's declared lengths are bounded as a value's are
+            bound_declared_lengths(spark, self.settings.max_value_bytes)
         self.keys.start(spark, location)
 
     def probe(self) -> None:
