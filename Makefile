@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # the oldest Kafka broker Sharelake supports, resolved beside the current one for the floor test
 KAFKA_FLOOR := 4.2.2
 
-.PHONY: setup jars s3 prometheus demo test lint pytest clean
+.PHONY: setup jars s3 prometheus demo test lint pytest clean chaos
 setup: $(VENV)/.installed jars $(CACHE)/cds/.built
 
 jars: $(CACHE)/jars/kafka/.resolved $(CACHE)/jars/kafka-floor/.resolved-$(KAFKA_FLOOR) $(CACHE)/jars/spark/.resolved $(CACHE)/jars/bench/.resolved $(CACHE)/registry/.resolved
@@ -125,6 +125,15 @@ pytest: setup s3 runtime-env prometheus
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 test: lint pytest
+
+# the fault tests at full size (tens of minutes): the kill loop with 10 kills over 100,000 records, the
+# long network-fault variants (`long`: a commit made while cut off, a slow link for 3 minutes and 20
+# short cuts); `make test` and CI run the bounded forms. The figures each prints go to the log.
+CHAOS_LOG ?= $(CACHE)/chaos.log
+chaos: setup s3
+	SHARELAKE_LONG=1 SHARELAKE_CHAOS_KILLS=10 SHARELAKE_CHAOS_RECORDS=100000 SHARELAKE_NET_SLOW_S=180 \
+	  SHARELAKE_NET_SHORT_CUTS=20 $(VENV)/bin/python -m pytest -m "chaos or long" -s $(PYTEST_ARGS) \
+	  >$(CHAOS_LOG) 2>&1; rc=$$?; tail -n 40 $(CHAOS_LOG); echo "[chaos] the whole log: $(CHAOS_LOG)"; exit $$rc
 
 clean:
 	rm -rf $(CACHE)

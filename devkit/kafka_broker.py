@@ -26,6 +26,7 @@ from typing import Protocol
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from devkit.network import Host
 from devkit.paths import KAFKA_JARS, jars_in
 from devkit.security import Security
 
@@ -81,17 +82,26 @@ class KafkaBrokers(Protocol):
 class Quorum:
     """The static KRaft quorum a node of a cluster belongs to: its cluster id and every node's ports.
 
-    `ports` maps node id -> (broker port, controller port); every node is a voter.
+    `ports` maps node id -> (broker port, controller port); every node is a voter. `addresses`
+    maps node id -> its host's address, for nodes on hosts of a `devkit.network` (else loopback).
     """
 
     cluster_id: str
     ports: dict[int, tuple[int, int]]
     settings: dict[str, str]
+    addresses: dict[int, str] = field(default_factory=dict)
+
+    def address(self, node_id: int) -> str:
+        return self.addresses.get(node_id, LOOPBACK)
 
     @property
     def voters(self) -> str:
-        return ",".join(f"{n}@127.0.0.1:{c}" for n, (_, c) in sorted(self.ports.items()))
+        return ",".join(f"{n}@{self.address(n)}:{c}" for n, (_, c) in sorted(self.ports.items()))
 
+
+LOOPBACK = "127.0.0.1"
+# a node on a host of its own has that host's ports to itself
+HOST_PORTS = (9092, 9093)
 
 LOG4J2 = """\
 status = warn
@@ -140,6 +150,8 @@ class EmbeddedKafka:
 
     Use as a context manager, or call `start()` / `stop()`. `bootstrap` is the address clients use.
     Alone (`quorum` None) it is a single-node cluster; with a `quorum` it is node `node_id` of it.
+    With a `host` (`devkit.network`) it runs inside that host, on its address: its clients must be
+    made inside a host of the same network too (`admin()` is made in its own).
     """
 
     data_dir: Path
@@ -150,13 +162,18 @@ class EmbeddedKafka:
     quorum: Quorum | None = None
     security: Security | None = None  # a SASL_SSL listener with ACLs instead of PLAINTEXT
     jars: Path = KAFKA_JARS  # the Kafka release to run (KAFKA_FLOOR_JARS: the oldest supported)
+    host: Host | None = None  # a host of a devkit.network to run in, instead of the machine's loopback
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     port: int = field(default=0, init=False)
     controller_port: int = field(default=0, init=False)
 
     @property
+    def address(self) -> str:
+        return self.host.address if self.host else LOOPBACK
+
+    @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.address}:{self.port}"
 
     @property
     def replication_factor(self) -> int:
@@ -229,7 +246,9 @@ class EmbeddedKafka:
         return {"bootstrap.servers": self.bootstrap, **(self.security.client() if self.security else {})}
 
     def admin(self) -> AdminClient:
-        return AdminClient(dict(self.client_settings))
+        """An admin client; on a host, made inside it (librdkafka's threads, so its sockets, stay there)."""
+        settings = dict(self.client_settings)
+        return self.host.call(AdminClient, settings) if self.host else AdminClient(settings)
 
     def create_topic(self, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
         create_topic(self.admin(), name, partitions, self.replication_factor, config)
@@ -249,6 +268,9 @@ class EmbeddedKafka:
         if self.quorum is not None:
             self.port, self.controller_port = self.quorum.ports[self.node_id]
             return
+        if self.host is not None:
+            self.port, self.controller_port = HOST_PORTS
+            return
         saved = self.data_dir / "ports.json"
         if saved.exists():
             ports = json.loads(saved.read_text())
@@ -259,15 +281,15 @@ class EmbeddedKafka:
 
     def _write_properties(self) -> Path:
         if self.quorum is None:
-            quorum = {"controller.quorum.bootstrap.servers": f"127.0.0.1:{self.controller_port}"}
+            quorum = {"controller.quorum.bootstrap.servers": f"{self.address}:{self.controller_port}"}
             quorum |= SINGLE_NODE_SETTINGS
         else:
             quorum = {"controller.quorum.voters": self.quorum.voters, **self.quorum.settings}
         settings = {
             "process.roles": "broker,controller",
             "node.id": str(self.node_id),
-            "listeners": f"{self.listener}://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
-            "advertised.listeners": f"{self.listener}://127.0.0.1:{self.port}",
+            "listeners": f"{self.listener}://{self.address}:{self.port},CONTROLLER://{self.address}:{self.controller_port}",
+            "advertised.listeners": f"{self.listener}://{self.address}:{self.port}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": self.listener,
             "listener.security.protocol.map": f"{self.listener}:{self.listener},CONTROLLER:PLAINTEXT",
@@ -305,8 +327,9 @@ class EmbeddedKafka:
 
     def _launch(self, props: Path) -> None:
         out = self.stdout_file.open("ab")
+        java = self._java("kafka.Kafka", str(props), heap=self.heap)
         self._proc = subprocess.Popen(
-            self._java("kafka.Kafka", str(props), heap=self.heap),
+            self.host.command(java) if self.host else java,
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -321,12 +344,16 @@ class EmbeddedKafka:
         while time.monotonic() < deadline:
             if self._proc is None or self._proc.poll() is not None:
                 raise RuntimeError(f"kafka broker exited during start\n{self.tail_logs()}")
-            try:  # a plain TCP probe first, so the client does not log refused connections
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                if self.admin().list_topics(timeout=5).brokers:
+            try:
+                if self.host.call(self._answers) if self.host else self._answers():
                     return
             except (OSError, KafkaException) as e:
                 last = e
             time.sleep(0.2)
         self.stop()
         raise TimeoutError(f"kafka broker not ready after {self.start_timeout_s}s ({last})\n{self.tail_logs()}")
+
+    def _answers(self) -> bool:
+        # a plain TCP probe first, so the client does not log refused connections
+        socket.create_connection((self.address, self.port), timeout=1).close()
+        return bool(AdminClient(dict(self.client_settings)).list_topics(timeout=5).brokers)

@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 from app.run import faults
 from app.run.class_archive import ARCHIVES_ENV
 from app.run.spark_session import build_spark, launch_conf
+from devkit import network
 from devkit.kafka_broker import EmbeddedKafka
 from devkit.paths import CLASS_ARCHIVES, jars_env
 from devkit.s3_server import EmbeddedS3
@@ -75,6 +76,41 @@ def s3(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> Iterato
 
 
 @pytest.fixture(scope="session")
+def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[network.Network]:
+    """A network of hosts for the network-fault tests (`devkit.network`): a broker on a host of its
+    own (`net_broker`), the test's client, and two job hosts. Root only (network namespaces).
+    At its end no namespace of this session may be left: that fails the run."""
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root (CI and the dev machines run as root)")
+    session_net = network.Network("s")
+    for name in ("broker", "client", "job1", "job2"):
+        session_net.host(name)
+    yield session_net
+    unhealed = session_net.close()
+    left = network.ours()
+    assert not unhealed and not left, f"network left behind: faults {unhealed}, namespaces {left}"
+
+
+@pytest.fixture(scope="session")
+def net_broker(net: network.Network, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedKafka]:
+    """A Kafka node on the network's `broker` host: only the network's hosts reach it."""
+    kafka = EmbeddedKafka(tmp_path_factory.mktemp("net-broker"), host=net.host("broker"))
+    kafka.start()
+    yield kafka
+    kafka.stop()
+
+
+@pytest.fixture
+def net_faults(net: network.Network) -> Iterator[network.Network]:
+    """The network, for a test that applies faults: one still applied when the test ends is healed
+    and fails the test (each scenario heals what it applied, on every path)."""
+    yield net
+    unhealed = net.close_faults()
+    if unhealed:
+        pytest.fail(f"faults not healed by the test: {unhealed}")
+
+
+@pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     """The tests' SparkSession, with the Hive metastore pyspark ships (Derby, in the session's temp
     dir) as its catalog: tables by name (`db.events`) work as on a cluster's metastore."""
@@ -121,12 +157,23 @@ def unique() -> str:
     return uuid.uuid4().hex[:8]
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The `long` variants run only under `make chaos` (SHARELAKE_LONG=1): CI's time is bounded."""
+    if os.environ.get("SHARELAKE_LONG") == "1":
+        return
+    skip = pytest.mark.skip(reason="a long variant: `make chaos` runs it")
+    for item in items:
+        if "long" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield
     report = outcome.get_result()
-    if report.when == "call" and report.failed and "broker" in getattr(item, "funcargs", {}):
-        report.sections.append(("embedded broker log tail", item.funcargs["broker"].tail_logs(40)))
+    for name in ("broker", "net_broker"):
+        if report.when == "call" and report.failed and name in getattr(item, "funcargs", {}):
+            report.sections.append((f"embedded broker log tail ({name})", item.funcargs[name].tail_logs(40)))
     if report.when == "call" and report.failed and "s3" in getattr(item, "funcargs", {}):
         report.sections.append(("embedded S3 server log tail", item.funcargs["s3"].tail_logs(40)))
     if report.when == "call" and report.failed and "registry" in getattr(item, "funcargs", {}):

@@ -22,6 +22,7 @@ from app.config.settings import load_config
 from app.run import faults as fault_points
 from app.run.pipeline import run_ingest
 from devkit.kafka_broker import KafkaBrokers
+from devkit.network import Host
 from devkit.s3_server import EmbeddedS3
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,11 +83,15 @@ class JobSpec:
         return sets
 
 
-def start_job(spec: JobSpec, *extra: str, faults: str = "", log: Path) -> subprocess.Popen[bytes]:
-    """Start the job in its own process group (so a kill takes the JVM and the Python driver)."""
+def start_job(
+    spec: JobSpec, *extra: str, faults: str = "", log: Path, host: Host | None = None
+) -> subprocess.Popen[bytes]:
+    """Start the job in its own process group (so a kill takes the JVM and the Python driver); on
+    `host` (a host of a `devkit.network`) when given, else on the machine's loopback."""
     env = {**spec.env(), "SHARELAKE_FAULTS": faults}
-    out = log.open("wb")
-    return subprocess.Popen(spec.args(*extra), stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    args = host.command(spec.args(*extra)) if host else spec.args(*extra)
+    with log.open("wb") as out:
+        return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 
 def run_job(spec: JobSpec, *extra: str, faults: str = "", log: Path, timeout: float = 300) -> int:
