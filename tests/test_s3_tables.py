@@ -11,6 +11,7 @@ Every part of Sharelake that reads the Delta log itself does it through S3 here:
 from __future__ import annotations
 
 import json
+import threading
 import time
 from itertools import pairwise
 from pathlib import Path
@@ -153,6 +154,42 @@ def test_a_writer_lease_lets_commits_through_from_the_moment_it_is_held(
     jvm, hadoop = spark.sparkContext._jvm, spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
     path = jvm.org.apache.hadoop.fs.Path(lease.location.file(LEASE_FILE))  # type: ignore[union-attr]
     assert not path.getFileSystem(hadoop).exists(path)  # released: a successor starts at once
+
+
+def test_a_writer_lease_read_while_its_holder_renews_it_is_read_again(
+    spark: SparkSession, s3: EmbeddedS3, unique: str
+) -> None:
+    """A job starting on a table reads the lease while its holder rewrites it (a renewal): S3A then
+    refuses the rest of the read (HTTP 412, the ETag changed). It must read again, not fail: a
+    second job across a network (tests/test_network_storage.py) failed its start on it with a
+    stack trace instead of the one line naming the holder."""
+    location = TableLocation.at(f"{s3.bucket(f'lake-{unique}')}/events")
+    holder = WriterLease(spark, location, "delta.table_path", LEASE_S, "g-holder")
+    reader = WriterLease(spark, location, "delta.table_path", LEASE_S, "g-reader")
+    holder._write()
+    stop = threading.Event()
+
+    def renew_over_and_over() -> None:  # far more often than a holder does (every TTL / 3)
+        while not stop.wait(0.05):
+            holder._write()
+
+    renewals = threading.Thread(target=renew_over_and_over)
+    renewals.start()
+    refused = 0
+    try:
+        for _ in range(300):
+            try:  # one read, as before the fix: the race is provoked when some are refused
+                reader._read_once()
+            except Exception as e:  # noqa: BLE001 - counted and checked below
+                assert "Status Code: 412" in str(e), e
+                refused += 1
+            seen = reader._read()  # what the start reads: never refused
+            assert seen is not None and seen["holder"] == holder.holder
+    finally:
+        stop.set()
+        renewals.join(30)
+    if refused == 0:
+        pytest.fail("scenario not provoked: no read met a renewal in 300 tries")
 
 
 def test_a_writer_lease_whose_renewals_stall_refuses_commits_and_names_the_stall(

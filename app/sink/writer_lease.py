@@ -45,6 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import SparkSession
+from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
 from app.config.error_lines import ConfigError, one_line
 from app.run import faults
@@ -59,6 +60,11 @@ LEASE_FILE = "_sharelake/writer-lease.json"  # `_`-prefixed: Delta ignores it, V
 SETTLE_S = 2.0  # a lease written is read back this long after: the later of two racing writes is then there
 WATCH_POLL_S = 1.0  # how often a job waiting on someone else's lease reads it
 UNSAFE_SCHEMES = ("s3a", "s3", "s3n")
+
+
+def _changed_while_read(error: BaseException) -> bool:
+    """S3A's change detection refused a read: the object was replaced after the read began."""
+    return "Status Code: 412" in str(error)
 
 
 class LeaseLostError(RuntimeError):
@@ -101,6 +107,12 @@ class WriterLease:
     # -- the file ---------------------------------------------------------------------------------------
 
     def _read(self) -> dict[str, Any] | None:
+        """The lease as it stands. Its holder may rewrite it while we read it (a renewal): S3A then
+        refuses the rest of the read (HTTP 412, the object's ETag changed), and it is read again."""
+        reading = Retrying(retry=retry_if_exception(_changed_while_read), stop=stop_after_attempt(5), reraise=True)
+        return reading(self._read_once)
+
+    def _read_once(self) -> dict[str, Any] | None:
         if not self._fs.exists(self._path):
             return None
         stream = self._fs.open(self._path)
