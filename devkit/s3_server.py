@@ -25,12 +25,16 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
+from typing import TypeVar
 
 from devkit.kafka_broker import free_port
+from devkit.network import Host
 from devkit.paths import S3_SERVER_JARS
 
+T = TypeVar("T")
 ACCESS_KEY = "sharelake-test"
 SECRET_KEY = "sharelake-test-secret"  # a throwaway credential of a loopback test server
 REGION = "us-east-1"
@@ -44,19 +48,26 @@ def server_jar(folder: Path = S3_SERVER_JARS) -> Path:
     return jars[-1]
 
 
-class EmbeddedS3:
-    """One S3Proxy JVM on 127.0.0.1 owning `data_dir`; `bucket(name)` creates a bucket."""
+HOST_PORT = 9000  # on a host of its own the server has the host's ports to itself
 
-    def __init__(self, data_dir: Path, port: int | None = None) -> None:
+
+class EmbeddedS3:
+    """One S3Proxy JVM on 127.0.0.1 owning `data_dir`; `bucket(name)` creates a bucket.
+
+    With a `host` (`devkit.network`) it runs inside that host, on its address; its own requests
+    (the start-up probe, `bucket`) are made from inside the host too."""
+
+    def __init__(self, data_dir: Path, port: int | None = None, host: Host | None = None) -> None:
         self.data_dir = data_dir
-        self.port = port
+        self.port = HOST_PORT if host is not None and port is None else port
+        self.host = host
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def endpoint(self) -> str:
         if self.port is None:
             raise RuntimeError("the S3 server has no port yet: call start() first")
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host.address if self.host else '127.0.0.1'}:{self.port}"
 
     @property
     def log_file(self) -> Path:
@@ -89,21 +100,33 @@ class EmbeddedS3:
             "-jar",
             str(server_jar()),
         ]
+        command += ["--properties", str(props)]
         with self.log_file.open("ab") as out:
-            self._proc = subprocess.Popen([*command, "--properties", str(props)], stdout=out, stderr=subprocess.STDOUT)
+            self._proc = subprocess.Popen(
+                self.host.command(command) if self.host else command, stdout=out, stderr=subprocess.STDOUT
+            )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 raise RuntimeError(f"S3Proxy exited at start (code {self._proc.returncode}):\n{self.tail_logs(20)}")
-            try:
-                urllib.request.urlopen(self.endpoint, timeout=1).close()
+            if self._here(self._answers):
                 return
-            except urllib.error.HTTPError:
-                return  # it answers (403 for an anonymous request): up
-            except OSError:
-                time.sleep(0.2)
+            time.sleep(0.2)
         self.stop()
         raise TimeoutError(f"S3Proxy did not answer on {self.endpoint} within {timeout_s:.0f}s:\n{self.tail_logs(20)}")
+
+    def _answers(self) -> bool:
+        try:
+            urllib.request.urlopen(self.endpoint, timeout=1).close()
+            return True
+        except urllib.error.HTTPError:
+            return True  # it answers (403 for an anonymous request): up
+        except OSError:
+            return False
+
+    def _here(self, fn: Callable[[], T]) -> T:
+        """`fn()` where the server is reachable: inside its host, when it has one."""
+        return self.host.call(fn) if self.host else fn()
 
     def bucket(self, name: str) -> str:
         """Create bucket `name` (S3's CreateBucket: S3A never creates buckets); its s3a:// URL.
@@ -114,9 +137,14 @@ class EmbeddedS3:
         digest = hmac.new(SECRET_KEY.encode(), f"PUT\n\n\n{date}\n/{name}".encode(), hashlib.sha1).digest()
         headers = {"Date": date, "Authorization": f"AWS {ACCESS_KEY}:{base64.b64encode(digest).decode()}"}
         request = urllib.request.Request(f"{self.endpoint}/{name}", method="PUT", headers=headers)
-        with urllib.request.urlopen(request, timeout=10) as response:
-            if response.status != 200:
-                raise RuntimeError(f"S3Proxy refused CreateBucket {name}: HTTP {response.status}")
+
+        def create() -> int:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return int(response.status)
+
+        status = self._here(create)
+        if status != 200:
+            raise RuntimeError(f"S3Proxy refused CreateBucket {name}: HTTP {status}")
         return f"s3a://{name}"
 
     def spark_conf(self) -> dict[str, str]:

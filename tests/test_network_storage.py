@@ -1,0 +1,179 @@
+"""Exactly once when a job and its table's store are cut apart: the S3 writer lease's own case.
+
+On S3 one job at a time may write a table, guarded by a writer lease the job renews
+(`app.sink.writer_lease`). Every process here is a host of its own (`devkit.network`): the broker
+(`net_broker`), an S3 API server (S3Proxy, on the `s3` host), two jobs and the test's client. The
+table is read back by a reader that is not the job (`tests.table_copy`: a Spark of its own on the
+client host, the only side that reaches the S3 server) and compared record by record with what the
+topic holds; the group is proven empty with a sentinel.
+
+- A job cut off from S3 while it commits, past its lease's TTL: a second job takes the lease over
+  and lands everything. When the network heals, the first job must not commit, whatever it had in
+  flight: it stops with the lease's line.
+- A job cut off from the broker but not from S3 while it commits: its commit lands, its ACCEPTs
+  cannot, and it keeps renewing its lease, so a second job started meanwhile is refused with one
+  line (exit 2). Once the network heals the first job finds the committed records in the table
+  and lands the rest.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from subprocess import STDOUT
+
+import pytest
+from pyspark.sql import SparkSession
+
+from devkit.kafka_broker import EmbeddedKafka
+from devkit.network import Host, Network
+from devkit.s3_server import EmbeddedS3
+from devkit.sample_data import produce_json_events
+from tests.job_runner import ROOT, JobSpec, kill_job, run_summary, start_failure, start_job
+from tests.kafka_helpers import nothing_left
+from tests.table_checks import assert_exactly_once
+from tests.waiting import wait_for
+
+LEASE_S = 12  # the writer lease's TTL: renewed every 4 s, no commit once 8 s old, taken over after 12 s
+UNTIL_DRAINED = ("run.mode=until-drained", "run.idle_timeout_ms=10000")
+
+
+@pytest.fixture(scope="module")
+def net_s3(net: Network, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedS3]:
+    """An S3 API server on the network's `s3` host: only the network's hosts reach it."""
+    server = EmbeddedS3(tmp_path_factory.mktemp("net-s3"), host=net.host("s3"))
+    server.start()
+    yield server
+    server.stop()
+
+
+def copied(client: Host, s3: EmbeddedS3, table: str, target: Path) -> Path:
+    """The S3 table copied to `target` by a Spark of its own on `client` (`tests.table_copy`)."""
+    log = target.with_suffix(".log")
+    conf = [f"{k}={v}" for k, v in s3.spark_conf().items()]
+    with log.open("wb") as out:
+        proc = client.popen(
+            [sys.executable, "-m", "tests.table_copy", table, str(target), *conf],
+            cwd=ROOT, env={**os.environ, **s3.credentials_env()}, stdout=out, stderr=STDOUT,
+        )  # fmt: skip
+    assert proc.wait(300) == 0, log.read_text(errors="replace")[-3000:]
+    return target
+
+
+def test_a_job_cut_off_from_s3_past_its_lease_never_commits_after_another_took_it_over(
+    net_faults: Network,
+    net_broker: EmbeddedKafka,
+    net_s3: EmbeddedS3,
+    spark: SparkSession,
+    tmp_path: Path,
+    unique: str,
+) -> None:
+    client, hosts = net_faults.host("client"), [net_faults.host("job1"), net_faults.host("job2")]
+    assert net_s3.host is not None
+    bucket = net_s3.bucket(f"lake-{unique}")
+    settings = (f"delta.writer_lease_s={LEASE_S}",)
+    spec = JobSpec(net_broker, f"s3cut-{unique}", f"g-{unique}", f"{bucket}/events", s3=net_s3, settings=settings)
+    net_broker.create_topic(spec.topic, partitions=2)
+    produced = client.call(produce_json_events, net_broker.bootstrap, spec.topic, 6000)
+    go = tmp_path / "job1-go"
+    held = go.with_name(go.name + ".waiting")
+    logs = [tmp_path / f"job{i}.log" for i in (1, 2)]
+
+    def tails() -> str:
+        return "\n".join(f"--- {p.name}:\n{p.read_text(errors='replace')[-2500:]}" for p in logs if p.exists())
+
+    # job 1's second append holds its data files written, its commit not made, its lease fresh
+    job1 = start_job(spec, *UNTIL_DRAINED, faults=f"wait@delta_files_written#2={go}", log=logs[0], host=hosts[0])
+    jobs = [job1]
+    try:
+        wait_for(
+            held.exists, 240, lambda: f"scenario not provoked: job 1 never reached its second commit\n{tails()}",
+            give_up=lambda: job1.poll() is not None,
+        )  # fmt: skip
+        cut = net_faults.cut(hosts[0], net_s3.host)
+        cut.apply()
+        try:
+            go.touch()  # job 1 goes on into its commit, which cannot reach S3, nor can its lease's renewals
+            # job 2 finds the lease unrenewed for its TTL, takes it over and lands every record
+            job2 = start_job(spec, *UNTIL_DRAINED, log=logs[1], host=hosts[1])
+            jobs.append(job2)
+            rc2 = job2.wait(300)
+        finally:
+            cut.heal()
+        rc1 = job1.wait(240)  # back on the network: its commit and its lease meet job 2's
+    finally:
+        go.touch()
+        for job in jobs:
+            kill_job(job)
+    assert rc2 == 0, tails()
+    assert "taking it over" in logs[1].read_text(errors="replace"), tails()
+    local = copied(client, net_s3, str(spec.table), tmp_path / "copy")
+    assert_exactly_once(spark, local, produced)
+    assert client.call(nothing_left, net_broker, spec.topic, spec.group)
+    # job 1 knew it had lost the lease once it was back, and committed nothing after job 2 took over:
+    # every row was written once, by one job or the other (what it had in flight was job 2's to land)
+    text1 = logs[0].read_text(errors="replace")
+    assert "no more commits from this job" in text1, tails()
+    summaries = [run_summary(p) for p in logs] if rc1 == 0 else [None, run_summary(logs[1])]
+    print(f"cut from S3 past the lease: job 1 exit {rc1}; {summaries}")
+    if rc1 == 0:  # nothing of its own was left to commit: it drained and ended
+        assert summaries[0] is not None and summaries[1] is not None
+        assert summaries[0]["rows_written"] + summaries[1]["rows_written"] == len(produced), summaries
+        assert summaries[0]["concurrent_claims"] > 0, summaries  # its in-flight records were job 2's
+    else:  # a commit it tried was refused by the lease: the one line names it
+        assert rc1 == 1 and any("writer lease" in ln for ln in start_failure(logs[0])), tails()
+
+
+@pytest.mark.long
+def test_a_job_cut_off_from_the_broker_but_not_s3_keeps_its_lease_and_lands_the_rest_once_healed(
+    net_faults: Network,
+    net_broker: EmbeddedKafka,
+    net_s3: EmbeddedS3,
+    spark: SparkSession,
+    tmp_path: Path,
+    unique: str,
+) -> None:
+    client, hosts = net_faults.host("client"), [net_faults.host("job1"), net_faults.host("job2")]
+    assert net_broker.host is not None
+    bucket = net_s3.bucket(f"lake-{unique}")
+    settings = (f"delta.writer_lease_s={LEASE_S}",)
+    spec = JobSpec(net_broker, f"s3keep-{unique}", f"g-{unique}", f"{bucket}/events", s3=net_s3, settings=settings)
+    net_broker.create_topic(spec.topic, partitions=2)
+    produced = client.call(produce_json_events, net_broker.bootstrap, spec.topic, 6000)
+    go = tmp_path / "job1-go"
+    held = go.with_name(go.name + ".waiting")
+    logs = [tmp_path / f"job{i}.log" for i in (1, 2)]
+
+    def tails() -> str:
+        return "\n".join(f"--- {p.name}:\n{p.read_text(errors='replace')[-2500:]}" for p in logs if p.exists())
+
+    job1 = start_job(spec, *UNTIL_DRAINED, faults=f"wait@delta_files_written#2={go}", log=logs[0], host=hosts[0])
+    try:
+        wait_for(
+            held.exists, 240, lambda: f"scenario not provoked: job 1 never reached its second commit\n{tails()}",
+            give_up=lambda: job1.poll() is not None,
+        )  # fmt: skip
+        cut = net_faults.cut(hosts[0], net_broker.host)
+        cut.apply()
+        try:
+            go.touch()  # its commit lands on S3; its ACCEPTs cannot reach the broker
+            # a second job on the table meanwhile: job 1 still renews its lease, so job 2 is refused
+            job2 = start_job(spec, *UNTIL_DRAINED, log=logs[1], host=hosts[1])
+            rc2 = job2.wait(300)
+        finally:
+            cut.heal()
+        rc1 = job1.wait(300)
+    finally:
+        go.touch()
+        kill_job(job1)
+    assert rc2 == 2, tails()
+    refusal = start_failure(logs[1])
+    assert len(refusal) == 1 and "is written by another Sharelake job" in refusal[0], tails()
+    assert rc1 == 0, tails()
+    summary = run_summary(logs[0])
+    print(f"cut from the broker, not S3: job 1 {summary}")
+    local = copied(client, net_s3, str(spec.table), tmp_path / "copy")
+    assert_exactly_once(spark, local, produced)
+    assert client.call(nothing_left, net_broker, spec.topic, spec.group)
