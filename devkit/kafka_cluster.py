@@ -5,7 +5,9 @@ single node of `devkit.kafka_broker`. Every node runs the same Maven-resolved ja
 single node, with a static controller quorum of all nodes, and every topic - the job's, the
 consumer offsets and the share-group state - keeps 3 copies with `min.insync.replicas` 2, so one
 node can die at any moment without losing an acknowledged write. `kill()` / `restart()` act on
-one node, as a crashed machine and its return would.
+one node, as a crashed machine and its return would. Given `hosts` (`devkit.network`), each node
+runs on a host of its own, so a network fault can isolate one from its peers; the cluster's own
+admin requests are then made from the `client` host.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from types import TracebackType
 
 from confluent_kafka.admin import AdminClient
 
-from devkit.kafka_broker import EmbeddedKafka, Quorum, cluster_id, create_topic, free_port
+from devkit.kafka_broker import HOST_PORTS, EmbeddedKafka, Quorum, cluster_id, create_topic, free_port
+from devkit.network import Host
 
 # Three copies of everything, two of them needed for a write: what a production cluster runs.
 REPLICATED_SETTINGS: dict[str, str] = {
@@ -75,6 +78,9 @@ class EmbeddedKafkaCluster:
     start_timeout_s: float = 120.0
     # FAILOVER_SETTINGS (a dead node fenced after 1.5 s); False: Kafka's defaults (9 s), as users run it
     fast_fencing: bool = True
+    # one host per node (node i on hosts[i - 1]), and the host its admin requests come from
+    hosts: list[Host] | None = None
+    client: Host | None = None
     nodes: dict[int, EmbeddedKafka] = field(default_factory=dict, init=False)
 
     @property
@@ -94,7 +100,7 @@ class EmbeddedKafkaCluster:
                 node_id,
                 EmbeddedKafka(
                     self.data_dir / f"node-{node_id}", dict(self.extra_settings), self.heap,
-                    self.start_timeout_s, node_id=node_id, quorum=quorum,
+                    self.start_timeout_s, node_id=node_id, quorum=quorum, host=self.host_of(node_id),
                 ),
             )  # fmt: skip
         for node in self.nodes.values():  # all at once: no node can finish starting without a quorum
@@ -148,7 +154,11 @@ class EmbeddedKafkaCluster:
         return {"bootstrap.servers": self.bootstrap}
 
     def admin(self) -> AdminClient:
-        return AdminClient(dict(self.client_settings))
+        settings = dict(self.client_settings)
+        return self.client.call(AdminClient, settings) if self.client else AdminClient(settings)
+
+    def host_of(self, node_id: int) -> Host | None:
+        return self.hosts[node_id - 1] if self.hosts else None
 
     def create_topic(self, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
         create_topic(self.admin(), name, partitions, self.replication_factor, config)
@@ -177,10 +187,13 @@ class EmbeddedKafkaCluster:
         else:
             spec = {
                 "cluster_id": cluster_id(),
-                "ports": {str(i): [free_port(), free_port()] for i in range(1, self.size + 1)},
+                "ports": {
+                    str(i): list(HOST_PORTS) if self.hosts else [free_port(), free_port()]
+                    for i in range(1, self.size + 1)
+                },
             }
             saved.write_text(json.dumps(spec))
         ports = {int(i): (int(b), int(c)) for i, (b, c) in spec["ports"].items()}
-        return Quorum(
-            spec["cluster_id"], ports, {**REPLICATED_SETTINGS, **(FAILOVER_SETTINGS if self.fast_fencing else {})}
-        )
+        addresses = {i: host.address for i in ports if (host := self.host_of(i)) is not None}
+        settings = {**REPLICATED_SETTINGS, **(FAILOVER_SETTINGS if self.fast_fencing else {})}
+        return Quorum(spec["cluster_id"], ports, settings, addresses)
