@@ -756,6 +756,25 @@ def wire_draws(known: Sequence[int], body: st.SearchStrategy[bytes]) -> Any:
     )
 
 
+def mixed(rng: random.Random, good: Sequence[bytes], roll: float) -> bytes | None:
+    """A wire format's stream: random bytes, a good value mutated (its header too), or a good value
+    as it is (most of a stream is fine), by `roll`; None above 0.4: the format's own mutations."""
+    if roll < 0.1:
+        return random_bytes(rng)
+    if roll < 0.2:
+        return mutated(rng, rng.choice(good), good)
+    if roll < 0.4:
+        return rng.choice(good)
+    return None
+
+
+def assert_unframed_not_wire_format(records: Sequence[Record], outcome: Outcome) -> None:
+    """A value without a Confluent header (the shared checks aside) is parked as `not_wire_format`."""
+    for i, record in enumerate(records):
+        if not judged_by_precheck(record) and not framed(record.value):
+            assert outcome.parked[i][0] == "not_wire_format", record
+
+
 @pytest.mark.timeout(300)
 def test_avro_values_land_or_are_named(
     spark: SparkSession, registry: EmbeddedSchemaRegistry, tmp_path_factory: pytest.TempPathFactory
@@ -779,12 +798,8 @@ def test_avro_values_land_or_are_named(
 
         def value_of(rng: random.Random) -> bytes:
             roll = rng.random()
-            if roll < 0.1:
-                return random_bytes(rng)
-            if roll < 0.2:
-                return mutated(rng, rng.choice(good), good)  # the header too
-            if roll < 0.4:
-                return rng.choice(good)  # most of a stream is fine
+            if (value := mixed(rng, good, roll)) is not None:
+                return value
             body = rng.choice(bodies)
             if roll < 0.5:  # a string's length huge, negative, or a varint that never ends
                 body = zigzag(1) + rng.choice((zigzag(2**62), zigzag(-7), zigzag(2**31 - 1), *BAD_VARINTS)) + b"u"
@@ -800,12 +815,11 @@ def test_avro_values_land_or_are_named(
             outcome = target.land(records)
             assert_seeds_landed(outcome, seeds)
             assert sorted(outcome.landed[i]["id"] for i in range(len(seeds))) == list(range(20))
+            assert_unframed_not_wire_format(records, outcome)
             for i, record in enumerate(records):
-                if judged_by_precheck(record):
+                if judged_by_precheck(record) or not framed(record.value) or record.value is None:
                     continue
-                if not framed(record.value):
-                    assert outcome.parked[i][0] == "not_wire_format", record
-                elif record.value is not None and struct.unpack(">I", record.value[1:5])[0] not in ids:
+                if struct.unpack(">I", record.value[1:5])[0] not in ids:
                     assert outcome.parked[i][0] == "unknown_schema_id", record
 
         batch()
@@ -826,14 +840,8 @@ def test_json_schema_values_land_or_are_named(
     with fuzzed(spark, fmt, tmp_path_factory, "json_schema") as target:
 
         def value_of(rng: random.Random) -> bytes:
-            roll = rng.random()
-            if roll < 0.1:
-                return random_bytes(rng)
-            if roll < 0.2:
-                return mutated(rng, rng.choice(good), good)
-            if roll < 0.4:
-                return rng.choice(good)
-            return wire_value(rng, ids, json_like(rng, documents))
+            value = mixed(rng, good, rng.random())
+            return value if value is not None else wire_value(rng, ids, json_like(rng, documents))
 
         @BATCHES
         @given(draw=draws(wire_draws(ids, json_strategy())))
@@ -841,9 +849,7 @@ def test_json_schema_values_land_or_are_named(
             records = batch_of(draw, seeds, value_of)
             outcome = target.land(records)
             assert_seeds_landed(outcome, seeds)
-            for i, record in enumerate(records):
-                if not judged_by_precheck(record) and not framed(record.value):
-                    assert outcome.parked[i][0] == "not_wire_format", record
+            assert_unframed_not_wire_format(records, outcome)
 
         batch()
 
@@ -882,9 +888,7 @@ def test_protobuf_values_land_or_are_named(
             outcome = target.land(records)
             assert_seeds_landed(outcome, seeds)
             assert sorted(outcome.landed[i]["id"] for i in range(len(seeds))) == list(range(20))
-            for i, record in enumerate(records):
-                if not judged_by_precheck(record) and not framed(record.value):
-                    assert outcome.parked[i][0] == "not_wire_format", record
+            assert_unframed_not_wire_format(records, outcome)
 
         batch()
 
