@@ -142,8 +142,8 @@ class FormatSettings(BaseModel):
         default=None,
         description="`[payload.registry]`: the schema registry (Confluent REST API) of values in the Confluent wire "
         "format (`avro` values with a registry; `protobuf` and the other wire formats need it) and of `avro` keys. "
-        "Each schema id is fetched once per job; unreachable "
-        "at start, the job stops (exit 2); during a run the batch is RELEASEd and retried, never dead-lettered.",
+        "Each schema id is fetched once per job; down at start, it is waited for (`run.dependency_wait_s`, then "
+        "exit 3; refusing us, exit 2); during a run the batch is RELEASEd and retried, never dead-lettered.",
     )
 
     @model_validator(mode="after")
