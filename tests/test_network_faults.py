@@ -36,7 +36,7 @@ from pyspark.sql import SparkSession
 from bench.delta_log import CommitTail, read_commits, rows_in
 from devkit.kafka_broker import EmbeddedKafka
 from devkit.kafka_cluster import EmbeddedKafkaCluster
-from devkit.network import Network
+from devkit.network import Host, Network
 from devkit.sample_data import Produced, produce_json_events
 from tests.job_runner import JobSpec, kill_job, run_summary, start_job
 from tests.kafka_helpers import nothing_left
@@ -60,6 +60,58 @@ class Landed:
     def now(self) -> int:
         self.rows += rows_in(self._commits.new())
         return self.rows
+
+
+class SteadyRun:
+    """One job on a host of the network, fed `total` records at OFFERED records/s from the client
+    host: `start()` returns once it landed its first records (the fault comes next), `caught_up()`
+    once it landed all, `finish()` with its run summary once it ended."""
+
+    def __init__(self, spec: JobSpec, host: Host, client: Host, total: int, log: Path, idle_ms: int) -> None:
+        self.spec, self.log = spec, log
+        self.job = start_job(spec, "run.mode=until-drained", f"run.idle_timeout_ms={idle_ms}", log=log, host=host)
+        self.produced: list[Produced] = []
+        bootstrap = spec.broker.bootstrap
+        self._producer = threading.Thread(
+            target=lambda: self.produced.extend(
+                client.call(produce_json_events, bootstrap, spec.topic, total, rate=OFFERED)
+            )
+        )
+        self.landed = Landed(spec.table)
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:]
+
+    def ended(self) -> bool:
+        return self.job.poll() is not None
+
+    def start(self) -> None:
+        wait_for(
+            lambda: "share group members started" in self.log.read_text(errors="replace"), 240,
+            lambda: f"the job did not start:\n{self.tail()}", give_up=self.ended,
+        )  # fmt: skip
+        self._producer.start()
+        wait_for(self.landed.now, 120, "the job landed nothing before the fault", give_up=self.ended)
+
+    def caught_up(self, since: float) -> float:
+        """Seconds from `since` (a monotonic time) until every produced record landed."""
+        self._producer.join()
+        wait_for(
+            lambda: self.landed.now() >= len(self.produced), 300,
+            lambda: f"not caught up: {self.landed.rows} of {len(self.produced)}\n{self.tail()}",
+            give_up=self.ended,
+        )  # fmt: skip
+        return time.monotonic() - since
+
+    def finish(self) -> dict[str, float]:
+        rc = self.job.wait(240)
+        assert rc == 0, self.tail()
+        return run_summary(self.log)
+
+    def stop(self) -> None:
+        if self._producer.is_alive():
+            self._producer.join()
+        kill_job(self.job)
 
 
 @dataclass(frozen=True)
@@ -180,6 +232,8 @@ def test_a_job_cut_off_from_the_broker_lands_nothing_twice_and_loses_nothing(
     assert client.call(nothing_left, net_broker, spec.topic, spec.group)
 
 
+# `make chaos`: CI runs the same start across a cut against the secured broker (tests/test_network_tls.py)
+@pytest.mark.long
 def test_a_job_started_while_the_broker_is_cut_off_waits_for_it_then_lands_every_record_once(
     net_faults: Network, net_broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
 ) -> None:
@@ -225,32 +279,17 @@ def test_a_slow_congested_link_then_short_cuts_lose_and_double_nothing(
     # (and found in the table), each costing the records a delivery
     spec = JobSpec(net_broker, f"net-slow-{unique}", f"g-{unique}", tmp_path / "table", lock_ms=15000)
     net_broker.create_topic(spec.topic, partitions=4)
-    log = tmp_path / "job.log"
-    job = start_job(spec, "run.mode=until-drained", "run.idle_timeout_ms=15000", log=log, host=host)
-    produced: list[Produced] = []
-    total = int(OFFERED * (10 + SLOW_S + 6 * SHORT_CUTS))
-    producer = threading.Thread(
-        target=lambda: produced.extend(
-            client.call(produce_json_events, net_broker.bootstrap, spec.topic, total, rate=OFFERED)
-        )
-    )
-    landed = Landed(spec.table)
+    run = SteadyRun(spec, host, client, int(OFFERED * (10 + SLOW_S + 6 * SHORT_CUTS)), tmp_path / "job.log", 15000)
     try:
-        wait_for(
-            lambda: "share group members started" in log.read_text(errors="replace"), 240,
-            lambda: f"the job did not start:\n{log.read_text(errors='replace')[-3000:]}",
-            give_up=lambda: job.poll() is not None,
-        )  # fmt: skip
-        producer.start()
-        wait_for(landed.now, 120, "the job landed nothing before the fault", give_up=lambda: job.poll() is not None)
+        run.start()
         # the link at a third of what the offered load needs, with 3 s of queue: delay, then loss
         slow = net_faults.slow(host, "400kbit", queue_s=3)
-        before, began = landed.now(), time.monotonic()
+        before, began = run.landed.now(), time.monotonic()
         slow.apply()
         try:
-            while time.monotonic() - began < SLOW_S and job.poll() is None:
+            while time.monotonic() - began < SLOW_S and not run.ended():
                 time.sleep(1)  # the fault's length is the scenario
-            during = (landed.now() - before) / (time.monotonic() - began)
+            during = (run.landed.now() - before) / (time.monotonic() - began)
         finally:
             slow.heal()
         # then short silent cuts of 3 s, 3 s apart: the closest to packet loss this kernel allows
@@ -262,27 +301,16 @@ def test_a_slow_congested_link_then_short_cuts_lose_and_double_nothing(
             finally:
                 cut.heal()
             time.sleep(3)
-        healed_at = time.monotonic()
-        producer.join()
-        wait_for(
-            lambda: landed.now() >= len(produced), 300,
-            lambda: f"not caught up: {landed.rows} of {len(produced)}\n{log.read_text(errors='replace')[-3000:]}",
-            give_up=lambda: job.poll() is not None,
-        )  # fmt: skip
-        recovery = time.monotonic() - healed_at
-        rc = job.wait(240)
+        recovery = run.caught_up(since=time.monotonic())
+        summary = run.finish()
     finally:
-        producer.join()
-        kill_job(job)
-    text = log.read_text(errors="replace")
-    assert rc == 0, text[-3000:]
-    summary = run_summary(log)
+        run.stop()
     print(
         f"slow link: offered {OFFERED} rec/s, landed {during:.0f} rec/s over {SLOW_S:g} s of 400kbit; "
         f"{SHORT_CUTS} cuts of 3 s; caught up {recovery:.1f} s after the last heal; {summary}"
     )
     assert summary["dead_lettered"] == 0, summary  # no record ran out of deliveries across the faults
-    assert_exactly_once(spark, spec.table, produced)
+    assert_exactly_once(spark, spec.table, run.produced)
     assert client.call(nothing_left, net_broker, spec.topic, spec.group)
 
 
@@ -311,24 +339,9 @@ def test_a_broker_isolated_from_its_peers_loses_and_doubles_nothing(
     client, host = net_faults.host("client"), net_faults.host("job1")
     spec = JobSpec(net_cluster, f"net-iso-{unique}", f"g-{unique}", tmp_path / "table", lock_ms=15000)
     net_cluster.create_topic(spec.topic, partitions=6)
-    log = tmp_path / "job.log"
-    job = start_job(spec, "run.mode=until-drained", "run.idle_timeout_ms=30000", log=log, host=host)
-    produced: list[Produced] = []
-    total = int(OFFERED * (ISOLATED_S + 40))
-    producer = threading.Thread(
-        target=lambda: produced.extend(
-            client.call(produce_json_events, net_cluster.bootstrap, spec.topic, total, rate=OFFERED)
-        )
-    )
-    landed = Landed(spec.table)
+    run = SteadyRun(spec, host, client, int(OFFERED * (ISOLATED_S + 40)), tmp_path / "job.log", 30000)
     try:
-        wait_for(
-            lambda: "share group members started" in log.read_text(errors="replace"), 240,
-            lambda: f"the job did not start:\n{log.read_text(errors='replace')[-3000:]}",
-            give_up=lambda: job.poll() is not None,
-        )  # fmt: skip
-        producer.start()
-        wait_for(landed.now, 120, "the job landed nothing before the fault", give_up=lambda: job.poll() is not None)
+        run.start()
         leaders = net_cluster.leaders(spec.topic)
         victim = max(set(leaders.values()), key=list(leaders.values()).count)  # the node leading the most
         isolated = net_cluster.host_of(victim)
@@ -343,23 +356,14 @@ def test_a_broker_isolated_from_its_peers_loses_and_doubles_nothing(
         finally:
             for cut in cuts:
                 cut.heal()
-        producer.join()
-        wait_for(
-            lambda: landed.now() >= len(produced), 300,
-            lambda: f"not caught up: {landed.rows} of {len(produced)}\n{log.read_text(errors='replace')[-3000:]}",
-            give_up=lambda: job.poll() is not None,
-        )  # fmt: skip
-        rc = job.wait(240)
+        run.caught_up(since=time.monotonic())
+        summary = run.finish()
     finally:
-        producer.join()
-        kill_job(job)
-    text = log.read_text(errors="replace")
-    assert rc == 0, text[-3000:]
-    summary = run_summary(log)
+        run.stop()
     print(
         f"broker {victim} (leading {list(leaders.values()).count(victim)} of 6 partitions) isolated from its peers "
         f"for {ISOLATED_S:g} s: longest gap between commits {longest_gap_s(spec.table, began_ms):.1f} s; {summary}"
     )
     assert summary["dead_lettered"] == 0, summary
-    assert_exactly_once(spark, spec.table, produced)
+    assert_exactly_once(spark, spec.table, run.produced)
     assert client.call(nothing_left, net_cluster, spec.topic, spec.group)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from subprocess import STDOUT
 
@@ -30,7 +31,7 @@ from pyspark.sql import SparkSession
 from devkit.kafka_broker import EmbeddedKafka
 from devkit.network import Host, Network
 from devkit.s3_server import EmbeddedS3
-from devkit.sample_data import produce_json_events
+from devkit.sample_data import Produced, produce_json_events
 from tests.job_runner import ROOT, JobSpec, kill_job, run_summary, start_failure, start_job
 from tests.kafka_helpers import nothing_left
 from tests.table_checks import assert_exactly_once
@@ -62,6 +63,58 @@ def copied(client: Host, s3: EmbeddedS3, table: str, target: Path) -> Path:
     return target
 
 
+@dataclass
+class AcrossACut:
+    """Two jobs on one S3 table: job 1 cut off from one host while it commits, job 2 started then."""
+
+    spec: JobSpec
+    produced: list[Produced]
+    logs: list[Path]
+    exits: list[int]  # job 1's, job 2's
+
+    def tails(self) -> str:
+        return "\n".join(f"--- {p.name}:\n{p.read_text(errors='replace')[-2500:]}" for p in self.logs if p.exists())
+
+
+def two_jobs_across_a_cut(
+    net: Network, broker: EmbeddedKafka, s3: EmbeddedS3, tmp_path: Path, name: str, cut_off_from: Host
+) -> AcrossACut:
+    """Job 1 drains a backlog into an S3 table and is held at its second append's written files
+    (its records acquired, its commit not made, its lease fresh); then it is cut off from
+    `cut_off_from` and goes on into its commit, job 2 starts on the same table and runs until it
+    ends, the network heals, and job 1 runs until it ends."""
+    client, hosts = net.host("client"), [net.host("job1"), net.host("job2")]
+    bucket = s3.bucket(name)
+    spec = JobSpec(broker, name, f"g-{name}", f"{bucket}/events", s3=s3, settings=(f"delta.writer_lease_s={LEASE_S}",))
+    broker.create_topic(spec.topic, partitions=2)
+    produced = client.call(produce_json_events, broker.bootstrap, spec.topic, 6000)
+    go = tmp_path / "job1-go"
+    held = go.with_name(go.name + ".waiting")
+    logs = [tmp_path / f"job{i}.log" for i in (1, 2)]
+    outcome = AcrossACut(spec, produced, logs, [])
+    job1 = start_job(spec, *UNTIL_DRAINED, faults=f"wait@delta_files_written#2={go}", log=logs[0], host=hosts[0])
+    jobs = [job1]
+    try:
+        wait_for(
+            held.exists, 240, lambda: f"scenario not provoked: job 1 never reached its commit\n{outcome.tails()}",
+            give_up=lambda: job1.poll() is not None,
+        )  # fmt: skip
+        cut = net.cut(hosts[0], cut_off_from)
+        cut.apply()
+        try:
+            go.touch()  # job 1 goes on into its commit
+            jobs.append(start_job(spec, *UNTIL_DRAINED, log=logs[1], host=hosts[1]))
+            rc2 = jobs[1].wait(300)
+        finally:
+            cut.heal()
+        outcome.exits = [job1.wait(300), rc2]
+    finally:
+        go.touch()
+        for job in jobs:
+            kill_job(job)
+    return outcome
+
+
 def test_a_job_cut_off_from_s3_past_its_lease_never_commits_after_another_took_it_over(
     net_faults: Network,
     net_broker: EmbeddedKafka,
@@ -70,43 +123,12 @@ def test_a_job_cut_off_from_s3_past_its_lease_never_commits_after_another_took_i
     tmp_path: Path,
     unique: str,
 ) -> None:
-    client, hosts = net_faults.host("client"), [net_faults.host("job1"), net_faults.host("job2")]
     assert net_s3.host is not None
-    bucket = net_s3.bucket(f"lake-{unique}")
-    settings = (f"delta.writer_lease_s={LEASE_S}",)
-    spec = JobSpec(net_broker, f"s3cut-{unique}", f"g-{unique}", f"{bucket}/events", s3=net_s3, settings=settings)
-    net_broker.create_topic(spec.topic, partitions=2)
-    produced = client.call(produce_json_events, net_broker.bootstrap, spec.topic, 6000)
-    go = tmp_path / "job1-go"
-    held = go.with_name(go.name + ".waiting")
-    logs = [tmp_path / f"job{i}.log" for i in (1, 2)]
-
-    def tails() -> str:
-        return "\n".join(f"--- {p.name}:\n{p.read_text(errors='replace')[-2500:]}" for p in logs if p.exists())
-
-    # job 1's second append holds its data files written, its commit not made, its lease fresh
-    job1 = start_job(spec, *UNTIL_DRAINED, faults=f"wait@delta_files_written#2={go}", log=logs[0], host=hosts[0])
-    jobs = [job1]
-    try:
-        wait_for(
-            held.exists, 240, lambda: f"scenario not provoked: job 1 never reached its second commit\n{tails()}",
-            give_up=lambda: job1.poll() is not None,
-        )  # fmt: skip
-        cut = net_faults.cut(hosts[0], net_s3.host)
-        cut.apply()
-        try:
-            go.touch()  # job 1 goes on into its commit, which cannot reach S3, nor can its lease's renewals
-            # job 2 finds the lease unrenewed for its TTL, takes it over and lands every record
-            job2 = start_job(spec, *UNTIL_DRAINED, log=logs[1], host=hosts[1])
-            jobs.append(job2)
-            rc2 = job2.wait(300)
-        finally:
-            cut.heal()
-        rc1 = job1.wait(240)  # back on the network: its commit and its lease meet job 2's
-    finally:
-        go.touch()
-        for job in jobs:
-            kill_job(job)
+    # job 1's commit cannot reach S3, nor can its lease's renewals: job 2 finds the lease unrenewed
+    # for its TTL, takes it over and lands every record; back on the network, job 1 meets job 2's commit
+    run = two_jobs_across_a_cut(net_faults, net_broker, net_s3, tmp_path, f"s3cut-{unique}", net_s3.host)
+    rc1, rc2 = run.exits
+    spec, produced, logs, tails, client = run.spec, run.produced, run.logs, run.tails, net_faults.host("client")
     assert rc2 == 0, tails()
     assert "taking it over" in logs[1].read_text(errors="replace"), tails()
     local = copied(client, net_s3, str(spec.table), tmp_path / "copy")
@@ -135,39 +157,12 @@ def test_a_job_cut_off_from_the_broker_but_not_s3_keeps_its_lease_and_lands_the_
     tmp_path: Path,
     unique: str,
 ) -> None:
-    client, hosts = net_faults.host("client"), [net_faults.host("job1"), net_faults.host("job2")]
     assert net_broker.host is not None
-    bucket = net_s3.bucket(f"lake-{unique}")
-    settings = (f"delta.writer_lease_s={LEASE_S}",)
-    spec = JobSpec(net_broker, f"s3keep-{unique}", f"g-{unique}", f"{bucket}/events", s3=net_s3, settings=settings)
-    net_broker.create_topic(spec.topic, partitions=2)
-    produced = client.call(produce_json_events, net_broker.bootstrap, spec.topic, 6000)
-    go = tmp_path / "job1-go"
-    held = go.with_name(go.name + ".waiting")
-    logs = [tmp_path / f"job{i}.log" for i in (1, 2)]
-
-    def tails() -> str:
-        return "\n".join(f"--- {p.name}:\n{p.read_text(errors='replace')[-2500:]}" for p in logs if p.exists())
-
-    job1 = start_job(spec, *UNTIL_DRAINED, faults=f"wait@delta_files_written#2={go}", log=logs[0], host=hosts[0])
-    try:
-        wait_for(
-            held.exists, 240, lambda: f"scenario not provoked: job 1 never reached its second commit\n{tails()}",
-            give_up=lambda: job1.poll() is not None,
-        )  # fmt: skip
-        cut = net_faults.cut(hosts[0], net_broker.host)
-        cut.apply()
-        try:
-            go.touch()  # its commit lands on S3; its ACCEPTs cannot reach the broker
-            # a second job on the table meanwhile: job 1 still renews its lease, so job 2 is refused
-            job2 = start_job(spec, *UNTIL_DRAINED, log=logs[1], host=hosts[1])
-            rc2 = job2.wait(300)
-        finally:
-            cut.heal()
-        rc1 = job1.wait(300)
-    finally:
-        go.touch()
-        kill_job(job1)
+    # job 1's commit lands on S3, its ACCEPTs cannot reach the broker; it still renews its lease, so
+    # job 2 is refused at start
+    run = two_jobs_across_a_cut(net_faults, net_broker, net_s3, tmp_path, f"s3keep-{unique}", net_broker.host)
+    rc1, rc2 = run.exits
+    spec, produced, logs, tails, client = run.spec, run.produced, run.logs, run.tails, net_faults.host("client")
     assert rc2 == 2, tails()
     refusal = start_failure(logs[1])
     assert len(refusal) == 1 and "is written by another Sharelake job" in refusal[0], tails()
