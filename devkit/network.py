@@ -15,6 +15,12 @@ hosts crosses a router namespace, where the faults are applied:
 - `Silence(host)`: a `tbf` qdisc whose burst is smaller than any packet, on both ends of the
   host's link: nothing goes in or out (the whole host cut off, its own loopback still up).
 
+A host has no name service but its own: `ip netns exec` gives a process started in it the host's
+`/etc/netns/<namespace>/hosts` (localhost, the machine's name and the host's own address) and a
+`resolv.conf` naming only the host's loopback, so a lookup (a broker's of its clients' addresses,
+a JVM's of the machine's name) fails at once instead of waiting seconds for a name server no host
+reaches.
+
 Every fault has `apply()` and `heal()`; the network heals what is still applied when it closes and
 says which (`Network.close` returns them, so a test fixture can fail the test). Nothing is created
 in the machine's own namespace: every link, address, rule and qdisc lives in a namespace this
@@ -32,7 +38,9 @@ import contextlib
 import ctypes
 import os
 import re
+import shutil
 import signal
+import socket
 import subprocess
 import threading
 from collections.abc import Callable, Sequence
@@ -47,6 +55,7 @@ T = TypeVar("T")
 PREFIX = "sln"  # every namespace this module creates: sln<pid>-<name>
 SUBNET = "10.213"  # host i: 10.213.<i>.2, its router side 10.213.<i>.1 (only inside these namespaces)
 NETNS_DIR = Path("/var/run/netns")
+NETNS_ETC = Path("/etc/netns")  # per-namespace files `ip netns exec` binds over /etc
 CLONE_NEWNET = 0x40000000
 MAX_HOSTS = 250
 _LEFTOVER = re.compile(rf"^{PREFIX}(\d+)-")
@@ -87,6 +96,7 @@ def delete_namespace(name: str) -> None:
         with contextlib.suppress(ProcessLookupError, ValueError):
             os.kill(int(pid), signal.SIGKILL)
     _ip("netns", "del", name, check=False)
+    shutil.rmtree(NETNS_ETC / name, ignore_errors=True)
 
 
 def remove_leftovers() -> list[str]:
@@ -210,6 +220,11 @@ class Network:
         _ip("-n", self.router, "link", "set", link, "up")
         _ip("-n", namespace, "link", "set", "eth0", "up")
         _ip("-n", namespace, "route", "add", "default", "via", f"{SUBNET}.{index}.1")
+        etc = NETNS_ETC / namespace
+        etc.mkdir(parents=True, exist_ok=True)
+        machine = socket.gethostname()
+        (etc / "hosts").write_text(f"127.0.0.1 localhost\n::1 localhost\n{host.address} {machine} {name}\n")
+        (etc / "resolv.conf").write_text("nameserver 127.0.0.1\n")  # nothing listens: a lookup fails at once
         return host
 
     # -- faults ------------------------------------------------------------------------------------

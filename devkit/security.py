@@ -1,18 +1,22 @@
 """TLS and SASL/SCRAM for the embedded broker: a SASL_SSL listener and the standard authorizer.
 
 Called by the security tests through `EmbeddedKafka(security=...)`. `make_tls` creates a fresh
-self-signed certificate for 127.0.0.1 with Java's keytool (no extra package: the JDK the broker
-runs on has it), as a PKCS12 keystore for the broker, a truststore for its own inter-broker
-client, and a PEM file for clients' `ssl.ca.location`. `Security` holds the users and their
-SCRAM-SHA-512 passwords (created in the cluster metadata when the storage is formatted) and gives
-the broker settings and the librdkafka settings of any user. `admin` is the only super user; every
-other principal gets exactly the ACLs a test grants it.
+self-signed certificate with Java's keytool (no extra package: the JDK the broker runs on has it)
+for the addresses clients reach the broker by (127.0.0.1 and localhost unless told; a broker on a
+host of a `devkit.network`: that host's address, which clients check it against), as a PKCS12
+keystore for the broker, a truststore for its own inter-broker client, and a PEM file for
+clients' `ssl.ca.location`. `Security` holds the users and their SCRAM-SHA-512 passwords (created
+in the cluster metadata when the storage is formatted) and gives the broker settings and the
+librdkafka settings of any user. `admin` is the only super user; every other principal gets
+exactly the ACLs a test grants it.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import secrets
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,8 +32,16 @@ class Tls:
     password: str
 
 
-def make_tls(folder: Path, name: str = "broker") -> Tls:
-    """A self-signed certificate valid for 127.0.0.1 and localhost, made with keytool."""
+LOOPBACK_NAMES = ("127.0.0.1", "localhost")
+
+
+def make_tls(folder: Path, name: str = "broker", addresses: Sequence[str] = LOOPBACK_NAMES) -> Tls:
+    """A self-signed certificate valid for `addresses` (IP addresses and DNS names: its subject
+    alternative names, which clients verify the broker's address against), made with keytool."""
+    if not addresses:
+        raise ValueError("a certificate names at least one address")
+    san = ",".join(f"ip:{a}" if _is_ip(a) else f"dns:{a}" for a in addresses)
+    cn = next((a for a in addresses if not _is_ip(a)), addresses[0])  # a name if there is one
     folder.mkdir(parents=True, exist_ok=True)
     password = secrets.token_hex(12)
     keystore, truststore, pem = folder / f"{name}.p12", folder / f"{name}-trust.p12", folder / f"{name}.pem"
@@ -38,12 +50,20 @@ def make_tls(folder: Path, name: str = "broker") -> Tls:
     store = ["-storetype", "PKCS12", "-storepass", password]
     _keytool(
         "-genkeypair", "-alias", name, "-keyalg", "RSA", "-keysize", "2048", "-validity", "7",
-        "-dname", f"CN=localhost, O=sharelake-{name}", "-ext", "SAN=ip:127.0.0.1,dns:localhost",
+        "-dname", f"CN={cn}, O=sharelake-{name}", "-ext", f"SAN={san}",
         "-ext", "BC=ca:true", "-keystore", str(keystore), "-keypass", password, *store,
     )  # fmt: skip
     _keytool("-exportcert", "-alias", name, "-rfc", "-file", str(pem), "-keystore", str(keystore), *store)
     _keytool("-importcert", "-noprompt", "-alias", name, "-file", str(pem), "-keystore", str(truststore), *store)
     return Tls(keystore, truststore, pem, password)
+
+
+def _is_ip(address: str) -> bool:
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return True
 
 
 def _keytool(*args: str) -> None:

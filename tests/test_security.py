@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
 from pyspark.sql import SparkSession
 
 from app.config.settings import load_config
@@ -28,11 +27,11 @@ from devkit.sample_data import produce_json_events
 from devkit.security import Security, make_tls
 from tests.job_runner import ROOT, JobSpec, run_job, start_failure
 from tests.kafka_helpers import nothing_left
+from tests.security_helpers import PASSWORD_ENV, grant, job_security
 from tests.table_checks import assert_exactly_once
 
 JOB_USER, INTRUDER = "sharelake-job", "intruder"
 CANARY = f"canary-{secrets.token_hex(8)}"  # the job's password: it must never reach a log
-PASSWORD_ENV = "SHARELAKE_TEST_SASL_PASSWORD"
 # the JVM's start-up note, the client's errors (each kind once) and their "... repeated N times", the cause
 MOST_LINES_OF_A_REFUSED_START = 7
 BUSY_PORT = re.compile(r"Service 'SparkUI' could not bind on port")  # other Spark apps on this machine
@@ -44,35 +43,6 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedKafka]:
     security = Security(make_tls(folder / "tls"), {JOB_USER: CANARY, INTRUDER: secrets.token_hex(8)})
     with EmbeddedKafka(folder / "broker", security=security) as kafka:
         yield kafka
-
-
-def grant(kafka: EmbeddedKafka, user: str, topic: str, group: str, *, group_acls: bool = True) -> None:
-    """The job's ACLs (docs/security.md): READ on the topic; READ, DESCRIBE_CONFIGS, ALTER_CONFIGS on the group."""
-
-    def allow(kind: ResourceType, name: str, op: AclOperation) -> AclBinding:
-        return AclBinding(
-            kind, name, ResourcePatternType.LITERAL, f"User:{user}", "*", op, AclPermissionType.ALLOW
-        )  # fmt: skip
-
-    acls = [allow(ResourceType.TOPIC, topic, AclOperation.READ)]
-    if group_acls:
-        acls += [allow(ResourceType.GROUP, group, op) for op in (AclOperation.READ, AclOperation.DESCRIBE_CONFIGS)]
-        acls.append(allow(ResourceType.GROUP, group, AclOperation.ALTER_CONFIGS))
-    admin = kafka.admin()  # held: the futures fail if the client is collected
-    for future in admin.create_acls(acls).values():
-        future.result(timeout=30)
-
-
-def job_security(kafka: EmbeddedKafka, user: str, ca_pem: Path | None = None) -> list[str]:
-    """The job's `--set`s for a secured broker; the password comes from the environment."""
-    assert kafka.security is not None
-    return [
-        "kafka.client.security.protocol=SASL_SSL",
-        "kafka.client.sasl.mechanism=SCRAM-SHA-512",
-        f"kafka.client.sasl.username={user}",
-        f"kafka.client.sasl.password=env:{PASSWORD_ENV}",
-        f"kafka.client.ssl.ca.location={ca_pem or kafka.security.tls.ca_pem}",
-    ]
 
 
 def setup_topic(kafka: EmbeddedKafka, name: str, records: int) -> list:  # type: ignore[type-arg]

@@ -11,8 +11,12 @@ does not resolve is a wrong setting. Messages never include `kafka.client` value
 from __future__ import annotations
 
 import os
+import re
+import socket
+import ssl
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
@@ -63,7 +67,8 @@ class ClientErrors:
 
 
 def security_problem(cfg: SharelakeConfig, errors: ClientErrors) -> ConfigError | None:
-    """A failed authentication or TLS handshake, as the one line naming the setting to fix."""
+    """A failed authentication or TLS handshake, as the one line naming the setting to fix (a trusted
+    certificate that names another address than the one dialled: the address)."""
     where = cfg.kafka.bootstrap_servers
     auth = errors.first(KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED)
     if auth is not None:
@@ -73,12 +78,59 @@ def security_problem(cfg: SharelakeConfig, errors: ClientErrors) -> ConfigError 
             f"({auth.str()[:300]}); fix the credentials or kafka.client.sasl.mechanism"
         )
     tls = errors.first(KafkaError._SSL)
+    mismatch = certificate_name_mismatch(cfg.kafka.client, tls.str(), where) if tls is not None else None
+    if mismatch is not None:
+        return ConfigError(
+            f"kafka.bootstrap_servers = {where!r}: the TLS handshake failed: the broker's certificate is trusted "
+            f"but does not name the address dialled ({mismatch}); connect by an address the certificate names, "
+            "or give the broker a certificate naming this one"
+        )
     if tls is not None:
         return ConfigError(
             f"kafka.client.ssl.ca.location: the TLS handshake with {where} failed ({tls.str()[:300]}); point it "
             "at the CA certificate that signed the broker's certificate"
         )
     return None
+
+
+# `sasl_ssl://host:port/bootstrap: SSL handshake failed: ...`: the broker librdkafka names
+FAILED_BROKER = re.compile(r"^\w+://(?P<address>[^/\s]+)/")
+# OpenSSL's verify codes for a certificate that chains to a trusted CA but names another host or IP
+NAME_MISMATCH = (62, 64)  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
+PROBE_TIMEOUT_S = 5.0
+
+
+def certificate_name_mismatch(client: dict[str, Any], tls_error: str, bootstrap: str) -> str | None:
+    """OpenSSL's reason when the broker's certificate chains to the configured CA but does not name
+    the address dialled (librdkafka says "certificate verify failed" for either); else None.
+
+    One TLS handshake of its own, from this process, with the client's CA (`ssl.ca.location` or
+    `ssl.ca.pem`) and hostname verification (`ssl.endpoint.identification.algorithm`, librdkafka's
+    default `https`), only after librdkafka's own handshake failed so."""
+    if "certificate verify failed" not in tls_error:
+        return None
+    if str(client.get("ssl.endpoint.identification.algorithm", "https")).lower() != "https":
+        return None
+    named = FAILED_BROKER.match(tls_error)
+    address = named.group("address") if named else bootstrap.split(",")[0].split("://")[-1]
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    ca = str(client.get("ssl.ca.location", ""))
+    try:
+        context = ssl.create_default_context(
+            cafile=ca if os.path.isfile(ca) else None,
+            capath=ca if os.path.isdir(ca) else None,
+            cadata=client.get("ssl.ca.pem"),
+        )
+        with (
+            socket.create_connection((host, int(port)), timeout=PROBE_TIMEOUT_S) as raw,
+            context.wrap_socket(raw, server_hostname=host),
+        ):
+            return None
+    except ssl.SSLCertVerificationError as e:
+        return str(e.verify_message) if e.verify_code in NAME_MISMATCH else None
+    except (OSError, ValueError):  # unreachable now, a handshake refused for another reason: not diagnosed
+        return None
 
 
 @dataclass(frozen=True)
