@@ -10,6 +10,7 @@ import json
 import math
 import statistics
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -100,16 +101,22 @@ def save_report(
     table: tuple[list[str], list[list[str]]],
     facts: dict[str, str],
     runs: list[Any],
+    sections: Sequence[str] = (),
+    summary: dict[str, Any] | None = None,
 ) -> str:
-    """A standalone bench module's report (`bench.layouts`, `bench.upserts`): `# title`, its table and
-    the machine as `<stem>.md`, its runs (dataclasses) as `<stem>.json`, in `results_dir`; the text."""
-    text = (
-        f"# {title}\n\n" + md_table(*table) + "\n\nMachine: " + ", ".join(f"{k} {v}" for k, v in facts.items()) + "\n"
-    )
+    """A standalone bench module's report (`bench.layouts`, `bench.upserts`, `bench.poison_storm`):
+    `# title`, its table, then `sections` (markdown, in order) and the machine as `<stem>.md`, its runs
+    (dataclasses) as `<stem>.json`, in `results_dir`; the text. With a `summary` the JSON is
+    `{"summary": ..., "runs": [...]}` instead of the list of runs."""
+    text = f"# {title}\n\n" + md_table(*table) + "\n\n" + "".join(s.rstrip("\n") + "\n\n" for s in sections)
+    text += "Machine: " + ", ".join(f"{k} {v}" for k, v in facts.items()) + "\n"
     results_dir.mkdir(parents=True, exist_ok=True)
     path = results_dir / f"{stem}.md"
     path.write_text(text)
-    path.with_suffix(".json").write_text(json.dumps([asdict(r) for r in runs], indent=1))
+    data: Any = [asdict(r) for r in runs]
+    if summary is not None:
+        data = {"summary": summary, "runs": data}
+    path.with_suffix(".json").write_text(json.dumps(data, indent=1, default=str))
     return text
 
 

@@ -29,7 +29,7 @@ from bench.contenders import sharelake, spark_kafka_source
 from bench.contenders.base import RunContext, RunResult, failed, tail
 from bench.delta_log import data_commits, read_commits, rows_in
 from bench.settings import BenchSettings
-from bench.workload import RateProducer
+from bench.workload import RateProducer, record_value
 from devkit.kafka_broker import EmbeddedKafka
 
 log = logging.getLogger("bench")
@@ -70,8 +70,8 @@ class _Job:
     result: Callable[[int], RunResult]  # from the exit code, once stopped
 
 
-def _start_sharelake(ctx: RunContext) -> _Job:
-    job = sharelake.start_sharelake(ctx, "continuous")
+def _start_sharelake(ctx: RunContext, payload: tuple[str, ...] = sharelake.JSON_PAYLOAD) -> _Job:
+    job = sharelake.start_sharelake(ctx, "continuous", payload=payload)
 
     def stop() -> int:
         if job.proc.poll() is None:
@@ -106,37 +106,62 @@ def _wait_for(done: Callable[[], bool], alive: Callable[[], bool], timeout_s: fl
     return False
 
 
-def _measure(job: _Job, producer: RateProducer, s: BenchSettings) -> tuple[int, str]:
-    """Warm up, then produce the measured part; (first measured id, error or "")."""
+def _measure(
+    job: _Job, producer: RateProducer, s: BenchSettings, caught_up: Callable[[], bool] | None = None
+) -> tuple[int, str]:
+    """Warm up, then produce the measured part; (first measured id, error or ""). With `caught_up`
+    the warm-up also lasts until it holds (the backlog of the job's start is decided)."""
     started = time.monotonic()
 
     def alive() -> bool:
         return job.proc.poll() is None and producer.is_alive()
 
     def warmed_up() -> bool:
-        return time.monotonic() - started >= s.latency_warmup_seconds and bool(data_commits(read_commits(job.table)))
+        return (
+            time.monotonic() - started >= s.latency_warmup_seconds
+            and bool(data_commits(read_commits(job.table)))
+            and (caught_up is None or caught_up())
+        )
 
     if not _wait_for(warmed_up, alive, READY_TIMEOUT_S):
-        return 0, f"no Delta commit during the warm-up: {producer.failure!r} {tail(job.log, 8)}"
+        what = "no Delta commit" if not data_commits(read_commits(job.table)) else "the job never caught up"
+        return 0, f"{what} during the warm-up: {producer.failure!r} {tail(job.log, 8)}"
     first_measured = producer.sent
     time.sleep(s.latency_seconds)
     return first_measured, "" if alive() else f"stopped during the load: {producer.failure!r} {tail(job.log, 8)}"
 
 
 def run_latency(
-    kafka: EmbeddedKafka, s: BenchSettings, run_dir: Path, contender: str, topic: str | None = None
+    kafka: EmbeddedKafka,
+    s: BenchSettings,
+    run_dir: Path,
+    contender: str,
+    topic: str | None = None,
+    *,
+    value_of: Callable[[int], bytes] = record_value,
+    payload: tuple[str, ...] | None = None,
+    decided: Callable[[Path], int] | None = None,
+    catch_up_s: float | None = None,
 ) -> LatencyRun:
     """One contender under the offered load on a fresh topic (`topic`, default named after the
-    contender); never raises for a failed run."""
+    contender); never raises for a failed run.
+
+    `value_of(i)` is record i's value (default: the workload's JSON); `payload` Sharelake's payload
+    settings for it (default: the workload's JSON schema; Sharelake only); `decided(table)` how many
+    records the job has decided (default: the table's rows; a load with bad records adds the
+    dead-letter table's). `catch_up_s`: the warm-up also lasts until fewer than this many seconds of
+    load are undecided, so that the measured part does not start with the backlog of a slow start."""
     topic = topic or f"bench-latency-{contender}-p{s.latency_partitions}"
     kafka.create_topic(topic, partitions=s.latency_partitions)
     ctx = RunContext(kafka.bootstrap, topic, s.latency_partitions, 0, s.members, run_dir, s, phase="latency")
+    if payload is not None and contender != sharelake.NAME:
+        raise ValueError(f"payload settings are Sharelake's, not {contender}'s")
     try:
-        job = STARTERS[contender](ctx)
+        job = _start_sharelake(ctx, payload) if payload is not None else STARTERS[contender](ctx)
     except Exception as e:  # e.g. the Kafka source jars are missing
         log.exception("latency: %s did not start", contender)
         return LatencyRun(failed(ctx, contender, f"did not start: {e!r}"), topic, 0, 0, 0.0)
-    producer = RateProducer(kafka.bootstrap, topic, s.latency_rate, s.producer_batch_bytes)
+    producer = RateProducer(kafka.bootstrap, topic, s.latency_rate, s.producer_batch_bytes, value_of=value_of)
 
     def job_alive() -> bool:
         return job.proc.poll() is None
@@ -144,8 +169,14 @@ def run_latency(
     def job_ready() -> bool:
         return job.log.exists() and job.ready_line in job.log.read_text(errors="replace")
 
+    def decided_now() -> int:
+        return decided(job.table) if decided is not None else rows_in(read_commits(job.table))
+
     def all_landed() -> bool:
-        return rows_in(read_commits(job.table)) >= producer.stats.records
+        return decided_now() >= producer.stats.records
+
+    def caught_up() -> bool:
+        return decided_now() >= producer.sent - s.latency_rate * (catch_up_s or 0.0)
 
     try:
         if not _wait_for(job_ready, job_alive, READY_TIMEOUT_S):
@@ -154,7 +185,7 @@ def run_latency(
                 failed(ctx, contender, f"the job did not start: {tail(job.log, 8)}", job.log), topic, 0, 0, 0
             )
         producer.start()
-        first_measured, error = _measure(job, producer, s)
+        first_measured, error = _measure(job, producer, s, caught_up if catch_up_s is not None else None)
         producer.stop()
         producer.join(timeout=90)
         if error:

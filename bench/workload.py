@@ -136,11 +136,23 @@ class RateProducer(threading.Thread):
     Each record's Kafka timestamp is its produce() call (CreateTime), which the latency phase
     compares with the Delta commit that holds the row. `sent` counts the records handed to the
     client so far; `stats.records` counts the delivered ones (final once the thread has ended).
+    `value_of(i)` / `key_of(i)` are record i's value and key (default: the workload's JSON, `k-<i>`;
+    `bench.poison_storm` passes values of which every tenth is malformed).
     """
 
-    def __init__(self, bootstrap: str, topic: str, rate: int, batch_bytes: int = 16384, first_id: int = 0):
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        rate: int,
+        batch_bytes: int = 16384,
+        first_id: int = 0,
+        value_of: Callable[[int], bytes] = record_value,
+        key_of: Callable[[int], bytes] = record_key,
+    ):
         super().__init__(name="bench-rate-producer", daemon=True)
         self.topic, self.rate, self.first_id = topic, rate, first_id
+        self.value_of, self.key_of = value_of, key_of
         self.stats = ProduceStats()
         self.sent = 0
         self.lag_s = 0.0  # how far the producer fell behind its schedule at most
@@ -167,7 +179,7 @@ class RateProducer(threading.Thread):
                 time.sleep(due - now)
             else:
                 self.lag_s = max(self.lag_s, now - due)
-            _send(self._producer, self.topic, self.first_id + self.sent, on_delivery)
+            _send(self._producer, self.topic, self.first_id + self.sent, on_delivery, self.value_of, self.key_of)
             self._producer.poll(0)
             self.sent += 1
         self._producer.flush(60)
