@@ -20,11 +20,12 @@ import pytest
 from pyspark.sql import SparkSession
 
 from app.config.settings import ConfigError, load_config
-from app.run import faults
+from app.run import faults, preflight
 from app.run.pipeline import run_ingest
+from app.sink.formats.base import DependencyUnavailable
 from app.sink.table_location import TableLocation
 from app.sink.writer_lease import LEASE_FILE, LeaseLostError, WriterLease
-from devkit.kafka_broker import EmbeddedKafka
+from devkit.kafka_broker import EmbeddedKafka, free_port
 from devkit.s3_server import EmbeddedS3
 from devkit.sample_data import produce_json_events
 from tests.job_runner import ROOT, JobSpec, drain_in_process, drain_job, kill_job, run_summary, start_job
@@ -247,3 +248,27 @@ def test_an_s3_table_path_with_a_trailing_slash_lands_where_the_path_without_it_
     assert run_summary(log)["dead_lettered"] == 0
     assert f"-> table {table}, payload raw" in log.read_text()  # the banner names the table once, normalised
     assert f"dead letters {table}_dead_letter\n" in log.read_text()
+
+
+def test_an_s3_store_that_does_not_answer_at_start_is_an_outage_and_a_host_that_does_not_resolve_is_not(
+    spark: SparkSession, s3: EmbeddedS3, unique: str
+) -> None:
+    """The start-up check of a table path on S3 tells an outage (the store refuses the connection:
+    waited for, `app.sink.dependency_wait`) from a wrong setting (an endpoint whose host does not
+    resolve: one line, exit 2). Per-bucket S3A settings point two buckets elsewhere, with S3A's
+    retries off so each check fails at once."""
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    down, unknown = f"down-{unique}", f"unknown-{unique}"
+    endpoints = {down: f"http://127.0.0.1:{free_port()}", unknown: "http://no-such-store.invalid:9000"}
+    for bucket, endpoint in endpoints.items():
+        for key, value in {
+            "endpoint": endpoint, "retry.limit": "0", "attempts.maximum": "0",
+            "connection.establish.timeout": "2s", "retry.throttle.limit": "0",
+        }.items():  # fmt: skip
+            hadoop.set(f"fs.s3a.bucket.{bucket}.{key}", value)
+    with pytest.raises(DependencyUnavailable) as outage:
+        preflight.check_table_path(spark, TableLocation.at(f"s3a://{down}/events"))
+    assert str(outage.value).startswith(f"delta.table_path = 's3a://{down}/events': the table's store did not answer")
+    with pytest.raises(ConfigError) as wrong:
+        preflight.check_table_path(spark, TableLocation.at(f"s3a://{unknown}/events"))
+    assert str(wrong.value).startswith(f"delta.table_path = 's3a://{unknown}/events': not writable"), str(wrong.value)

@@ -527,9 +527,9 @@ class RunConfig(_Section):
     dependency_wait_s: float = Field(
         default=300.0,
         ge=0,
-        description="At start, how long to wait for a dependency that is down (the broker or the schema registry "
-        "not answering, a timeout, a 5xx) before exiting with code 3; a wrong setting (credentials refused, an "
-        "unknown host) exits 2 at once. 0: do not wait.",
+        description="At start, how long to wait for a dependency that is down (the broker, the schema registry or a "
+        "table's store not answering, a timeout, a 5xx) before exiting with code 3; a wrong setting (credentials "
+        "refused, an unknown host) exits 2 at once. 0: do not wait.",
     )
 
 

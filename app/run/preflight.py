@@ -5,7 +5,8 @@ Called by `app.run.pipeline.run_ingest` before any member polls, and by `sharela
 with one line naming the key or the resource and the fix; the job prints it and exits with code 2.
 A broker that does not answer (none up yet, a cut network) is an outage, not a problem of the config:
 `DependencyUnavailable`, which the start waits out (`app.sink.dependency_wait`); an address that
-does not resolve is a wrong setting. Messages never include `kafka.client` values (they hold credentials).
+does not resolve is a wrong setting. So is a table's store (S3) that does not answer: an outage;
+a path that cannot be written is a wrong setting. Messages never include `kafka.client` values (they hold credentials).
 """
 
 from __future__ import annotations
@@ -33,6 +34,16 @@ from app.sink.writer_lease import LEASE_FILE
 
 BROKER_TIMEOUT_S = 15.0  # how long start-up waits for a broker to answer
 PROBE_PREFIX = "_sharelake_write_probe"  # the file written (and deleted) to check a table path is writable
+# what a store that did not answer leaves in its error (S3A and the AWS SDK: refused, timed out, 5xx):
+# an outage the start waits out, unlike a path, a permission or a host name to fix
+STORE_OUTAGE = (
+    "java.net.ConnectException",
+    "ConnectTimeoutException",
+    "SocketTimeoutException",
+    "Unable to execute HTTP request",
+    "Status Code: 500",
+    "Status Code: 503",
+)
 
 
 SPARK_CONNECT_MESSAGE = (
@@ -232,7 +243,14 @@ def check_table_path(spark: SparkSession, location: TableLocation, key: str = "d
     except ConfigError:
         raise
     except Exception as e:  # noqa: BLE001 - any storage error means: not usable as configured
-        if table_path.startswith("s3a://") and ("S3AFileSystem" in str(e) or "No FileSystem for scheme" in str(e)):
+        text = str(e)
+        if any(cause in text for cause in STORE_OUTAGE) and "UnknownHostException" not in text:
+            raise DependencyUnavailable(
+                f"{key} = {table_path!r}: the table's store did not answer ({one_line(e, 200)}); check that it is up "
+                "and reachable from the driver"
+            ) from None
+        missing = ("ClassNotFoundException" in text and "S3AFileSystem" in text) or "No FileSystem for scheme" in text
+        if table_path.startswith("s3a://") and missing:
             raise ConfigError(
                 f"{key} = {table_path!r}: Hadoop's S3A connector is not on Spark's classpath; run `make s3` "
                 "(hadoop-aws and the AWS SDK's S3 modules, into .cache/jars/s3/) or use a cluster image that has it"
