@@ -148,7 +148,7 @@ def test_a_job_cut_off_from_the_broker_lands_nothing_twice_and_loses_nothing(
     go = tmp_path / "job1-go"
     held = go.with_name(go.name + ".waiting")  # app.run.faults: job 1 is at the point
     # job 1's second append is held (the first created the table); both stay up past the fault
-    args = ("run.mode=until-drained", "run.empty_timeout_ms=120000", "run.idle_timeout_ms=20000")
+    args = ("run.mode=until-drained", "run.empty_timeout_ms=120000", "run.idle_timeout_ms=12000")
     logs = [tmp_path / f"job{i}.log" for i in (1, 2)]
     jobs = [
         start_job(spec, *args, faults=f"wait@{c.point}#2={go}", log=logs[0], host=hosts[0]),

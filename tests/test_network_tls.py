@@ -157,7 +157,7 @@ def tail(log: Path) -> str:
     return log.read_text(errors="replace")[-3000:]
 
 
-# `make chaos`: CI's job across the cut below lands its backlog over SASL_SSL, verifying the name, too
+# `make chaos`, with the job across a cut below (CI: the refusal of a certificate for another address)
 @pytest.mark.long
 @pytest.mark.usefixtures("job_password", "wrong_name_job")  # the next test's job starts beside this one's
 def test_a_job_on_another_host_lands_a_backlog_exactly_once_over_sasl_ssl_verifying_the_broker_name(
@@ -206,6 +206,8 @@ def test_a_trusted_certificate_naming_another_address_is_refused_at_start_with_o
     assert reason in lines[0], lines
 
 
+# `make chaos` (CI's start-up waits: a hung registry, a broker not answering through the entry point)
+@pytest.mark.long
 def test_a_job_started_while_the_secured_broker_is_cut_off_waits_then_lands_every_record_once(
     tls_broker: TlsBroker,
     net_faults: Network,

@@ -819,7 +819,9 @@ def test_avro_values_land_or_are_named(
             for i, record in enumerate(records):
                 if judged_by_precheck(record) or not framed(record.value) or record.value is None:
                     continue
-                if struct.unpack(">I", record.value[1:5])[0] not in ids:
+                # the registry hands out ids in order and ours were the last: a larger one is no one's (a
+                # smaller one not ours may be another test's schema in the session's registry)
+                if struct.unpack(">I", record.value[1:5])[0] > max(ids):
                     assert outcome.parked[i][0] == "unknown_schema_id", record
 
         batch()
