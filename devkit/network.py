@@ -12,8 +12,6 @@ hosts crosses a router namespace, where the faults are applied:
   router: the peers see silence, not a reset or an ICMP error); `one_way=True` drops only a -> b.
 - `SlowLink(host, rate, queue_s)`: a host's link in both directions limited to `rate` by a `tbf`
   qdisc whose queue holds `queue_s` seconds of it, so packets wait (delay) before they are dropped.
-- `Silence(host)`: a `tbf` qdisc whose burst is smaller than any packet, on both ends of the
-  host's link: nothing goes in or out (the whole host cut off, its own loopback still up).
 
 A host has no name service but its own: `ip netns exec` gives a process started in it the host's
 `/etc/netns/<namespace>/hosts` (localhost, the machine's name and the host's own address) and a
@@ -235,9 +233,6 @@ class Network:
     def slow(self, host: Host, rate: str, queue_s: float) -> SlowLink:
         return SlowLink(self, host, rate, queue_s)
 
-    def silence(self, host: Host) -> Silence:
-        return Silence(self, host)
-
     def applying(self, fault: Fault) -> None:
         if fault not in self.applied:
             self.applied.append(fault)
@@ -341,22 +336,3 @@ class SlowLink:
 
     def describe(self) -> str:
         return f"slow link of {self.host.name} ({self.rate}, {self.queue_s:g} s of queue)"
-
-
-@dataclass(eq=False)
-class Silence:
-    """Nothing in or out of `host`: a `tbf` whose burst (10 bytes) is smaller than any packet, both ends."""
-
-    network: Network
-    host: Host
-
-    def apply(self) -> None:
-        self.network.applying(self)
-        _tbf_on_both_ends(self.network, self.host, "rate", "1mbit", "burst", "10", "limit", "1000")
-
-    def heal(self) -> None:
-        _clear_both_ends(self.network, self.host)
-        self.network.healed(self)
-
-    def describe(self) -> str:
-        return f"silence of {self.host.name}"
