@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # the oldest Kafka broker Sharelake supports, resolved beside the current one for the floor test
 KAFKA_FLOOR := 4.2.2
 
-.PHONY: setup jars s3 prometheus demo test lint pytest clean chaos
+.PHONY: setup jars s3 yarn prometheus demo test lint pytest clean chaos
 setup: $(VENV)/.installed jars $(CACHE)/cds/.built
 
 jars: $(CACHE)/jars/kafka/.resolved $(CACHE)/jars/kafka-floor/.resolved-$(KAFKA_FLOOR) $(CACHE)/jars/spark/.resolved $(CACHE)/jars/bench/.resolved $(CACHE)/registry/.resolved
@@ -49,8 +49,10 @@ $(RUNTIME)/.installed: $(WHEEL)
 	@touch $@
 
 runtime-pack: $(CACHE)/dist/sharelake-runtime.tar.gz
+# without pyspark's jars (456 MB): a YARN container's JVM takes Spark's jars from what spark-submit
+# uploads (or spark.yarn.archive); the Python side needs only pyspark's modules (151 MB, not 596 MB)
 $(CACHE)/dist/sharelake-runtime.tar.gz: $(RUNTIME)/.installed
-	$(VENV)/bin/venv-pack -q -f -p $(RUNTIME) -o $@
+	$(VENV)/bin/venv-pack -q -f -p $(RUNTIME) --exclude 'lib/python3.11/site-packages/pyspark/jars/*' -o $@
 
 # the driver JVM's class-data-sharing archive (app/run/class_archive.py): a training run writes the
 # classes the write path loads; every later driver maps them instead of loading them (seconds off each start)
@@ -98,6 +100,15 @@ $(CACHE)/jars/s3-server/.resolved: conf/maven/s3-server.pom.xml
 	$(MVN) -f $< dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(abspath $(CACHE))/jars/s3-server
 	@touch $@
 
+# A real YARN cluster and HDFS for the YARN tests (tests/test_yarn.py, devkit/yarn_cluster.py): Hadoop's
+# mini clusters and their class path, from Maven Central into .cache/jars/yarn/.
+yarn: $(CACHE)/jars/yarn/.resolved
+
+$(CACHE)/jars/yarn/.resolved: conf/maven/yarn-cluster.pom.xml
+	rm -rf $(CACHE)/jars/yarn
+	$(MVN) -f $< dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(abspath $(CACHE))/jars/yarn
+	@touch $@
+
 # A real Prometheus (server and promtool) for the monitoring tests (tests/test_monitoring.py): Debian's
 # `prometheus` package, unpacked under .cache/prometheus/ without installing it (no root needed once
 # the package lists are there). Grafana is in no registry this project uses: its dashboard is checked
@@ -121,7 +132,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check app jobs tests bench devkit
 	$(VENV)/bin/mypy app jobs bench devkit
 
-pytest: setup s3 runtime-env prometheus
+pytest: setup s3 runtime-env runtime-pack yarn prometheus
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 test: lint pytest

@@ -2,7 +2,7 @@
 # Submit a Sharelake job from this checkout: its venv's spark-submit, the Delta jars, the profile's properties.
 #
 #   ./spark-submit.sh [--profile local|standalone|yarn|k8s] [--master URL] [--deploy-mode client|cluster]
-#                     [--dry-run] jobs/sharelake.py ingest --config conf/local.toml [args]
+#                     [--conf KEY=VALUE ...] [--dry-run] jobs/sharelake.py ingest --config conf/local.toml [args]
 #
 # --profile picks the target (default local): it reads conf/spark/<profile>.properties when present
 # (--properties-file). The code runs from an installed Sharelake, never from this tree's files:
@@ -13,6 +13,8 @@
 # --master defaults to $SPARK_MASTER, else local[2] (local) or what the profile needs.
 # --deploy-mode cluster (YARN, Kubernetes; Python cannot run in standalone cluster mode) ships the
 # --config file with --files and passes its base name to the job.
+# --conf passes a Spark property to spark-submit (it wins over the profile's file): the cluster's sizes
+# (spark.driver.memory, spark.executor.instances, ...), which must be set before the driver starts.
 # --dry-run prints the full spark-submit command only.
 # Run `make setup` once first (venv, pinned packages, Maven-resolved jars under .cache/); `make s3`
 # adds the S3A connector (tables on s3a://), which joins the classpath when it is there.
@@ -26,11 +28,13 @@ profile="local"
 master="${SPARK_MASTER:-}"
 deploy_mode="client"
 dry_run=0
+confs=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --profile) profile="$2"; shift 2 ;;
     --master) master="$2"; shift 2 ;;
     --deploy-mode) deploy_mode="$2"; shift 2 ;;
+    --conf) confs+=(--conf "$2"); shift 2 ;;
     --dry-run) dry_run=1; shift ;;
     *) break ;;
   esac
@@ -40,7 +44,7 @@ if [ -n "${SPARK_REMOTE:-}" ]; then
   echo "sharelake: SPARK_REMOTE is set (Spark Connect): foreachBatch would run on the Spark Connect server, away from the share consumers in this driver; unset it and submit to local, standalone, YARN or Kubernetes" >&2
   exit 2
 fi
-[ $# -ge 1 ] || { echo "usage: $0 [--profile P] [--master URL] [--deploy-mode M] [--dry-run] JOB.py [job args]" >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: $0 [--profile P] [--master URL] [--deploy-mode M] [--conf K=V] [--dry-run] JOB.py [job args]" >&2; exit 2; }
 case "$profile" in
   local) master="${master:-local[2]}" ;;
   standalone) [ -n "$master" ] || { echo "sharelake: --profile standalone needs --master spark://host:7077" >&2; exit 2; } ;;
@@ -87,6 +91,10 @@ fi
 if [ "$profile" = yarn ]; then
   # the runtime venv (requirements.txt and the wheel) unpacked as ./environment in every container
   extra+=(--conf "spark.archives=$archive#environment")
+  if [ "$deploy_mode" = client ]; then
+    # the driver runs here, beside this venv, not in a container with ./environment
+    extra+=(--conf "spark.pyspark.driver.python=$venv/bin/python")
+  fi
 fi
 if [ -f "$root/conf/spark/$profile.properties" ]; then
   extra+=(--properties-file "$root/conf/spark/$profile.properties")
@@ -108,7 +116,7 @@ if [ "$deploy_mode" = client ]; then
   extra+=(${launch[@]+"${launch[@]}"})
 fi
 cmd=("$venv/bin/spark-submit" --master "$master" --deploy-mode "$deploy_mode" --jars "$jars"
-  ${extra[@]+"${extra[@]}"}
+  ${extra[@]+"${extra[@]}"} ${confs[@]+"${confs[@]}"}
   "$job" ${job_args[@]+"${job_args[@]}"})
 if [ "$dry_run" = 1 ]; then
   printf '%q ' "${cmd[@]}"; echo

@@ -20,6 +20,8 @@ SPARK_JARS = CACHE_DIR / "jars" / "spark"
 S3_JARS = CACHE_DIR / "jars" / "s3"
 # an S3 API server (S3Proxy) for the tests and the bench (`make s3`)
 S3_SERVER_JARS = CACHE_DIR / "jars" / "s3-server"
+# a YARN cluster and HDFS (Hadoop's mini clusters) for the YARN tests (`make yarn`)
+YARN_JARS = CACHE_DIR / "jars" / "yarn"
 # the unpacked Apicurio Registry distribution (a runner jar and its lib/), for the embedded schema registry
 REGISTRY_DIR = CACHE_DIR / "registry"
 # the driver JVM's class-data-sharing archives (`make setup` builds one: app.run.class_archive)

@@ -24,7 +24,9 @@ KEY_COLUMNS = StructType(
 )
 
 
-def assert_exactly_once(spark: SparkSession, table: Path, produced: list[Produced], where: str | None = None) -> None:
+def assert_exactly_once(
+    spark: SparkSession, table: Path | str, produced: list[Produced], where: str | None = None
+) -> None:
     """The table holds exactly the produced records (topic, partition, offset, key, value), each once.
 
     `where` keeps only some rows (e.g. one topic's, when another writer appends to the table too).

@@ -1,0 +1,194 @@
+"""Sharelake on a real YARN cluster, its tables on HDFS, submitted as a user submits it.
+
+The cluster is Hadoop's own (`devkit.yarn_cluster`: a ResourceManager, a NodeManager launching real
+containers, a NameNode and a DataNode). What an operator sets up once per cluster is done once per
+session, as docs/operations.md tells a user: the packed runtime venv (`make runtime-pack`) put on
+HDFS, and Spark's jars found on every node (`spark.yarn.jars=local:...`, as a cluster with Spark
+installed has them). Each job is then `./spark-submit.sh --profile yarn` with the sizes a small
+cluster takes, the config file shipped by the script in cluster mode. The executors' Python (and,
+in cluster mode, the driver's) is the archive YARN unpacked, never this checkout's.
+
+Each run is checked record by record against the topic (chispa), with a sentinel proving the group
+has nothing left. In cluster mode the driver is killed with its container (SIGKILL to the
+container's process group, as a lost node or an OOM kill): YARN starts a second attempt with the
+same arguments, which must find the table and the group as the first left them, the first's locks
+still held, and land the rest exactly once without any manual step. CI runs the cluster-mode test
+(which drains a backlog onto HDFS too); the client-mode one is `make chaos`'s (`long`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from devkit.kafka_broker import EmbeddedKafka
+from devkit.paths import CACHE_DIR
+from devkit.sample_data import produce_json_events
+from devkit.yarn_cluster import YarnCluster, wait_for_application
+from tests.job_runner import ROOT
+from tests.kafka_helpers import nothing_left
+from tests.table_checks import assert_exactly_once
+from tests.waiting import wait_for
+
+RUNTIME = CACHE_DIR / "runtime"  # `make runtime-env`: the client's venv for a client-mode driver
+RUNTIME_ARCHIVE = CACHE_DIR / "dist" / "sharelake-runtime.tar.gz"  # `make runtime-pack`
+SPARK_JARS_ON_NODES = RUNTIME / "lib" / "python3.11" / "site-packages" / "pyspark" / "jars"
+# what fits one NodeManager (devkit.yarn_cluster.NODE_MEMORY_MB): a driver and one executor of 1 GB
+SMALL_CLUSTER = {
+    "spark.driver.memory": "1g",
+    "spark.executor.memory": "1g",
+    "spark.executor.instances": "1",
+    "spark.executor.cores": "1",
+    "spark.yarn.maxAppAttempts": "2",
+}
+
+
+@dataclass
+class Yarn:
+    cluster: YarnCluster
+    archive: str  # the runtime archive on HDFS
+
+    def submit(self, deploy_mode: str, name: str, sets: list[str], log: Path) -> subprocess.Popen[bytes]:
+        """`./spark-submit.sh --profile yarn` as a user runs it from an edge node."""
+        conf = {
+            **SMALL_CLUSTER,
+            "spark.app.name": name,
+            "spark.archives": f"{self.archive}#environment",
+            "spark.yarn.jars": f"local:{SPARK_JARS_ON_NODES}/*",
+        }
+        args = [str(ROOT / "spark-submit.sh"), "--profile", "yarn", "--deploy-mode", deploy_mode]
+        for key, value in conf.items():
+            args += ["--conf", f"{key}={value}"]
+        args += [str(ROOT / "jobs" / "sharelake.py"), "ingest", "--config", str(ROOT / "conf" / "local.toml")]
+        for s in sets:
+            args += ["--set", s]
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env |= {"HADOOP_CONF_DIR": str(self.cluster.conf_dir), "SHARELAKE_VENV": str(RUNTIME)}
+        with log.open("wb") as out:
+            return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+@pytest.fixture(scope="module")
+def yarn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Yarn]:
+    if not RUNTIME_ARCHIVE.exists():
+        pytest.fail(f"no runtime archive {RUNTIME_ARCHIVE}: `make runtime-pack` builds it (`make test` does)")
+    cluster = YarnCluster(tmp_path_factory.mktemp("yarn"))
+    cluster.start()
+    try:
+        cluster.fs("-mkdir", "-p", "/apps/sharelake")
+        cluster.fs("-put", "-f", str(RUNTIME_ARCHIVE), "/apps/sharelake/")
+        yield Yarn(cluster, f"{cluster.hdfs_url}/apps/sharelake/{RUNTIME_ARCHIVE.name}")
+    finally:
+        cluster.stop()
+
+
+def job_sets(broker: EmbeddedKafka, topic: str, group: str, table: str, *more: str) -> list[str]:
+    return [
+        f"run.app_name=sharelake-{topic}",  # the YARN application's name (the driver names it in client mode)
+        f"kafka.bootstrap_servers={broker.bootstrap}",
+        f"kafka.topic={topic}",
+        f"kafka.group_id={group}",
+        f"delta.table_path={table}",
+        "run.mode=until-drained",
+        "run.idle_timeout_ms=6000",
+        *more,
+    ]
+
+
+def finish(proc: subprocess.Popen[bytes], log: Path, timeout_s: float) -> None:
+    try:
+        code = proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        code = None
+    assert code == 0, (
+        f"spark-submit exited {code} (None: still running after {timeout_s:.0f}s):\n"
+        + log.read_text(errors="replace")[-4000:]
+    )
+
+
+def driver_log(cluster: YarnCluster, app_id: str, attempt: int) -> str:
+    """The driver's log of one attempt in cluster mode: its ApplicationMaster container's output
+    (Sharelake's lines on stdout, Spark's on stderr)."""
+    logs = cluster.container_logs(app_id)
+    return "".join(text for path, text in logs.items() if f"_{attempt:02d}_000001/std" in path)
+
+
+def stamp(line: str) -> datetime:
+    return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+
+
+@pytest.mark.long
+def test_a_backlog_lands_once_on_hdfs_from_a_client_mode_driver(
+    yarn: Yarn, broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
+) -> None:
+    topic, group = f"yarn-client-{unique}", f"g-yarn-client-{unique}"
+    broker.create_topic(topic, partitions=2)
+    produced = produce_json_events(broker.bootstrap, topic, 3000)
+    table = f"{yarn.cluster.hdfs_url}/tables/{topic}"
+    log = tmp_path / "client.log"
+    name = f"sharelake-{topic}"
+    proc = yarn.submit("client", name, job_sets(broker, topic, group, table), log)
+    finish(proc, log, 400)
+    output = log.read_text(errors="replace")
+    # the driver ran here, from the installed wheel; the writes ran in a YARN container
+    assert f"{topic} -> table {table}" in output, output[-3000:]
+    app = yarn.cluster.application(name)
+    assert app is not None and app["final_state"] == "SUCCEEDED", app
+    executor_logs = [text for path, text in yarn.cluster.container_logs(app["id"]).items() if path.endswith("stderr")]
+    assert any("CoarseGrainedExecutorBackend" in text for text in executor_logs), list(executor_logs)[:3]
+    assert_exactly_once(spark, table, produced)
+    assert nothing_left(broker, topic, group)
+
+
+def test_the_driver_killed_in_cluster_mode_and_the_second_attempt_lands_the_rest_once(
+    yarn: Yarn, broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
+) -> None:
+    topic, group = f"yarn-cluster-{unique}", f"g-yarn-cluster-{unique}"
+    broker.create_topic(topic, partitions=2)
+    produced = produce_json_events(broker.bootstrap, topic, 20_000)
+    table = f"{yarn.cluster.hdfs_url}/tables/{topic}"
+    log = tmp_path / "submit.log"
+    name = f"sharelake-{topic}"
+    # small batches, so the kill strikes between commits with records polled and locked in between
+    sets = job_sets(broker, topic, group, table, "pump.max_poll_records=500", "batch.max_records=2000",
+                    "kafka.record_lock_duration_ms=15000")  # fmt: skip
+    proc = yarn.submit("cluster", name, sets, log)
+    app_id = wait_for_application(yarn.cluster, name)["id"]
+    wait_for(
+        lambda: re.search(r"batch [1-9]\d*: in=", driver_log(yarn.cluster, app_id, 1)) is not None,
+        300, interval_s=1.0, give_up=lambda: proc.poll() is not None,
+        failure=lambda: f"the first attempt committed no batch:\n{driver_log(yarn.cluster, app_id, 1)[-4000:]}",
+    )  # fmt: skip
+    yarn.cluster.kill_driver(app_id)
+    killed_at = time.monotonic()
+    finish(proc, log, 600)  # spark-submit follows the application to its end, across attempts
+    recovered_s = time.monotonic() - killed_at
+    attempts = yarn.cluster.attempts(app_id)
+    assert len(attempts) == 2, attempts
+    app = yarn.cluster.application(name)
+    assert app is not None and app["final_state"] == "SUCCEEDED", app
+    first, second = driver_log(yarn.cluster, app_id, 1), driver_log(yarn.cluster, app_id, 2)
+    assert "run ended" not in first, first[-3000:]
+    ended = re.findall(r"run ended: .*", second)
+    assert ended, second[-4000:]
+    assert_exactly_once(spark, table, produced)
+    assert nothing_left(broker, topic, group)
+    # the second attempt's start to its first commit: what a driver restart costs a table
+    lines = second.splitlines()
+    started = next(stamp(line) for line in lines if " app.run.pipeline: Sharelake " in line)
+    first_commit = next(stamp(line) for line in lines if re.search(r"sharelake.progress: batch \d+: in=", line))
+    print(
+        f"yarn driver kill: {len(produced)} records, attempt 2 start to first commit "
+        f"{(first_commit - started).total_seconds():.1f}s, kill to application end {recovered_s:.0f}s; {ended[-1]}"
+    )
