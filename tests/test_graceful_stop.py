@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -53,13 +54,24 @@ def test_sigterm_drains_then_exits_and_loses_nothing(
             kill_job(job)
     log = (tmp_path / "run1.log").read_text()
 
-    assert rc in (0, 143), log[-3000:]
+    # the JVM reports the signal (128 + 15) after the same graceful drain: the code docs/operations.md names
+    assert rc == 143, log[-3000:]
+    # a graceful stop reads as one: no stack trace from Spark's shutdown or its listeners calling a gone driver
+    # (a signal to the whole group may also strike a helper process the JVM spawns at that instant: the
+    # trigger clock's checkpoint `chmod`; its query then ends with that error, the drain is the same)
+    assert not re.search(r"Py4J\w*Exception|Traceback|ShutdownHook .* failed", log), log[-4000:]
     assert took < STOP_BOUND_S + 15
     assert "draining" in log
     first = run_summary(tmp_path / "run1.log")  # the run ended through the graceful path
     assert first["accepted"] + first["released"] == first["polled"]  # every polled record decided
-    orphans = subprocess.run(["pgrep", "-f", str(spec.table)], capture_output=True, text=True).stdout.split()
-    assert orphans == [], "a driver process outlived the job"
+
+    def orphans() -> list[str]:
+        return subprocess.run(["pgrep", "-f", str(spec.table)], capture_output=True, text=True).stdout.split()
+
+    # the Python driver outlives the JVM's shutdown (its hooks call into it), then goes as the JVM does
+    wait_for(
+        lambda: not orphans(), 10, interval_s=0.2, failure=lambda: f"a driver process outlived the job: {orphans()}"
+    )
 
     assert drain_in_process(spark, spec, tmp_path / "run2.log") == 0
     assert_exactly_once(spark, spec.table, produced)

@@ -42,6 +42,10 @@ def run(args: argparse.Namespace) -> int:
         return 1
     finally:
         shutdown.done()  # the JVM may be waiting in its shutdown hook: let it go on
+    if shutdown.jvm_stopping.is_set():
+        log.info("stopped by the driver JVM's shutdown (a signal): drained; the JVM exits with the signal's code")
+        shutdown.outlive_jvm()
+        return 0
     if shutdown.stop_requested.is_set():
         return 0
     if args.summary:

@@ -49,13 +49,18 @@ class ProgressListener(StreamingQueryListener):  # type: ignore[misc]
         self._owners = owners
         self._batch_report = batch_report  # the sink's (records drained, seconds per step) of a batch id
         self._last = collect(owners())
+        self._closed = False
+
+    def close(self) -> None:
+        """No more lines: Spark's listener bus may still deliver an event it took before the removal."""
+        self._closed = True
 
     def onQueryStarted(self, event: Any) -> None:
         pass
 
     def onQueryProgress(self, event: Any) -> None:
         progress = event.progress
-        if progress.name != self.query_name:
+        if self._closed or progress.name != self.query_name:
             return
         now = collect(self._owners())
         d = {k: v - self._last.get(k, 0) for k, v in now.items() if not isinstance(v, dict)}

@@ -279,6 +279,7 @@ class IngestRun:
             listener = ProgressListener(self.query_name, self.owners, self.sink.stats.batch_report)
             self.clock.streams.addListener(listener)
             self._closing.callback(self.clock.streams.removeListener, listener)
+            self._closing.callback(listener.close)
         if not cfg.metrics.prometheus_port:
             return
         group_lag = GroupLag(self.spark, cfg.kafka, self.opened.group, cfg.metrics.lag_interval_s)  # on a timer

@@ -10,6 +10,11 @@ ShutdownHookManager at a priority above Spark's own hook: it runs first, sets th
 and blocks until the pipeline has drained (members stopped, running batch finished and ACCEPTed, the
 rest RELEASEd, consumers closed), bounded by `run.stop_timeout_s`. Only then does Spark's own
 shutdown proceed.
+
+The hook and Spark's listeners call into this Python process until the JVM has shut down, so after a
+drain the JVM asked for, the Python driver waits for the JVM to go (`outlive_jvm`) instead of exiting
+under it (each call into a gone Python printed a py4j stack trace). The JVM then exits with the
+signal's code (143 for SIGTERM): a graceful stop, named so in the exit codes.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from types import FrameType
 from typing import Any, ClassVar
 
@@ -39,6 +45,7 @@ class _JvmShutdownHook:
 
     def run(self) -> None:
         log.info("driver JVM is shutting down: draining first")
+        self._owner.jvm_stopping.set()
         self._owner.stop_requested.set()
         if not self._owner.finished.wait(self._owner.timeout_s):
             log.warning("drain did not finish within %.0fs; letting the JVM shut down", self._owner.timeout_s)
@@ -51,8 +58,10 @@ class GracefulShutdown:
     def __init__(self, timeout_s: float):
         self.timeout_s = timeout_s
         self.stop_requested = threading.Event()
+        self.jvm_stopping = threading.Event()  # the JVM's shutdown hook asked for the drain
         self.finished = threading.Event()
         self._manager: Any = None  # Hadoop's ShutdownHookManager (py4j proxy), once installed
+        self._jvm: Any = None
         self._thread: Any = None  # the java.lang.Thread wrapping our hook
 
     def install(self, spark: SparkSession) -> None:
@@ -62,7 +71,7 @@ class GracefulShutdown:
         if gateway is None:  # pragma: no cover - a classic SparkSession always has one
             return
         ensure_callback_server_started(gateway)
-        jvm = gateway.jvm
+        jvm = self._jvm = gateway.jvm
         hook = _JvmShutdownHook(self)
         self._hook = hook  # keep the Python object alive while the JVM holds its proxy
         # wrapped in a java.lang.Thread (a Runnable with Java's hashCode/equals: Hadoop keeps hooks in a set)
@@ -91,3 +100,16 @@ class GracefulShutdown:
                 self._manager.removeShutdownHook(self._thread)
             except Py4JError as e:  # the JVM is already shutting down: the hook will return at once
                 log.debug("shutdown hook not removed: %s", e)
+
+    def outlive_jvm(self, timeout_s: float = 60.0) -> None:
+        """After a drain the JVM's shutdown asked for: wait until the JVM has gone (its later hooks and
+        Spark's listeners may still call into this process), bounded by `timeout_s`. At once otherwise."""
+        if not self.jvm_stopping.is_set() or self._jvm is None:
+            return
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                self._jvm.java.lang.System.currentTimeMillis()
+            except (Py4JError, OSError):
+                return  # the JVM is gone
+            time.sleep(0.2)
