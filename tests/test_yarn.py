@@ -23,6 +23,7 @@ import re
 import signal
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,7 +32,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from devkit.kafka_broker import EmbeddedKafka
+from devkit.kafka_broker import EmbeddedKafka, free_port
 from devkit.paths import CACHE_DIR
 from devkit.sample_data import produce_json_events
 from devkit.yarn_cluster import YarnCluster, wait_for_application
@@ -162,7 +163,7 @@ def test_the_driver_killed_in_cluster_mode_and_the_second_attempt_lands_the_rest
     name = f"sharelake-{topic}"
     # small batches, so the kill strikes between commits with records polled and locked in between
     sets = job_sets(broker, topic, group, table, "pump.max_poll_records=500", "batch.max_records=2000",
-                    "kafka.record_lock_duration_ms=15000")  # fmt: skip
+                    "kafka.record_lock_duration_ms=15000", f"metrics.prometheus_port={free_port()}")  # fmt: skip
     proc = yarn.submit("cluster", name, sets, log)
     app_id = wait_for_application(yarn.cluster, name)["id"]
     wait_for(
@@ -170,6 +171,11 @@ def test_the_driver_killed_in_cluster_mode_and_the_second_attempt_lands_the_rest
         300, interval_s=1.0, give_up=lambda: proc.poll() is not None,
         failure=lambda: f"the first attempt committed no batch:\n{driver_log(yarn.cluster, app_id, 1)[-4000:]}",
     )  # fmt: skip
+    # the driver inside the cluster names where to scrape it, and answers there
+    endpoint = re.search(r"Prometheus metrics on (http://\S+/metrics)", driver_log(yarn.cluster, app_id, 1))
+    assert endpoint is not None, driver_log(yarn.cluster, app_id, 1)[-3000:]
+    with urllib.request.urlopen(endpoint[1], timeout=10) as scraped:
+        assert b"sharelake_accepted_total" in scraped.read()
     yarn.cluster.kill_driver(app_id)
     killed_at = time.monotonic()
     finish(proc, log, 600)  # spark-submit follows the application to its end, across attempts

@@ -17,6 +17,7 @@ owners (`Owners`), and `app.observe.counters.collect` / `catalogue`:
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -121,6 +122,12 @@ class _CountersCollector(Collector):
         yield GaugeMetricFamily("sharelake_scrape_timestamp_seconds", "when this scrape was taken", value=time.time())
 
 
+def scrape_host(addr: str) -> str:
+    """The host a scraper dials for an endpoint listening on `addr`: this machine's name when it
+    listens on every address (a driver in a YARN container or a pod is found by its node's name)."""
+    return socket.getfqdn() if addr in ("0.0.0.0", "::", "") else addr
+
+
 def serve_metrics(port: int, addr: str, owners: Owners, *more: Collector) -> Callable[[], None]:
     """Serve the counters (and `more` collectors: the group's lag) on http://addr:port/metrics;
     returns the function that stops the server."""
@@ -129,7 +136,7 @@ def serve_metrics(port: int, addr: str, owners: Owners, *more: Collector) -> Cal
     for collector in more:
         registry.register(collector)
     server, thread = start_http_server(port, addr=addr, registry=registry)
-    log.info("Prometheus metrics on http://%s:%d/metrics", addr, port)
+    log.info("Prometheus metrics on http://%s:%d/metrics", scrape_host(addr), port)
 
     def stop() -> None:
         server.shutdown()
