@@ -196,16 +196,23 @@ class YarnCluster:
                 pids.append(int(proc.name))
         return pids
 
-    def kill_driver(self, app_id: str) -> int:
-        """SIGKILL the application master's container (in cluster mode: the driver, its JVM and its
-        Python), as a lost node or an OOM kill would; the pid of the container's JVM."""
-        masters = [pid for pid in self.container_pids(app_id) if b"ApplicationMaster" in _cmdline(pid)]
-        masters = [pid for pid in masters if b"bash" not in _cmdline(pid).split(b"\0")[0]]
-        if not masters:
-            raise RuntimeError(f"no running ApplicationMaster container of {app_id}")
-        for pid in masters:
+    def kill_containers(self, app_id: str, main_class: str) -> list[int]:
+        """SIGKILL the containers of an application whose JVM runs `main_class` (each container's
+        whole process group: its JVM and its Python), as a lost node or an OOM kill would; their pids."""
+        pids = [
+            pid
+            for pid in self.container_pids(app_id)
+            if main_class.encode() in _cmdline(pid) and b"bash" not in _cmdline(pid).split(b"\0")[0]
+        ]
+        if not pids:
+            raise RuntimeError(f"no running container of {app_id} runs {main_class}")
+        for pid in pids:
             _kill_group(pid)
-        return masters[0]
+        return pids
+
+    def kill_driver(self, app_id: str) -> int:
+        """Kill the application master's container (in cluster mode: the driver); its JVM's pid."""
+        return self.kill_containers(app_id, "ApplicationMaster")[0]
 
     def tail_logs(self, lines: int = 30) -> str:
         if not self.log_file.exists():

@@ -198,3 +198,40 @@ def test_the_driver_killed_in_cluster_mode_and_the_second_attempt_lands_the_rest
         f"yarn driver kill: {len(produced)} records, attempt 2 start to first commit "
         f"{(first_commit - started).total_seconds():.1f}s, kill to application end {recovered_s:.0f}s; {ended[-1]}"
     )
+
+
+@pytest.mark.long
+def test_an_executor_container_killed_during_a_write_costs_a_retry_not_a_record(
+    yarn: Yarn, broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
+) -> None:
+    topic, group = f"yarn-executor-{unique}", f"g-yarn-executor-{unique}"
+    broker.create_topic(topic, partitions=2)
+    produced = produce_json_events(broker.bootstrap, topic, 30_000)
+    table = f"{yarn.cluster.hdfs_url}/tables/{topic}"
+    log = tmp_path / "client.log"
+    sets = job_sets(broker, topic, group, table, "pump.max_poll_records=500", "batch.max_records=2000",
+                    "kafka.record_lock_duration_ms=60000")  # fmt: skip
+    known = {app["id"] for app in yarn.cluster.applications()}
+    proc = yarn.submit("client", f"sharelake-{topic}", sets, log)
+    wait_for(
+        lambda: re.search(r"batch [1-9]\d*: in=", log.read_text(errors="replace")) is not None,
+        300, interval_s=0.5, give_up=lambda: proc.poll() is not None,
+        failure=lambda: f"the job committed no batch:\n{log.read_text(errors='replace')[-4000:]}",
+    )  # fmt: skip
+    (app,) = [a for a in yarn.cluster.applications() if a["id"] not in known]
+    killed = yarn.cluster.kill_containers(app["id"], "CoarseGrainedExecutorBackend")
+    finish(proc, log, 600)
+    output = log.read_text(errors="replace")
+    # YARN launched another executor container in the lost one's place
+    executors = {path.split("/")[-2] for path, text in yarn.cluster.container_logs(app["id"]).items()
+                 if "CoarseGrainedExecutorBackend" in text and "_000001/" not in path}  # fmt: skip
+    assert len(executors) >= 2, executors
+    assert_exactly_once(spark, table, produced)
+    assert nothing_left(broker, topic, group)
+    summary = re.findall(r"run ended: (.*)", output)[-1]
+    fields = dict(kv.split("=") for kv in summary.split())
+    print(
+        f"yarn executor kill: {len(produced)} records, executor pid(s) {killed} killed; "
+        f"max_cycle_s={fields['max_cycle_s']} mean_cycle_s={fields['mean_cycle_s']} "
+        f"failed_attempts={fields['failed_attempts']} executor containers {len(executors)}"
+    )
