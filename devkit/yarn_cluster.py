@@ -94,6 +94,8 @@ class YarnCluster:
             "yarn.nodemanager.vmem-check-enabled": "false",
             # a shared CI disk may be fuller than the default 90%: the node must not turn unhealthy
             "yarn.nodemanager.disk-health-checker.max-disk-utilization-per-disk-percentage": "99.5",
+            # two jobs at once: the default lets application masters take 10% of the cluster, one AM
+            "yarn.scheduler.capacity.maximum-am-resource-percent": "0.5",
             # a killed driver gets another attempt (Spark's spark.yarn.maxAppAttempts is capped by this)
             "yarn.resourcemanager.am.max-attempts": "4",
             # YARN waits this long for a lost container's node before it counts the loss; seconds, not 10 minutes

@@ -59,10 +59,11 @@ class Yarn:
     cluster: YarnCluster
     archive: str  # the runtime archive on HDFS
 
-    def submit(self, deploy_mode: str, name: str, sets: list[str], log: Path) -> subprocess.Popen[bytes]:
-        """`./spark-submit.sh --profile yarn` as a user runs it from an edge node."""
+    def submit(self, deploy_mode: str, name: str, sets: list[str], log: Path, **spark: str) -> subprocess.Popen[bytes]:
+        """`./spark-submit.sh --profile yarn` as a user runs it from an edge node (`spark`: more --conf)."""
         conf = {
             **SMALL_CLUSTER,
+            **{key.replace("_", "."): value for key, value in spark.items()},
             "spark.app.name": name,
             "spark.archives": f"{self.archive}#environment",
             "spark.yarn.jars": f"local:{SPARK_JARS_ON_NODES}/*",
@@ -234,4 +235,33 @@ def test_an_executor_container_killed_during_a_write_costs_a_retry_not_a_record(
         f"yarn executor kill: {len(produced)} records, executor pid(s) {killed} killed; "
         f"max_cycle_s={fields['max_cycle_s']} mean_cycle_s={fields['mean_cycle_s']} "
         f"failed_attempts={fields['failed_attempts']} executor containers {len(executors)}"
+    )
+
+
+@pytest.mark.long
+def test_two_jobs_on_one_hdfs_table_land_each_record_once(
+    yarn: Yarn, broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
+) -> None:
+    """HDFS gives Delta its mutual exclusion: two jobs in one share group, one table, at once."""
+    topic, group = f"yarn-two-{unique}", f"g-yarn-two-{unique}"
+    broker.create_topic(topic, partitions=2)
+    produced = produce_json_events(broker.bootstrap, topic, 30_000)
+    table = f"{yarn.cluster.hdfs_url}/tables/{topic}"
+    sets = job_sets(broker, topic, group, table, "pump.max_poll_records=500", "batch.max_records=2000")
+    logs = [tmp_path / f"job{i}.log" for i in (1, 2)]
+    # two drivers and two executors in one NodeManager: the executors smaller
+    jobs = [yarn.submit("client", f"sharelake-{topic}-{i}", sets, log, spark_executor_memory="512m")
+            for i, log in enumerate(logs)]  # fmt: skip
+    for job, log in zip(jobs, logs, strict=True):
+        finish(job, log, 600)
+    summaries = [
+        dict(kv.split("=") for kv in re.findall(r"run ended: (.*)", log.read_text())[-1].split()) for log in logs
+    ]
+    assert_exactly_once(spark, table, produced)
+    assert nothing_left(broker, topic, group)
+    accepted = [int(float(s["accepted"])) for s in summaries]
+    conflicts = [int(float(s["commit_conflicts"])) for s in summaries]
+    assert all(accepted), f"a job landed nothing: {accepted}"  # both wrote: the table had two writers
+    print(
+        f"yarn two jobs on one HDFS table: {len(produced)} records, accepted {accepted}, commit conflicts {conflicts}"
     )

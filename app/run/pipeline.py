@@ -261,7 +261,9 @@ class IngestRun:
         temp_checkpoint = None if cfg.delta.checkpoint_path else tempfile.mkdtemp(prefix="sharelake-clock-")
         if temp_checkpoint:
             self._closing.callback(shutil.rmtree, temp_checkpoint, ignore_errors=True)
-        self.checkpoint = cfg.delta.checkpoint_path or temp_checkpoint
+        # the temporary one by URI: a bare path would resolve against fs.defaultFS (HDFS on YARN), where
+        # nothing removes it and a stop's interrupt mid-write prints an HDFS streamer trace
+        self.checkpoint = cfg.delta.checkpoint_path or Path(str(temp_checkpoint)).as_uri()
         self.clock = clock_session(self.spark, local_checkpoint=temp_checkpoint is not None)
         self._observe()
         self.query: StreamingQuery | None = None
