@@ -23,6 +23,7 @@ CONTENDERS = set(BenchSettings().contenders)  # every contender the benchmark ru
 LATENCY_CONTENDERS = {"sharelake", "spark-kafka-source"}
 
 
+@pytest.mark.long  # CI time: three minutes; the bench's judging runs in CI (tests/test_bench_judging.py)
 @pytest.mark.timeout(600)
 def test_bench_smoke_writes_a_report_with_every_contender(tmp_path: Path) -> None:
     # `make setup` resolves the bench jars; a no-op then, and it keeps the test runnable on its own

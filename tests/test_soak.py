@@ -1,6 +1,6 @@
 """The soak, bounded: 75 s at 60% of the measured maximum, a broker restart and a driver kill -9.
 
-`bench.soak` runs the same thing for 30 minutes (`python -m bench.soak`); CI runs this bounded form
+`bench.soak` runs the same thing for 30 minutes (`python -m bench.soak`); `make chaos` runs this bounded form
 (`SHARELAKE_SOAK_SECONDS`, default 75; a start's memory measured from 20 s after it, where the
 long soak waits 60 s). The test's own broker is killed and restarted, so the session's shared
 broker is left alone.
@@ -29,6 +29,7 @@ CALIBRATE = 60_000  # the backlog whose drain sets the load
 
 
 @pytest.mark.chaos
+@pytest.mark.long  # CI time: the kill loop, the broker deaths and the crash points cover its faults
 def test_soak_under_kills_lands_everything_once(spark: SparkSession, tmp_path: Path) -> None:
     with EmbeddedKafka(tmp_path / "broker") as broker:
         # the broker restart first, then the driver kill: a cold start under the soak's load took
