@@ -101,5 +101,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+def exit_with_code(argv: Sequence[str] | None = None) -> None:
+    """`main`, ending the process with its exit code: the `sharelake` console script. A Databricks
+    wheel task calls its entry point as a function and would drop a returned code (a failed run
+    would read as a success); SystemExit carries it."""
+    sys.exit(main(argv))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with_code()
