@@ -105,6 +105,7 @@ def stop_gracefully(job: subprocess.Popen[bytes], log: Path, timeout_s: float = 
     assert rc in (0, 143) and "run ended:" in text, text[-3000:]
 
 
+@pytest.mark.long  # CI time: the consumer group's kill between its two commits runs in CI
 def test_a_second_job_joining_and_leaving_mid_run_loses_and_doubles_nothing(
     broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
 ) -> None:

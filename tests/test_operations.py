@@ -84,6 +84,7 @@ def test_progress_lines_and_prometheus_counters_match_the_table(
     assert len(writes) == len(lines) and sum(writes) > 0, lines
 
 
+@pytest.mark.long  # CI time: the sizer's decisions are tested in tests/test_elastic_sizer.py
 def test_the_elastic_sizer_grows_under_load_and_shrinks_when_the_topic_goes_quiet(
     broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str, caplog: pytest.LogCaptureFixture
 ) -> None:
