@@ -223,12 +223,18 @@ class YarnCluster:
 
     def container_logs(self, app_id: str) -> dict[str, str]:
         """Every container's stdout and stderr of an application (the NodeManagers' log folders: log
-        aggregation is off, as `yarn logs` would read them from the nodes), by relative path."""
-        return {
-            str(path.relative_to(self.work_dir)): path.read_text(errors="replace")
-            for path in sorted(self.work_dir.rglob(f"*/{app_id}/container_*/std*"))
-            if path.is_file()
-        }
+        aggregation is off, as `yarn logs` would read them from the nodes), by relative path.
+
+        Only the log folders are walked: the local folders hold archives YARN is unpacking, whose
+        temporary folders vanish under a walk."""
+        logs = {}
+        for log_dir in self.work_dir.glob("target/test/data/*/*/*-logDir-nm-*"):
+            for path in sorted(log_dir.glob(f"{app_id}/container_*/std*")):
+                try:
+                    logs[str(path.relative_to(self.work_dir))] = path.read_text(errors="replace")
+                except FileNotFoundError:
+                    continue
+        return logs
 
     def stop(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
