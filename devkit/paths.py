@@ -26,6 +26,8 @@ YARN_JARS = CACHE_DIR / "jars" / "yarn"
 REGISTRY_DIR = CACHE_DIR / "registry"
 # the driver JVM's class-data-sharing archives (`make setup` builds one: app.run.class_archive)
 CLASS_ARCHIVES = CACHE_DIR / "cds"
+# the runtime venv a cluster runs: requirements.txt and the wheel only (`make runtime-env`)
+RUNTIME_VENV = CACHE_DIR / "runtime"
 # the checkout's venv (pinned runtime, test and bench packages; Sharelake installed editable)
 VENV_BIN = CACHE_DIR / "venv" / "bin"
 

@@ -6,7 +6,8 @@ ResourceManager, NodeManagers, a job history server): the clusters Hadoop's and 
 suites run on. `make yarn` resolves its class path from Maven Central into .cache/jars/yarn/.
 
 The NodeManagers launch real containers (separate processes, each in a session of its own) from
-a local folder under `work_dir`. `conf_dir` is what a client points `HADOOP_CONF_DIR` at: only
+a local folder under `work_dir`; each offers 4 GB to containers (MiniMRYarnCluster sets that,
+whatever `-D` says). `conf_dir` is what a client points `HADOOP_CONF_DIR` at: only
 `fs.defaultFS` and the ResourceManager's addresses, as a user's edge node would have (the cluster's
 own written configuration names test-only classes a client cannot load). `cli()` asks what a user
 asks `yarn application`: the applications and their attempts.
@@ -22,7 +23,6 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from types import TracebackType
 
 from devkit.kafka_broker import free_port
 from devkit.paths import YARN_JARS
@@ -32,7 +32,6 @@ ADD_OPENS = [
     f"--add-opens=java.base/{package}=ALL-UNNAMED"
     for package in ("java.lang", "java.util", "java.lang.reflect", "java.net", "java.nio", "sun.nio.ch")
 ]
-NODE_MEMORY_MB = 6144  # per NodeManager: a driver (cluster mode) and two small executors fit
 
 
 class YarnCluster:
@@ -87,7 +86,6 @@ class YarnCluster:
             "mapreduce.jobhistory.webapp.address": address["jhs_web"],
             "mapreduce.jobhistory.admin.address": address["jhs_admin"],
             "hadoop.tmp.dir": str(self.work_dir / "tmp"),
-            "yarn.nodemanager.resource.memory-mb": str(NODE_MEMORY_MB),
             "yarn.nodemanager.resource.cpu-vcores": "8",
             "yarn.scheduler.minimum-allocation-mb": "256",
             # a JVM's and a Python worker's virtual memory is far above their use; most clusters turn this off
@@ -186,17 +184,7 @@ class YarnCluster:
 
     def container_pids(self, app_id: str) -> list[int]:
         """The processes of an application's running containers (their launch command names the app)."""
-        pids = []
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit():
-                continue
-            try:
-                cmdline = (proc / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if app_id.encode() in cmdline and str(self.work_dir).encode() in cmdline:
-                pids.append(int(proc.name))
-        return pids
+        return _pids_naming(app_id.encode(), str(self.work_dir).encode())
 
     def kill_containers(self, app_id: str, main_class: str) -> list[int]:
         """SIGKILL the containers of an application whose JVM runs `main_class` (each container's
@@ -245,18 +233,8 @@ class YarnCluster:
                 os.killpg(self._proc.pid, signal.SIGKILL)
                 self._proc.wait(10)
         # containers live in sessions of their own: whatever the NodeManagers left is killed by group
-        for proc in Path("/proc").iterdir():
-            if proc.name.isdigit() and str(self.work_dir).encode() in _cmdline(int(proc.name)):
-                _kill_group(int(proc.name))
-
-    def __enter__(self) -> YarnCluster:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+        for pid in _pids_naming(str(self.work_dir).encode()):
+            _kill_group(pid)
 
 
 def _table(printed: str, first_header: str) -> list[list[str]]:
@@ -264,6 +242,15 @@ def _table(printed: str, first_header: str) -> list[list[str]]:
     lines = printed.splitlines()
     start = next((i for i, line in enumerate(lines) if line.strip().startswith(first_header)), len(lines))
     return [[cell.strip() for cell in line.split("\t")] for line in lines[start + 1 :] if line.strip()]
+
+
+def _pids_naming(*needles: bytes) -> list[int]:
+    """The processes whose command line holds every one of `needles`."""
+    return [
+        int(proc.name)
+        for proc in Path("/proc").iterdir()
+        if proc.name.isdigit() and all(needle in _cmdline(int(proc.name)) for needle in needles)
+    ]
 
 
 def _cmdline(pid: int) -> bytes:

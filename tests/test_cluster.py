@@ -22,13 +22,13 @@ import pytest
 from pyspark.sql import SparkSession
 
 from devkit.kafka_broker import EmbeddedKafka, free_port
-from devkit.paths import CACHE_DIR
+from devkit.paths import RUNTIME_VENV
 from devkit.sample_data import produce_json_events
 from tests.job_runner import ROOT
 from tests.table_checks import assert_exactly_once
 from tests.waiting import wait_for
 
-RUNTIME = CACHE_DIR / "runtime"  # `make runtime-env`
+RUNTIME = RUNTIME_VENV  # `make runtime-env`
 SPARK_CLASS = RUNTIME / "bin" / "spark-class"
 SUBMIT = str(ROOT / "spark-submit.sh")
 

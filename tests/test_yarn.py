@@ -24,7 +24,7 @@ import signal
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -33,18 +33,18 @@ import pytest
 from pyspark.sql import SparkSession
 
 from devkit.kafka_broker import EmbeddedKafka, free_port
-from devkit.paths import CACHE_DIR
-from devkit.sample_data import produce_json_events
+from devkit.paths import CACHE_DIR, RUNTIME_VENV
+from devkit.sample_data import Produced, produce_json_events
 from devkit.yarn_cluster import YarnCluster, wait_for_application
-from tests.job_runner import ROOT
+from tests.job_runner import ROOT, run_summary
 from tests.kafka_helpers import nothing_left
 from tests.table_checks import assert_exactly_once
 from tests.waiting import wait_for
 
-RUNTIME = CACHE_DIR / "runtime"  # `make runtime-env`: the client's venv for a client-mode driver
+RUNTIME = RUNTIME_VENV  # the client's venv for a client-mode driver
 RUNTIME_ARCHIVE = CACHE_DIR / "dist" / "sharelake-runtime.tar.gz"  # `make runtime-pack`
 SPARK_JARS_ON_NODES = RUNTIME / "lib" / "python3.11" / "site-packages" / "pyspark" / "jars"
-# what fits one NodeManager (devkit.yarn_cluster.NODE_MEMORY_MB): a driver and one executor of 1 GB
+# what fits one NodeManager (4 GB for containers): a driver and one executor of 1 GB
 SMALL_CLUSTER = {
     "spark.driver.memory": "1g",
     "spark.executor.memory": "1g",
@@ -59,11 +59,13 @@ class Yarn:
     cluster: YarnCluster
     archive: str  # the runtime archive on HDFS
 
-    def submit(self, deploy_mode: str, name: str, sets: list[str], log: Path, **spark: str) -> subprocess.Popen[bytes]:
-        """`./spark-submit.sh --profile yarn` as a user runs it from an edge node (`spark`: more --conf)."""
+    def submit(
+        self, deploy_mode: str, name: str, sets: list[str], log: Path, conf: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """`./spark-submit.sh --profile yarn` as a user runs it from an edge node (`conf`: more --conf)."""
         conf = {
             **SMALL_CLUSTER,
-            **{key.replace("_", "."): value for key, value in spark.items()},
+            **(conf or {}),
             "spark.app.name": name,
             "spark.archives": f"{self.archive}#environment",
             "spark.yarn.jars": f"local:{SPARK_JARS_ON_NODES}/*",
@@ -92,6 +94,13 @@ def yarn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Yarn]:
         yield Yarn(cluster, f"{cluster.hdfs_url}/apps/sharelake/{RUNTIME_ARCHIVE.name}")
     finally:
         cluster.stop()
+
+
+def backlog(yarn: Yarn, broker: EmbeddedKafka, topic: str, records: int) -> tuple[str, str, str, list[Produced]]:
+    """A 2-partition topic holding `records` events, its group, and its table's path on HDFS."""
+    broker.create_topic(topic, partitions=2)
+    produced = produce_json_events(broker.bootstrap, topic, records)
+    return topic, f"g-{topic}", f"{yarn.cluster.hdfs_url}/tables/{topic}", produced
 
 
 def job_sets(broker: EmbeddedKafka, topic: str, group: str, table: str, *more: str) -> list[str]:
@@ -134,10 +143,7 @@ def stamp(line: str) -> datetime:
 def test_a_backlog_lands_once_on_hdfs_from_a_client_mode_driver(
     yarn: Yarn, broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
 ) -> None:
-    topic, group = f"yarn-client-{unique}", f"g-yarn-client-{unique}"
-    broker.create_topic(topic, partitions=2)
-    produced = produce_json_events(broker.bootstrap, topic, 3000)
-    table = f"{yarn.cluster.hdfs_url}/tables/{topic}"
+    topic, group, table, produced = backlog(yarn, broker, f"yarn-client-{unique}", 3000)
     log = tmp_path / "client.log"
     name = f"sharelake-{topic}"
     proc = yarn.submit("client", name, job_sets(broker, topic, group, table), log)
@@ -156,10 +162,7 @@ def test_a_backlog_lands_once_on_hdfs_from_a_client_mode_driver(
 def test_the_driver_killed_in_cluster_mode_and_the_second_attempt_lands_the_rest_once(
     yarn: Yarn, broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
 ) -> None:
-    topic, group = f"yarn-cluster-{unique}", f"g-yarn-cluster-{unique}"
-    broker.create_topic(topic, partitions=2)
-    produced = produce_json_events(broker.bootstrap, topic, 20_000)
-    table = f"{yarn.cluster.hdfs_url}/tables/{topic}"
+    topic, group, table, produced = backlog(yarn, broker, f"yarn-cluster-{unique}", 20_000)
     log = tmp_path / "submit.log"
     name = f"sharelake-{topic}"
     # small batches, so the kill strikes between commits with records polled and locked in between
@@ -205,10 +208,7 @@ def test_the_driver_killed_in_cluster_mode_and_the_second_attempt_lands_the_rest
 def test_an_executor_container_killed_during_a_write_costs_a_retry_not_a_record(
     yarn: Yarn, broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
 ) -> None:
-    topic, group = f"yarn-executor-{unique}", f"g-yarn-executor-{unique}"
-    broker.create_topic(topic, partitions=2)
-    produced = produce_json_events(broker.bootstrap, topic, 30_000)
-    table = f"{yarn.cluster.hdfs_url}/tables/{topic}"
+    topic, group, table, produced = backlog(yarn, broker, f"yarn-executor-{unique}", 30_000)
     log = tmp_path / "client.log"
     sets = job_sets(broker, topic, group, table, "pump.max_poll_records=500", "batch.max_records=2000",
                     "kafka.record_lock_duration_ms=60000")  # fmt: skip
@@ -222,15 +222,13 @@ def test_an_executor_container_killed_during_a_write_costs_a_retry_not_a_record(
     (app,) = [a for a in yarn.cluster.applications() if a["id"] not in known]
     killed = yarn.cluster.kill_containers(app["id"], "CoarseGrainedExecutorBackend")
     finish(proc, log, 600)
-    output = log.read_text(errors="replace")
     # YARN launched another executor container in the lost one's place
     executors = {path.split("/")[-2] for path, text in yarn.cluster.container_logs(app["id"]).items()
                  if "CoarseGrainedExecutorBackend" in text and "_000001/" not in path}  # fmt: skip
     assert len(executors) >= 2, executors
     assert_exactly_once(spark, table, produced)
     assert nothing_left(broker, topic, group)
-    summary = re.findall(r"run ended: (.*)", output)[-1]
-    fields = dict(kv.split("=") for kv in summary.split())
+    fields = run_summary(log)
     print(
         f"yarn executor kill: {len(produced)} records, executor pid(s) {killed} killed; "
         f"max_cycle_s={fields['max_cycle_s']} mean_cycle_s={fields['mean_cycle_s']} "
@@ -243,24 +241,19 @@ def test_two_jobs_on_one_hdfs_table_land_each_record_once(
     yarn: Yarn, broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
 ) -> None:
     """HDFS gives Delta its mutual exclusion: two jobs in one share group, one table, at once."""
-    topic, group = f"yarn-two-{unique}", f"g-yarn-two-{unique}"
-    broker.create_topic(topic, partitions=2)
-    produced = produce_json_events(broker.bootstrap, topic, 30_000)
-    table = f"{yarn.cluster.hdfs_url}/tables/{topic}"
+    topic, group, table, produced = backlog(yarn, broker, f"yarn-two-{unique}", 30_000)
     sets = job_sets(broker, topic, group, table, "pump.max_poll_records=500", "batch.max_records=2000")
     logs = [tmp_path / f"job{i}.log" for i in (1, 2)]
     # two drivers and two executors in one NodeManager: the executors smaller
-    jobs = [yarn.submit("client", f"sharelake-{topic}-{i}", sets, log, spark_executor_memory="512m")
+    jobs = [yarn.submit("client", f"sharelake-{topic}-{i}", sets, log, conf={"spark.executor.memory": "512m"})
             for i, log in enumerate(logs)]  # fmt: skip
     for job, log in zip(jobs, logs, strict=True):
         finish(job, log, 600)
-    summaries = [
-        dict(kv.split("=") for kv in re.findall(r"run ended: (.*)", log.read_text())[-1].split()) for log in logs
-    ]
+    summaries = [run_summary(log) for log in logs]
     assert_exactly_once(spark, table, produced)
     assert nothing_left(broker, topic, group)
-    accepted = [int(float(s["accepted"])) for s in summaries]
-    conflicts = [int(float(s["commit_conflicts"])) for s in summaries]
+    accepted = [int(s["accepted"]) for s in summaries]
+    conflicts = [int(s["commit_conflicts"]) for s in summaries]
     assert all(accepted), f"a job landed nothing: {accepted}"  # both wrote: the table had two writers
     print(
         f"yarn two jobs on one HDFS table: {len(produced)} records, accepted {accepted}, commit conflicts {conflicts}"

@@ -258,13 +258,15 @@ class IngestRun:
             counts_deliveries=o.group.counts_deliveries,
         )
         self.query_name = f"sharelake-{cfg.kafka.group_id}"
-        temp_checkpoint = None if cfg.delta.checkpoint_path else tempfile.mkdtemp(prefix="sharelake-clock-")
-        if temp_checkpoint:
+        if cfg.delta.checkpoint_path:
+            self.checkpoint = cfg.delta.checkpoint_path
+        else:
+            temp_checkpoint = tempfile.mkdtemp(prefix="sharelake-clock-")
             self._closing.callback(shutil.rmtree, temp_checkpoint, ignore_errors=True)
-        # the temporary one by URI: a bare path would resolve against fs.defaultFS (HDFS on YARN), where
-        # nothing removes it and a stop's interrupt mid-write prints an HDFS streamer trace
-        self.checkpoint = cfg.delta.checkpoint_path or Path(str(temp_checkpoint)).as_uri()
-        self.clock = clock_session(self.spark, local_checkpoint=temp_checkpoint is not None)
+            # by URI: a bare path would resolve against fs.defaultFS (HDFS on YARN), where nothing
+            # removes it and a stop's interrupt mid-write prints an HDFS streamer trace
+            self.checkpoint = Path(temp_checkpoint).as_uri()
+        self.clock = clock_session(self.spark, local_checkpoint=not cfg.delta.checkpoint_path)
         self._observe()
         self.query: StreamingQuery | None = None
         self._closing.callback(self._stop_writing)  # closed first: the members, the sink, the query
