@@ -33,7 +33,7 @@ WHEEL = $(CACHE)/dist/sharelake-$(shell sed -n 's/^version = "\(.*\)"/\1/p' pypr
 RUNTIME := $(CACHE)/runtime
 .PHONY: dist runtime-env runtime-pack
 dist: $(WHEEL)
-$(WHEEL): $(VENV)/.installed pyproject.toml requirements.txt $(shell find app -name '*.py' -o -name '*.properties')
+$(WHEEL): $(VENV)/.installed pyproject.toml requirements.txt $(shell find app -name '*.py' -o -name '*.properties' -o -name '*.lock')
 	rm -f $(CACHE)/dist/sharelake-*.whl
 	$(VENV)/bin/pip wheel -q --no-deps -w $(CACHE)/dist .
 	rm -rf build
@@ -46,6 +46,18 @@ $(RUNTIME)/.installed: $(WHEEL)
 	$(RUNTIME)/bin/pip install -q --upgrade pip
 	$(RUNTIME)/bin/pip install -q -r requirements.txt
 	$(RUNTIME)/bin/pip install -q --no-deps $(WHEEL)
+	@touch $@
+
+# A user's test environment: the wheel with its testing kit (`sharelake[testing]`) in a venv of its
+# own, nothing of the checkout; tests/test_testing_kit.py runs docs/examples/testing/ with it
+TESTING_ENV := $(CACHE)/testing-env
+.PHONY: testing-env
+testing-env: $(TESTING_ENV)/.installed
+$(TESTING_ENV)/.installed: $(WHEEL)
+	rm -rf $(TESTING_ENV)
+	$(PYTHON) -m venv $(TESTING_ENV)
+	$(TESTING_ENV)/bin/pip install -q --upgrade pip
+	$(TESTING_ENV)/bin/pip install -q "$(abspath $(WHEEL))[testing]"
 	@touch $@
 
 runtime-pack: $(CACHE)/dist/sharelake-runtime.tar.gz
@@ -132,7 +144,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check app jobs tests bench devkit
 	$(VENV)/bin/mypy app jobs bench devkit
 
-pytest: setup s3 runtime-env runtime-pack yarn prometheus
+pytest: setup s3 runtime-env runtime-pack testing-env yarn prometheus
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 test: lint pytest

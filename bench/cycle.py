@@ -382,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     args, rest = p.parse_known_args(argv)
     s: BenchSettings = settings_from_args(rest)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from devkit.kafka_broker import EmbeddedKafka
+    from app.testing.kafka_broker import EmbeddedKafka
 
     work = s.work_dir / f"cycle-{time.strftime('%Y%m%d-%H%M%S')}"
     configs = [(lbl.split("=", 1)[0], tuple(x for x in lbl.split("=", 1)[1].split(",") if x)) for lbl in args.label]

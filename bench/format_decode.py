@@ -33,8 +33,8 @@ from app.sink.formats.base import PayloadFormat, RegistrySettings
 from app.sink.formats.protobuf import ProtobufFormat, ProtobufSettings
 from app.sink.table_location import TableLocation
 from app.sink.write_columns import ROW_SCHEMA
+from app.testing.schema_registry import EmbeddedSchemaRegistry
 from devkit.sample_data import EVENT_AVRO_SCHEMA, avro_values, event_record
-from devkit.schema_registry import EmbeddedSchemaRegistry
 
 
 def event_class() -> type[Message]:

@@ -39,6 +39,8 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from app.testing.kafka_broker import EmbeddedKafka
+from app.testing.schema_registry import EmbeddedSchemaRegistry
 from bench.avro_workload import avro_value_of, produce_avro_backlog
 from bench.contenders.avro import run_sharelake_avro, run_spark_kafka_avro
 from bench.contenders.base import RunContext, RunResult, failed
@@ -49,8 +51,6 @@ from bench.machine import machine_facts
 from bench.settings import RESULTS_DIR, WORK_ROOT, BenchSettings
 from bench.verify import check_table, open_spark
 from bench.workload import SCHEMA_DDL, produce_backlog, record_value
-from devkit.kafka_broker import EmbeddedKafka
-from devkit.schema_registry import EmbeddedSchemaRegistry
 
 log = logging.getLogger("bench.formats")
 

@@ -25,12 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders import sharelake, spark_kafka_source
 from bench.contenders.base import RunContext, RunResult, failed, tail
 from bench.delta_log import data_commits, read_commits, rows_in
 from bench.settings import BenchSettings
 from bench.workload import RateProducer, record_value
-from devkit.kafka_broker import EmbeddedKafka
 
 log = logging.getLogger("bench")
 

@@ -26,6 +26,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders.base import RunContext
 from bench.contenders.sharelake import result_of, start_sharelake
 from bench.delta_log import added_files
@@ -34,7 +35,6 @@ from bench.machine import machine_facts
 from bench.settings import RESULTS_DIR, WORK_ROOT, BenchSettings
 from bench.verify import check_table, open_spark
 from bench.workload import produce_backlog
-from devkit.kafka_broker import EmbeddedKafka
 
 log = logging.getLogger("bench")
 

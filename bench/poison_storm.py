@@ -50,6 +50,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders import sharelake
 from bench.contenders.base import log_time
 from bench.delta_log import read_commits, rows_in
@@ -58,7 +59,6 @@ from bench.latency import LatencyRun, run_latency
 from bench.machine import machine_facts
 from bench.settings import RESULTS_DIR, WORK_ROOT, BenchSettings
 from bench.verify import open_spark, table_latency
-from devkit.kafka_broker import EmbeddedKafka
 from devkit.sample_data import EVENT_SCHEMA, POISON_VALUES, event_value
 
 log = logging.getLogger("bench.poison_storm")

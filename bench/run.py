@@ -19,6 +19,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders import CONTENDERS, RunContext, RunResult
 from bench.contenders.base import failed
 from bench.cycle import cycle_phase
@@ -30,7 +31,6 @@ from bench.settings import BenchSettings, settings_from_args
 from bench.share_bound import max_record_locks
 from bench.verify import check_table, open_spark, table_latency
 from bench.workload import produce_backlog
-from devkit.kafka_broker import EmbeddedKafka
 
 log = logging.getLogger("bench")
 

@@ -33,6 +33,7 @@ import uuid
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders.base import RunContext, tail
 from bench.contenders.sharelake import SharelakeJob, parse_job_log, start_sharelake
 from bench.delta_log import data_commits, read_commits
@@ -41,7 +42,6 @@ from bench.machine import machine_facts
 from bench.settings import RESULTS_DIR, WORK_ROOT, BenchSettings
 from bench.verify import check_table, open_spark
 from bench.workload import produce_backlog
-from devkit.kafka_broker import EmbeddedKafka
 
 log = logging.getLogger("bench")
 

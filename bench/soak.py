@@ -49,6 +49,7 @@ import numpy as np
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders.base import RunContext, stop_group
 from bench.contenders.sharelake import parse_job_log, sharelake_command
 from bench.cycle import progress_batches
@@ -57,7 +58,6 @@ from bench.figures import md_table
 from bench.procmem import MIB, tree_rss
 from bench.settings import RESULTS_DIR, WORK_ROOT, BenchSettings
 from bench.workload import RateProducer, produce_backlog
-from devkit.kafka_broker import EmbeddedKafka
 from devkit.paths import PROJECT_ROOT
 
 log = logging.getLogger(__name__)

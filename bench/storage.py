@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 from delta.tables import DeltaTable
 
+from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders.base import RunContext, tail
 from bench.contenders.sharelake import parse_job_log, start_sharelake
 from bench.latency import run_latency
@@ -45,7 +46,6 @@ from bench.machine import machine_facts
 from bench.settings import RESULTS_DIR, WORK_ROOT, BenchSettings
 from bench.verify import open_spark, table_latency
 from bench.workload import produce_backlog
-from devkit.kafka_broker import EmbeddedKafka
 from devkit.paths import PROJECT_ROOT
 from devkit.s3_server import EmbeddedS3
 

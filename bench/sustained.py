@@ -33,13 +33,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders import LABELS
 from bench.figures import finite_or_none, fmt, md_table
 from bench.latency import CONTENDERS, LatencyRun, run_latency
 from bench.machine import machine_facts
 from bench.settings import RESULTS_DIR, WORK_ROOT, BenchSettings
 from bench.verify import Window, open_spark, table_latency
-from devkit.kafka_broker import EmbeddedKafka
 
 log = logging.getLogger("bench.sustained")
 

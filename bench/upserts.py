@@ -31,6 +31,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders.base import RunContext, run_logged, started_at, tail
 from bench.contenders.sharelake import parse_job_log, start_sharelake
 from bench.contenders.spark_kafka_source import submit_command
@@ -40,7 +41,6 @@ from bench.machine import machine_facts
 from bench.settings import RESULTS_DIR, WORK_ROOT, BenchSettings
 from bench.verify import check_table, open_spark
 from bench.workload import produce_backlog, user_key
-from devkit.kafka_broker import EmbeddedKafka
 from devkit.paths import PROJECT_ROOT
 
 log = logging.getLogger("bench")

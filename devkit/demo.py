@@ -32,8 +32,9 @@ from pathlib import Path
 
 from app.observe.console import follow_job
 from app.run.spark_session import build_spark
+from app.testing.kafka_broker import EmbeddedKafka
+from app.testing.schema_registry import EmbeddedSchemaRegistry
 from devkit.demo_check import Expected, ExpectedUpserts, check_demo
-from devkit.kafka_broker import EmbeddedKafka
 from devkit.paths import CACHE_DIR, jars_env
 from devkit.paths import PROJECT_ROOT as ROOT
 from devkit.sample_data import (
@@ -48,7 +49,6 @@ from devkit.sample_data import (
     produce_poison_records,
     produce_records,
 )
-from devkit.schema_registry import EmbeddedSchemaRegistry
 
 TOPIC = "demo-events"
 AVRO_TOPIC = "demo-avro-events"

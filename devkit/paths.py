@@ -28,16 +28,10 @@ REGISTRY_DIR = CACHE_DIR / "registry"
 CLASS_ARCHIVES = CACHE_DIR / "cds"
 # the runtime venv a cluster runs: requirements.txt and the wheel only (`make runtime-env`)
 RUNTIME_VENV = CACHE_DIR / "runtime"
+# a user's test environment: the wheel with its testing kit, nothing else (`make testing-env`)
+TESTING_VENV = CACHE_DIR / "testing-env"
 # the checkout's venv (pinned runtime, test and bench packages; Sharelake installed editable)
 VENV_BIN = CACHE_DIR / "venv" / "bin"
-
-
-def jars_in(folder: Path) -> list[Path]:
-    """The jars of one cache folder, sorted; raise with the fix if `make jars` has not run."""
-    jars = sorted(folder.glob("*.jar"))
-    if not jars:
-        raise FileNotFoundError(f"no jars in {folder}: run `make jars` (Maven resolves them once)")
-    return jars
 
 
 def jars_env() -> str:

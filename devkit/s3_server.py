@@ -30,7 +30,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
-from devkit.kafka_broker import free_port
+from app.testing.kafka_broker import free_port
 from devkit.network import Host
 from devkit.paths import S3_SERVER_JARS
 

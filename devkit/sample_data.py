@@ -3,7 +3,7 @@
 Called by `devkit/demo.py`, the end-to-end tests and `bench/`. `produce_json_events` returns what
 the broker acknowledged for each record (partition and offset from the delivery reports), so a
 test can compare the Delta table with exactly what was produced; `produce_records` does the same
-for any (key, value) pairs (the bad-input tests, the replay job's tests). `avro_values` serializes
+for any (key, value) pairs (the testing kit's, app.testing.produce). `avro_values` serializes
 records as users' producers do: confluent-kafka's `AvroSerializer`, registering the schema in a
 schema registry under the topic's value subject (Confluent wire format).
 """
@@ -11,21 +11,12 @@ schema registry under the topic's value subject (Confluent wire format).
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaError, Message, Producer
-
-
-@dataclass(frozen=True)
-class Produced:
-    topic: str
-    partition: int
-    offset: int
-    key: bytes
-    value: bytes | None  # None: a tombstone
+# what the broker acknowledged, and the producer that reports it: the testing kit's (app.testing.produce)
+from app.testing.produce import Produced as Produced
+from app.testing.produce import produce_records as produce_records
 
 
 def event_value(i: int) -> bytes:
@@ -115,63 +106,3 @@ def produce_json_events(
 ) -> list[Produced]:
     items = ((f"{key_prefix}-{i}".encode(), event_value(i)) for i in range(start, start + count))
     return produce_records(bootstrap, topic, items, client=client, rate=rate)
-
-
-def produce_records(
-    bootstrap: str,
-    topic: str,
-    items: Iterable[tuple[bytes | None, bytes | None]],
-    max_bytes: int = 1_000_000,
-    client: dict[str, str] | None = None,
-    rate: float | None = None,
-) -> list[Produced]:
-    """Produce (key, value) pairs in order and wait for all; a None value is a tombstone.
-
-    `client`: extra librdkafka settings (a secured broker's security.protocol, sasl.*, ssl.*).
-    `rate`: at most this many records/s, one producer throughout (records for a partition whose
-    leader is away wait in the client while the others flow on); None: as fast as it takes them."""
-    # batch.size as the Java producer's default (16 KiB, ~150 small records): the broker hands a
-    # share consumer whole record batches, so this also sets how many records one poll returns
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "linger.ms": 5,
-            "batch.size": 16384,
-            "enable.idempotence": True,
-            "message.max.bytes": max(max_bytes, 1_000_000),
-            **(client or {}),
-        }
-    )
-    produced: list[Produced] = []
-    failures: list[KafkaError] = []
-
-    def on_delivery(err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            failures.append(err)
-            return
-        value = msg.value()
-        produced.append(
-            Produced(
-                str(msg.topic()),
-                int(msg.partition() or 0),
-                int(msg.offset() or 0),
-                bytes(msg.key() or b""),
-                bytes(value) if value is not None else None,
-            )
-        )
-
-    started = time.monotonic()
-    for n, (key, value) in enumerate(items):
-        if rate and n % 100 == 0 and (ahead := n / rate - (time.monotonic() - started)) > 0:
-            time.sleep(ahead)
-        while True:
-            try:
-                producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.1)
-        producer.poll(0)
-    remaining = producer.flush(60)
-    if failures or remaining:
-        raise RuntimeError(f"produce failed: {len(failures)} errors ({failures[:1]}), {remaining} undelivered")
-    return produced

@@ -24,7 +24,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from devkit.kafka_broker import free_port
+from app.testing.kafka_broker import free_port
 from devkit.paths import YARN_JARS
 
 # Java 17 closes the JDK internals the mini clusters' Guice and Hadoop's RPC reflect into

@@ -1,8 +1,9 @@
 """Session fixtures: one real embedded Kafka broker and one local SparkSession with Delta.
 
 Every test that crosses Kafka, Spark or Delta uses these (no fakes). Test data lives under the
-pytest session's temp dir; a failing test shows the broker's log tail. A real schema registry
-(Apicurio, `registry`) is started once too, for the tests that ask for it, and shows its log tail.
+pytest session's temp dir. The broker and the schema registry (Apicurio, `registry`, started once
+for the tests that ask for it) are the testing kit's (`app.testing.plugin`, which the installed
+package registers with pytest): a failing test shows their log tails.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from pyspark.sql import SparkSession
 from app.run import faults
 from app.run.class_archive import ARCHIVES_ENV
 from app.run.spark_session import build_spark, launch_conf
+from app.testing.kafka_broker import EmbeddedKafka
+from app.testing.schema_registry import EmbeddedSchemaRegistry
 from devkit import network
-from devkit.kafka_broker import EmbeddedKafka
 from devkit.paths import CLASS_ARCHIVES, jars_env
 from devkit.s3_server import EmbeddedS3
-from devkit.schema_registry import EmbeddedSchemaRegistry
 from tests.table_checks import DownstreamStream
 
 logging.getLogger("py4j").setLevel(logging.WARNING)
@@ -43,20 +44,15 @@ TEST_SPARK_CONF = {
 
 
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedKafka]:
-    kafka = EmbeddedKafka(tmp_path_factory.mktemp("broker"))
-    kafka.start()
-    yield kafka
-    kafka.stop()
+def broker(sharelake_broker: EmbeddedKafka) -> EmbeddedKafka:
+    """The session's broker: the testing kit's (app.testing.plugin), as users' tests get it."""
+    return sharelake_broker
 
 
 @pytest.fixture(scope="session")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedSchemaRegistry]:
-    """A schema registry (Apicurio, in memory) for the whole session; a test that pauses it resumes it."""
-    schema_registry = EmbeddedSchemaRegistry(tmp_path_factory.mktemp("registry"))
-    schema_registry.start()
-    yield schema_registry
-    schema_registry.stop()
+def registry(sharelake_registry: EmbeddedSchemaRegistry) -> EmbeddedSchemaRegistry:
+    """The kit's schema registry (Apicurio, in memory); a test that pauses it resumes it."""
+    return sharelake_registry
 
 
 @pytest.fixture(scope="session")
@@ -171,10 +167,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield
     report = outcome.get_result()
-    for name in ("broker", "net_broker"):
-        if report.when == "call" and report.failed and name in getattr(item, "funcargs", {}):
-            report.sections.append((f"embedded broker log tail ({name})", item.funcargs[name].tail_logs(40)))
+    # the session's broker and registry are the kit's: its plugin shows their log tails
+    if report.when == "call" and report.failed and "net_broker" in getattr(item, "funcargs", {}):
+        report.sections.append(("embedded broker log tail (net_broker)", item.funcargs["net_broker"].tail_logs(40)))
     if report.when == "call" and report.failed and "s3" in getattr(item, "funcargs", {}):
         report.sections.append(("embedded S3 server log tail", item.funcargs["s3"].tail_logs(40)))
-    if report.when == "call" and report.failed and "registry" in getattr(item, "funcargs", {}):
-        report.sections.append(("embedded schema registry log tail", item.funcargs["registry"].tail_logs(40)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from app.config.settings import SharelakeConfig, load_config
-from devkit.kafka_broker import KafkaBrokers
+from app.testing.kafka_broker import KafkaBrokers
 
 
 def ingest_config(

@@ -21,7 +21,7 @@ from pyspark.sql import SparkSession
 from app.config.settings import load_config
 from app.run import faults as fault_points
 from app.run.pipeline import run_ingest
-from devkit.kafka_broker import KafkaBrokers
+from app.testing.kafka_broker import KafkaBrokers
 from devkit.network import Host
 from devkit.s3_server import EmbeddedS3
 

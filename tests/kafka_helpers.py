@@ -8,7 +8,7 @@ import uuid
 from confluent_kafka import ShareConsumer
 
 from app.consume.group_settings import apply_group_settings
-from devkit.kafka_broker import KafkaBrokers
+from app.testing.kafka_broker import KafkaBrokers
 from devkit.sample_data import produce_records
 
 

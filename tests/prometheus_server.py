@@ -14,7 +14,7 @@ from typing import Any
 
 import requests
 
-from devkit.kafka_broker import free_port
+from app.testing.kafka_broker import free_port
 from devkit.paths import CACHE_DIR
 from tests.waiting import wait_for
 

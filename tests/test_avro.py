@@ -25,7 +25,8 @@ from pyspark.sql import SparkSession
 from app.config.error_lines import DependencyOutage
 from app.config.settings import ConfigError
 from app.run.pipeline import run_ingest
-from devkit.kafka_broker import EmbeddedKafka
+from app.testing.kafka_broker import EmbeddedKafka
+from app.testing.schema_registry import EmbeddedSchemaRegistry
 from devkit.sample_data import (
     EVENT_AVRO_SCHEMA,
     EVENT_AVRO_SCHEMA_V2,
@@ -34,7 +35,6 @@ from devkit.sample_data import (
     event_record,
     produce_records,
 )
-from devkit.schema_registry import EmbeddedSchemaRegistry
 from tests.ingest_config import ingest_config
 from tests.job_runner import JobSpec, run_job, run_summary
 from tests.kafka_helpers import nothing_left

@@ -23,7 +23,7 @@ from app.run.pipeline import run_ingest
 from app.sink.commit_log import DeltaCommitLog
 from app.sink.dedup_cache import DedupCache
 from app.sink.table_location import TableLocation
-from devkit.kafka_broker import EmbeddedKafka
+from app.testing.kafka_broker import EmbeddedKafka
 from devkit.sample_data import produce_json_events, produce_records
 from tests.ingest_config import ingest_config
 from tests.job_runner import JobSpec

@@ -24,7 +24,7 @@ from app.consume.broker_dead_letter_topic import TOPIC_ACCEPTS, ArchivedRecord
 from app.ops.replay import REPLAY_HEADER
 from app.ops.replay_broker_topic import replay_broker_dead_letters
 from app.run.pipeline import run_ingest
-from devkit.kafka_broker import EmbeddedKafka, KafkaBrokers
+from app.testing.kafka_broker import EmbeddedKafka, KafkaBrokers
 from devkit.sample_data import produce_json_events, produce_records
 from tests.ingest_config import ingest_config
 from tests.kafka_helpers import nothing_left

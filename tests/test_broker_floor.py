@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 from app.config.settings import ConfigError
 from app.consume.group_settings import DELIVERY_LIMIT, read_group_settings
 from app.run.pipeline import run_ingest
-from devkit.kafka_broker import EmbeddedKafka
+from app.testing.kafka_broker import EmbeddedKafka
 from devkit.paths import KAFKA_FLOOR_JARS
 from devkit.sample_data import produce_json_events, produce_records
 from tests.ingest_config import ingest_config

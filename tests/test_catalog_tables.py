@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 
 from app.config.settings import ConfigError, load_config
 from app.run.pipeline import run_ingest
-from devkit.kafka_broker import EmbeddedKafka
+from app.testing.kafka_broker import EmbeddedKafka
 from devkit.sample_data import produce_json_events, produce_records
 from tests.job_runner import ROOT, JobSpec, drain_in_process
 from tests.table_checks import KEY_COLUMNS

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 from app.consume.group_settings import read_group_settings
-from devkit.kafka_broker import EmbeddedKafka
+from app.testing.kafka_broker import EmbeddedKafka
 from devkit.paths import VENV_BIN
 from tests.job_runner import ROOT
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from devkit.kafka_broker import EmbeddedKafka, free_port
+from app.testing.kafka_broker import EmbeddedKafka, free_port
 from devkit.paths import RUNTIME_VENV
 from devkit.sample_data import produce_json_events
 from tests.job_runner import ROOT

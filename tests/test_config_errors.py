@@ -18,7 +18,7 @@ from app.config.settings import ConfigError
 from app.run import preflight
 from app.run.pipeline import run_ingest
 from app.sink.table_location import TableLocation
-from devkit.kafka_broker import EmbeddedKafka, free_port
+from app.testing.kafka_broker import EmbeddedKafka, free_port
 from tests.ingest_config import ingest_config
 from tests.job_runner import ROOT
 

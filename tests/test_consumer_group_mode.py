@@ -21,7 +21,7 @@ from confluent_kafka import Consumer
 from pyspark.sql import SparkSession
 
 from app.run.pipeline import run_ingest
-from devkit.kafka_broker import EmbeddedKafka, KafkaBrokers
+from app.testing.kafka_broker import EmbeddedKafka, KafkaBrokers
 from devkit.sample_data import produce_json_events, produce_records
 from tests.ingest_config import ingest_config
 from tests.job_runner import JobSpec, drain_in_process, drain_job, run_summary, start_job

@@ -9,8 +9,8 @@ import pytest
 from confluent_kafka import Producer
 
 from app.consume.group_settings import read_group_settings
-from devkit import kafka_broker
-from devkit.kafka_broker import EmbeddedKafka
+from app.testing import kafka_broker
+from app.testing.kafka_broker import EmbeddedKafka
 from tests.kafka_helpers import share_receive
 
 

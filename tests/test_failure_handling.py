@@ -10,7 +10,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from app.run.pipeline import IngestError, run_ingest
-from devkit.kafka_broker import EmbeddedKafka
+from app.testing.kafka_broker import EmbeddedKafka
 from devkit.sample_data import produce_json_events
 from tests.ingest_config import ingest_config
 from tests.kafka_helpers import nothing_left, share_receive

@@ -26,7 +26,7 @@ from app.consume.java_admin import java_admin_config
 from app.consume.member_pool import MemberPool
 from app.ops.group_status import GroupStatus, read_group_status
 from app.run.pipeline import RunSummary, run_ingest
-from devkit.kafka_broker import EmbeddedKafka, free_port
+from app.testing.kafka_broker import EmbeddedKafka, free_port
 from devkit.paths import PROJECT_ROOT as ROOT
 from devkit.paths import VENV_BIN
 from devkit.sample_data import produce_json_events

@@ -21,7 +21,7 @@ from pyspark.sql import SparkSession
 
 from app.run import class_archive
 from app.run.spark_session import LOG4J_CONFIG, SHARELAKE_CONF, launch_conf, session_conf
-from devkit.kafka_broker import EmbeddedKafka
+from app.testing.kafka_broker import EmbeddedKafka
 from devkit.paths import CACHE_DIR, CLASS_ARCHIVES
 from devkit.sample_data import produce_json_events
 from tests.kafka_helpers import nothing_left

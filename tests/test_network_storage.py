@@ -28,7 +28,7 @@ from subprocess import STDOUT
 import pytest
 from pyspark.sql import SparkSession
 
-from devkit.kafka_broker import EmbeddedKafka
+from app.testing.kafka_broker import EmbeddedKafka
 from devkit.network import Host, Network
 from devkit.s3_server import EmbeddedS3
 from devkit.sample_data import Produced, produce_json_events

@@ -31,7 +31,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
-from devkit.kafka_broker import HOST_PORTS, EmbeddedKafka
+from app.testing.kafka_broker import HOST_PORTS, EmbeddedKafka
 from devkit.network import Host, Network
 from devkit.sample_data import Produced, produce_json_events
 from devkit.security import MECHANISM, Security, Tls, make_tls

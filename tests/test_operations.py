@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 from app.consume.member_pool import MemberPool
 from app.run.pipeline import run_ingest
 from app.sink.sink_stats import PHASES
-from devkit.kafka_broker import EmbeddedKafka, free_port
+from app.testing.kafka_broker import EmbeddedKafka, free_port
 from devkit.sample_data import Produced, produce_json_events
 from tests.ingest_config import ingest_config
 from tests.job_runner import ROOT

@@ -78,8 +78,8 @@ from app.sink.formats.wire import MAX_DEPTH, header, message_headers, schema_ids
 from app.sink.table_location import TableLocation
 from app.sink.table_writer import ROW
 from app.sink.write_columns import stamped
+from app.testing.schema_registry import EmbeddedSchemaRegistry
 from devkit.sample_data import EVENT_AVRO_SCHEMA, EVENT_AVRO_SCHEMA_V2, EVENT_SCHEMA, avro_values, event_record
-from devkit.schema_registry import EmbeddedSchemaRegistry
 from tests.test_json_schema import EVENT_SCHEMA as EVENT_JSON_SCHEMA
 from tests.test_json_schema import json_values
 from tests.test_protobuf import FIELD, event, event_class, serialized

@@ -21,7 +21,7 @@ from pyspark.sql import SparkSession
 
 from app.run import faults
 from app.run.pipeline import run_ingest
-from devkit.kafka_broker import EmbeddedKafka
+from app.testing.kafka_broker import EmbeddedKafka
 from devkit.sample_data import produce_json_events
 from tests.ingest_config import ingest_config
 from tests.job_runner import JobSpec, drain_in_process, drain_job, run_summary

@@ -38,9 +38,9 @@ from app.sink.formats.protobuf_decode import DecodePlan, Writer, decode_values
 from app.sink.formats.protobuf_schemas import message_at, writer_schema
 from app.sink.formats.shape import Shape
 from app.sink.table_location import TableLocation
-from devkit.kafka_broker import EmbeddedKafka
+from app.testing.kafka_broker import EmbeddedKafka
+from app.testing.schema_registry import EmbeddedSchemaRegistry
 from devkit.sample_data import produce_records
-from devkit.schema_registry import EmbeddedSchemaRegistry
 from tests.ingest_config import ingest_config
 from tests.kafka_helpers import nothing_left
 from tests.table_checks import dead_letters_by_key

@@ -20,7 +20,8 @@ from pyspark.sql import SparkSession
 
 from app.config.settings import ConfigError, SharelakeConfig, load_config
 from app.run.pipeline import run_ingest
-from devkit.kafka_broker import EmbeddedKafka
+from app.testing.kafka_broker import EmbeddedKafka
+from app.testing.schema_registry import EmbeddedSchemaRegistry
 from devkit.sample_data import (
     EVENT_AVRO_SCHEMA,
     EVENT_SCHEMA,
@@ -29,7 +30,6 @@ from devkit.sample_data import (
     event_value,
     produce_records,
 )
-from devkit.schema_registry import EmbeddedSchemaRegistry
 from tests.kafka_helpers import nothing_left
 
 KEY_SCHEMA = {

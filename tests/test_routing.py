@@ -16,7 +16,8 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from app.sink.destinations import counter_prefix
-from devkit.kafka_broker import EmbeddedKafka
+from app.testing.kafka_broker import EmbeddedKafka
+from app.testing.schema_registry import EmbeddedSchemaRegistry
 from devkit.sample_data import (
     EVENT_AVRO_SCHEMA,
     EVENT_SCHEMA,
@@ -26,7 +27,6 @@ from devkit.sample_data import (
     produce_json_events,
     produce_records,
 )
-from devkit.schema_registry import EmbeddedSchemaRegistry
 from tests.job_runner import JobSpec, run_job, run_summary
 from tests.kafka_helpers import nothing_left
 

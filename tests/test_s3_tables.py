@@ -25,7 +25,7 @@ from app.run.pipeline import run_ingest
 from app.sink.formats.base import DependencyUnavailable
 from app.sink.table_location import TableLocation
 from app.sink.writer_lease import LEASE_FILE, LeaseLostError, WriterLease
-from devkit.kafka_broker import EmbeddedKafka, free_port
+from app.testing.kafka_broker import EmbeddedKafka, free_port
 from devkit.s3_server import EmbeddedS3
 from devkit.sample_data import produce_json_events
 from tests.job_runner import ROOT, JobSpec, drain_in_process, drain_job, kill_job, run_summary, start_job

@@ -19,8 +19,8 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from devkit.kafka_broker import free_port
-from devkit.schema_registry import EmbeddedSchemaRegistry, runner_jar
+from app.testing.kafka_broker import free_port
+from app.testing.schema_registry import EmbeddedSchemaRegistry, runner_jar
 
 ORDER_V1 = {
     "type": "record",
@@ -96,5 +96,5 @@ def test_registry_that_is_down_refuses_the_connection() -> None:
 
 
 def test_missing_distribution_names_the_fix(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="run `make setup`"):
+    with pytest.raises(FileNotFoundError, match="run `make jars`"):
         runner_jar(tmp_path)

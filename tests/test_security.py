@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 from app.config.settings import load_config
 from app.consume.group_admin import GroupAdmin
 from app.consume.group_types import group_type
-from devkit.kafka_broker import EmbeddedKafka
+from app.testing.kafka_broker import EmbeddedKafka
 from devkit.sample_data import produce_json_events
 from devkit.security import Security, make_tls
 from tests.job_runner import ROOT, JobSpec, run_job, start_failure

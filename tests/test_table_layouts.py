@@ -20,7 +20,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from app.cli import main as sharelake
-from devkit.kafka_broker import EmbeddedKafka
+from app.testing.kafka_broker import EmbeddedKafka
 from devkit.sample_data import Produced, produce_records
 from tests.job_runner import ROOT, JobSpec, drain_in_process, run_job, run_summary, start_failure
 from tests.kafka_helpers import nothing_left

@@ -21,8 +21,8 @@ from pathlib import Path
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
+from app.testing.kafka_broker import EmbeddedKafka
 from bench.delta_log import CommitTail, rows_in
-from devkit.kafka_broker import EmbeddedKafka
 from devkit.sample_data import Produced, produce_json_events
 from tests.job_runner import JobSpec, run_summary, start_job
 from tests.kafka_helpers import nothing_left

@@ -26,10 +26,10 @@ from pyspark.sql import SparkSession
 
 from app.config.error_lines import ConfigError
 from app.run.pipeline import run_ingest
+from app.testing.kafka_broker import EmbeddedKafka
+from app.testing.schema_registry import EmbeddedSchemaRegistry
 from bench.delta_log import read_commits
-from devkit.kafka_broker import EmbeddedKafka
 from devkit.sample_data import produce_records
-from devkit.schema_registry import EmbeddedSchemaRegistry
 from tests.ingest_config import ingest_config
 from tests.job_runner import JobSpec, drain_in_process, kill_job, run_summary, start_job
 from tests.kafka_helpers import nothing_left

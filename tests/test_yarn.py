@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from devkit.kafka_broker import EmbeddedKafka, free_port
+from app.testing.kafka_broker import EmbeddedKafka, free_port
 from devkit.paths import CACHE_DIR, RUNTIME_VENV
 from devkit.sample_data import Produced, produce_json_events
 from devkit.yarn_cluster import YarnCluster, wait_for_application

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.testing.kafka_broker import jars_in
 from bench.contenders.base import (
     BENCH_JOB_ENV,
     RunContext,
@@ -36,7 +37,7 @@ from bench.contenders.base import (
 from bench.delta_log import data_commits, mean_commit_interval_s, read_commits, rows_in
 from bench.settings import BENCH_JARS
 from bench.workload import SCHEMA_DDL
-from devkit.paths import PROJECT_ROOT, jars_in
+from devkit.paths import PROJECT_ROOT
 
 NAME = "spark-kafka-source"
 JOB = PROJECT_ROOT / "bench" / "spark_jobs" / "kafka_source_to_delta.py"

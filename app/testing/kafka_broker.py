@@ -1,11 +1,12 @@
 """An embedded Apache Kafka node (KRaft, combined broker+controller, share groups on).
 
-Called by `devkit/demo.py`, the pytest session fixture and `bench/`, alone as a single-node broker,
-and by `devkit.kafka_cluster` as one node of a replicated cluster. It runs the Kafka jars
-that `make jars` resolved from Maven Central (no Docker, no download at run time): it formats KRaft
-storage once (`--standalone` alone, the cluster's static voters in a cluster), starts `kafka.Kafka`
-on loopback ports, waits until the broker answers, and stops (or kills) only the process it
-started. The ports are kept in the data dir so a restart on the same data finds its quorum again.
+Alone it is a single-node broker (the testing kit's `sharelake_broker`, the demo, the project's
+tests); `devkit.kafka_cluster` runs several as one replicated cluster. It runs the jars of
+`kafka-broker.lock` (fetched from Maven Central on first use, `app.testing.maven_artifacts`), or
+those of `SHARELAKE_KAFKA_JARS` (a checkout's `make jars` folder): it formats KRaft storage once
+(`--standalone` alone, the cluster's static voters in a cluster), starts `kafka.Kafka` on loopback
+ports, waits until the broker answers, and stops (or kills) only the process it started. The ports
+are kept in the data dir so a restart on the same data finds its quorum again.
 """
 
 from __future__ import annotations
@@ -18,17 +19,55 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from devkit.network import Host
-from devkit.paths import KAFKA_JARS, jars_in
-from devkit.security import Security
+from app.testing.maven_artifacts import fetched
+
+T = TypeVar("T")
+JARS_ENV = "SHARELAKE_KAFKA_JARS"
+
+
+class Host(Protocol):
+    """A host of a test network (`devkit.network.Host`): its address, and commands and calls run inside it."""
+
+    @property
+    def address(self) -> str: ...
+
+    def command(self, argv: Sequence[str]) -> list[str]: ...
+
+    def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
+
+
+class Security(Protocol):
+    """A secured broker's settings (`devkit.security.Security`): SASL_SSL users, certificates, ACLs."""
+
+    def format_args(self) -> list[str]: ...
+
+    def broker_settings(self) -> dict[str, str]: ...
+
+    def client(self) -> dict[str, str]: ...
+
+
+def broker_jars() -> Path:
+    """The jars the broker runs: `SHARELAKE_KAFKA_JARS`, else the lock's, fetched on first use."""
+    given = os.environ.get(JARS_ENV)
+    return Path(given) if given else fetched("kafka-broker.lock")
+
+
+def jars_in(folder: Path) -> list[Path]:
+    """The jars of one folder, sorted; raise with the fix if there are none."""
+    jars = sorted(folder.glob("*.jar"))
+    if not jars:
+        raise FileNotFoundError(f"no jars in {folder}: run `make jars` (Maven resolves them once)")
+    return jars
+
 
 # Settings every embedded node runs with, alone or in a cluster: quick group joins and the shortest
 # lock allowed, so tests can use short record locks on their groups.
@@ -161,7 +200,7 @@ class EmbeddedKafka:
     node_id: int = 1
     quorum: Quorum | None = None
     security: Security | None = None  # a SASL_SSL listener with ACLs instead of PLAINTEXT
-    jars: Path = KAFKA_JARS  # the Kafka release to run (KAFKA_FLOOR_JARS: the oldest supported)
+    jars: Path = field(default_factory=broker_jars)  # the Kafka release to run (devkit's KAFKA_FLOOR_JARS: the oldest)
     host: Host | None = None  # a host of a devkit.network to run in, instead of the machine's loopback
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     port: int = field(default=0, init=False)

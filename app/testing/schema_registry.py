@@ -1,9 +1,10 @@
 """An embedded schema registry: Apicurio Registry 2.6 (in-memory storage) on a loopback port.
 
-Called by the pytest session fixture (and anything else that needs a real Confluent-compatible
-schema registry, as the embedded broker stands in for a real Kafka). It runs the Apicurio
-distribution that `make jars` unpacked from Maven Central into `.cache/registry/` (no Docker, no
-download at run time): one Quarkus JVM bound to 127.0.0.1 only, logging to a file in its data dir.
+A real Confluent-compatible schema registry for tests (the testing kit's `sharelake_registry`, the
+project's own tests), as the embedded broker stands in for a real Kafka. It runs the Apicurio
+distribution of `schema-registry.lock`, fetched from Maven Central and unpacked on first use, or
+the one in `SHARELAKE_REGISTRY_DIR` (a checkout's `make jars` folder): one Quarkus JVM bound to
+127.0.0.1 only, logging to a file in its data dir.
 `url` is the Confluent-compatible API (`/apis/ccompat/v7`), what confluent-kafka's
 `SchemaRegistryClient` takes. `pause()` / `resume()` freeze and thaw the
 JVM (SIGSTOP / SIGCONT): while frozen it accepts connections but never answers, as a registry that
@@ -23,8 +24,8 @@ import uuid
 from pathlib import Path
 from types import TracebackType
 
-from devkit.kafka_broker import free_port
-from devkit.paths import REGISTRY_DIR
+from app.testing.kafka_broker import free_port
+from app.testing.maven_artifacts import unpacked
 
 CCOMPAT_PATH = "/apis/ccompat/v7"
 
@@ -66,13 +67,23 @@ def port_is_free(port: int) -> None:
             raise OSError(e.errno, f"schema registry port 127.0.0.1:{port} is taken ({e.strerror})") from e
 
 
-def runner_jar(registry_dir: Path = REGISTRY_DIR) -> Path:
+DIR_ENV = "SHARELAKE_REGISTRY_DIR"
+
+
+def registry_dir() -> Path:
+    """The unpacked distribution: `SHARELAKE_REGISTRY_DIR`, else the lock's, fetched on first use."""
+    given = os.environ.get(DIR_ENV)
+    return Path(given) if given else unpacked("schema-registry.lock")
+
+
+def runner_jar(folder: Path | None = None) -> Path:
     """The Apicurio runner jar in the unpacked distribution; raise with the fix if it is missing."""
-    jars = sorted(registry_dir.glob("**/apicurio-registry-app-*-runner.jar"))
+    folder = folder or registry_dir()
+    jars = sorted(folder.glob("**/apicurio-registry-app-*-runner.jar"))
     if not jars:
         raise FileNotFoundError(
-            f"no Apicurio Registry distribution (apicurio-registry-app-*-runner.jar) under {registry_dir}: "
-            "run `make setup` (Maven unpacks it once into .cache/registry/)"
+            f"no Apicurio Registry distribution (apicurio-registry-app-*-runner.jar) under {folder}: "
+            f"unset {DIR_ENV} to fetch it, or run `make jars` in a checkout (Maven unpacks it into .cache/registry/)"
         )
     return jars[-1]
 
@@ -126,7 +137,7 @@ class EmbeddedSchemaRegistry:
         """Start the JVM and wait until `GET {url}/subjects` answers 200; raise with the log tail if not."""
         if self.is_running():
             return self
-        jar = runner_jar()  # fail before creating anything when `make setup` has not run
+        jar = runner_jar()  # fetched, or fail, before anything is created
         (self.data_dir / "tmp").mkdir(parents=True, exist_ok=True)
         if self.port is None:
             self.port = free_port()
