@@ -21,6 +21,9 @@ from dataclasses import dataclass
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
+from app.sink.commit_lock import commit_lock
+from app.sink.table_location import TableLocation
+
 log = logging.getLogger(__name__)
 
 
@@ -63,10 +66,12 @@ def maintain_table(
     if not DeltaTable.isDeltaTable(spark, location):
         return None
     table = DeltaTable.forPath(spark, location)
+    lock = commit_lock(TableLocation.at(location))  # OPTIMIZE and VACUUM commit: on a local disk, one driver at a time
     before = table.detail().collect()[0]
     compacted, started = 0, time.perf_counter()
     if optimize:
-        metrics = table.optimize().executeCompaction().collect()
+        with lock():
+            metrics = table.optimize().executeCompaction().collect()
         compacted = int(metrics[0]["metrics"]["numFilesRemoved"]) if metrics else 0
     optimized = time.perf_counter()
     mode = vacuum_mode
@@ -74,13 +79,15 @@ def maintain_table(
         path = location.replace("`", "``")
         statement = f"VACUUM delta.`{path}` RETAIN {vacuum_retain_hours} HOURS"
         try:
-            spark.sql(f"{statement} {mode.upper()}").collect()
+            with lock():
+                spark.sql(f"{statement} {mode.upper()}").collect()
         except Exception as e:
             if mode != "lite" or "LITE" not in str(e).upper():
                 raise
             log.info("%s: VACUUM LITE refused (%s); running a full VACUUM", location, str(e).splitlines()[0][:200])
             mode = "full"
-            spark.sql(f"{statement} FULL").collect()
+            with lock():
+                spark.sql(f"{statement} FULL").collect()
     after = table.detail().collect()[0]
     return MaintenanceResult(
         location,

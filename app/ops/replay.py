@@ -23,6 +23,8 @@ from tenacity import Retrying, stop_after_attempt, wait_exponential_jitter
 
 from app.config.settings import ConfigError, SharelakeConfig
 from app.sink.catalog_tables import locate_tables
+from app.sink.commit_lock import commit_lock
+from app.sink.table_location import TableLocation
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +132,7 @@ def _mark_replayed(spark: SparkSession, path: str, keys: list[tuple[str, int, in
     for attempt in Retrying(
         stop=stop_after_attempt(8), wait=wait_exponential_jitter(multiplier=0.5, max=10), reraise=True
     ):
-        with attempt:
+        with attempt, commit_lock(TableLocation.at(path))():  # the drivers on its disk commit one at a time
             (
                 DeltaTable.forPath(spark, path)
                 .alias("d")

@@ -81,6 +81,7 @@ from app.acknowledge.proof import CommitProof
 from app.config.settings import interval_s
 from app.run import faults
 from app.sink.catalog_tables import register_table
+from app.sink.commit_lock import commit_lock
 from app.sink.log_checkpoint import CheckpointExists, checkpoint_latest
 from app.sink.offset_ranges import BatchOffsets
 from app.sink.table_layout import GENERATION_EXPRESSION, TableLayout
@@ -219,6 +220,8 @@ class DeltaWriter:
         self._stats: ConflictCount = stats if stats is not None else _NoCount()
         # raises when this job may not commit to the table now (app.sink.writer_lease, on S3)
         self._before_commit = before_commit
+        # held by each commit: on a local disk the drivers of every job commit one at a time
+        self._commit_lock = commit_lock(location)
         # a table addressed by catalog name: entered in the catalog after a commit, until that succeeds
         self._register_as = register_as
 
@@ -275,7 +278,8 @@ class DeltaWriter:
         faults.hit(f"before_{self.name}_commit")
         created = self._exists()
         if not created and self._layout is not None:  # created with its layout, then appended to
-            self._layout.create(self.session, self.table_path, rows.schema)
+            with self._commit_lock():
+                self._layout.create(self.session, self.table_path, rows.schema)
             created = self._created = True
         if created:
             self._prepare_schema(rows.schema, merge_schema)  # a commit of its own, before `before` is read
@@ -316,7 +320,8 @@ class DeltaWriter:
     def _save(self, writer: Any, description: str) -> None:
         """The table's first commit: a plain append that creates it (committer thread)."""
         self.session.sparkContext.setLocalProperty("spark.job.description", description)
-        writer.save(self.table_path)
+        with self._commit_lock():
+            writer.save(self.table_path)
         self._created = True
         self._after_commit()
 
@@ -343,7 +348,8 @@ class DeltaWriter:
             if self._before_commit is not None:
                 self._before_commit()  # again: writing the files took a while
             try:
-                txn.commit(actions, operation)
+                with self._commit_lock():
+                    txn.commit(actions, operation)
                 break
             except CONFLICTS:
                 if attempt == COMMIT_ATTEMPTS:
@@ -416,7 +422,8 @@ class DeltaWriter:
         table = StructType.fromJson(json.loads(self._latest_snapshot().schema().json()))
         if needs_schema_change(schema, table):
             empty = self.session.createDataFrame([], schema).write.format("delta").mode("append")
-            empty.option("mergeSchema", str(merge_schema).lower()).save(self.table_path)
+            with self._commit_lock():
+                empty.option("mergeSchema", str(merge_schema).lower()).save(self.table_path)
             log.info("%s: the table's schema changed before the append: %s", self.table_path, schema.simpleString())
         self._known_shape = shape
 
@@ -461,9 +468,10 @@ class DeltaWriter:
                     self._before_commit()
                 target = DeltaTable.forPath(self.session, self.table_path).alias("t")
                 try:
-                    target.merge(source.alias("s"), on).whenMatchedUpdateAll(
-                        when_newer
-                    ).whenNotMatchedInsertAll().execute()
+                    with self._commit_lock():
+                        target.merge(source.alias("s"), on).whenMatchedUpdateAll(
+                            when_newer
+                        ).whenNotMatchedInsertAll().execute()
                     break
                 except CONFLICTS:
                     if attempt == COMMIT_ATTEMPTS:
@@ -498,7 +506,8 @@ class DeltaWriter:
         path = self.table_path.replace("`", "``")
         self.session.conf.set(USER_METADATA_CONF, user_metadata)
         try:
-            deleted = self.session.sql(f"DELETE FROM delta.`{path}` WHERE {condition}").collect()
+            with self._commit_lock():
+                deleted = self.session.sql(f"DELETE FROM delta.`{path}` WHERE {condition}").collect()
         finally:
             self.session.conf.unset(USER_METADATA_CONF)
         return int(deleted[0][0]) if deleted and deleted[0][0] is not None else 0
