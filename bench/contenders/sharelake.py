@@ -26,6 +26,7 @@ from bench.contenders.base import RunContext, RunResult, failed, log_time, stop_
 from bench.delta_log import data_commits, mean_commit_interval_s, read_commits
 from bench.procmem import MemoryPeak, TreeSampler
 from bench.workload import SCHEMA_DDL
+from devkit.network import Host
 from devkit.paths import PROJECT_ROOT
 
 NAME = "sharelake"
@@ -97,12 +98,15 @@ def start_sharelake(
     *,
     group: str | None = None,
     table: Path | None = None,
+    host: Host | None = None,
 ) -> SharelakeJob:
     """Start the job in the background; `group` and `table` default to a fresh group and the run's
-    own table (`bench.several_jobs` gives several jobs the same ones)."""
+    own table (`bench.several_jobs` gives several jobs the same ones); on `host` (a host of a
+    `devkit.network`, `bench.scale_out`) when given, else on the machine's loopback."""
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
     table, log = table or ctx.run_dir / "table", ctx.run_dir / "sharelake.log"
     cmd = sharelake_command(ctx, group or ctx.group(NAME), table, mode, extra_sets, payload, destination)
+    cmd = host.command(cmd) if host else cmd
     launched_at = time.time()
     with log.open("wb") as out:
         proc = subprocess.Popen(
