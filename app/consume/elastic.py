@@ -1,7 +1,7 @@
 """Elastic members: sizes the member pool between `pump.min_members` and `pump.max_members`.
 
-Ticked by `app.run.pipeline`'s main loop. The seed design's supervisor scaling flow, inside one
-driver, driven by what the pool and the sink measure:
+Ticked once per turn of the run's main loop. It grows and shrinks the pool inside one driver,
+driven by what the pool and the sink measure:
 
 - shrink when the buffer is over 75% full (the sink is the bottleneck: more members would only
   hold record locks longer), when the last batch cycle took over half the record lock, or when

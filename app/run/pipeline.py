@@ -353,7 +353,7 @@ class IngestRun:
                 log.warning("the streaming query failed; its error in full: %s", query.exception())
                 return IngestError(f"streaming query failed: {one_line(query.exception())}")
             if pool.failures():
-                return IngestError(f"share member failed: {pool.failures()[0]!r}")
+                return IngestError(f"{self.opened.group.noun} member failed: {pool.failures()[0]!r}")
             if drain_mode and pool.drained(cfg.run.idle_timeout_ms / 1000, cfg.run.empty_timeout_ms / 1000):
                 log.info("backlog drained: quiet for the idle timeout and nothing in flight")
                 return None

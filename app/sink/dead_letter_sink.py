@@ -1,7 +1,7 @@
 """Where the records that cannot land go before they are REJECTed: the `DeadLetterSink` seam.
 
-The foreachBatch sink (`app.sink.delta_sink.DeltaSink`) is given one (by `app.run.pipeline.run_ingest`,
-the warm-up and the tests) and uses it for three things: the batch plan asks it which records it
+The foreachBatch sink (`app.sink.delta_sink.DeltaSink`) is given one when it is built and uses it
+for three things: the batch plan asks it which records it
 already holds (PARKED: REJECTed again without a write, with `proof_of_presence`), the attempt
 hands it every table's bad records in one `park` (then REJECTs them with the proof it returns), and
 a failed attempt tells it which records it saw (`seen`), so a record parked later says when it was

@@ -1,8 +1,7 @@
 """The foreachBatch function: drain the RecordBuffer, plan, land each table, then ACCEPT / REJECT.
 
 Spark calls `DeltaSink.__call__` in the driver once per micro-batch of the clock stream (its
-DataFrame is ignored); `app.run.pipeline.run_ingest` builds it, and the warm-up (`app.sink.warm_up`)
-and the tests build throwaway ones. It orchestrates three collaborators it is given or builds:
+DataFrame is ignored). It orchestrates three collaborators it is given or builds:
 
 - the attempt policy (`app.sink.attempt_policy`): retries with backoff, and when the members
   pause, resume or stop polling;

@@ -1,7 +1,7 @@
 """Where a job's records land: one `Destination` per main table, and the one shared dead-letter table.
 
-Built once by `open_destinations` (called by `app.run.pipeline.run_ingest`, after the writer leases
-are held: `app.sink.writer_lease.hold_writer_leases`) from the config's routes
+Built once by `open_destinations` (after the writer leases are held:
+`app.sink.writer_lease.hold_writer_leases`) from the config's routes
 (`SharelakeConfig.routes`): one route with `kafka.topic`, one per table with `kafka.topics`. A
 destination holds its topics, its table (a `DedupTable`, its writer given its lease check, its
 catalog name and its layout when it is built; an existing table with another layout than the

@@ -1,8 +1,8 @@
 """One Sharelake writer per table on a store that gives Delta no mutual exclusion (S3).
 
-Called by `app.run.pipeline.run_ingest` (`hold_writer_leases`) before the tables are opened and the
-members join the group; each table's `DeltaWriter` is given its lease's `WriterLease.check` when it
-is built (`lease_checks` -> `app.sink.destinations.open_destinations`) and calls it before every commit.
+The leases are held (`hold_writer_leases`) before the tables are opened and the members join the
+group; each table's `DeltaWriter` is given its lease's `WriterLease.check` when it is built
+(`lease_checks` -> `app.sink.destinations.open_destinations`) and calls it before every commit.
 
 A Delta commit is safe only if one writer alone can create `_delta_log/N.json`. HDFS, ADLS and GCS
 refuse the second create; S3 with Delta's default log store does not (it serialises commits within
