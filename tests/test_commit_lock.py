@@ -2,7 +2,7 @@
 
 Delta serialises the commits to a `file:` table inside one JVM only (its local rename replaces a
 commit file that appeared meanwhile), so Sharelake's drivers take turns on
-`<table>/_sharelake/commit.lock` (`app.sink.commit_lock`). Here another process, standing in for
+a lock file beside the table (`app.sink.commit_lock`). Here another process, standing in for
 another driver, holds the lock: this driver's append writes its files but commits only once the
 other lets go. Found by `bench.scale_out`, where two drivers lost an ACCEPTed commit without it.
 """
@@ -19,7 +19,7 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from app.sink.commit_lock import LOCK_FILE, on_local_disk
+from app.sink.commit_lock import lock_path, on_local_disk
 from app.sink.delta_writer import DeltaWriter
 from app.sink.table_location import TableLocation
 from tests.waiting import wait_for
@@ -54,11 +54,10 @@ def test_an_append_commits_only_after_another_driver_lets_go_of_the_tables_lock(
     try:
         rows = spark.createDataFrame([(1, "a"), (2, "b")], "id long, v string")
         writer.append(rows, "{}", batch_id=0)  # creates the table (a commit holding the lock too)
-        assert version(spark, table) == 0 and (table / LOCK_FILE).exists()
+        lock = lock_path(TableLocation.at(table))
+        assert version(spark, table) == 0 and Path(lock).exists() and not (table / Path(lock).name).exists()
 
-        other = subprocess.Popen(
-            [sys.executable, "-c", HOLD, str(table / LOCK_FILE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
-        )
+        other = subprocess.Popen([sys.executable, "-c", HOLD, lock], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         try:
             assert other.stdout is not None and other.stdout.readline().strip() == b"held"
             appending = threading.Thread(target=writer.append, args=(rows, "{}", 1))

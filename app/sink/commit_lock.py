@@ -10,11 +10,14 @@ records its driver already ACCEPTed, and the checksum file beside it may be the 
 checksummed file system).
 
 So on such a table (`on_local_disk`: a path without a scheme, or `file:`) each commit holds an
-exclusive flock(2) on `<table>/_sharelake/commit.lock` from before Delta checks for N.json until its
-commit returns: the drivers on one machine (or on one NFS mount, where Linux maps flock to NFS
-locks) then commit one at a time, and Delta's own conflict check sees each other's commits. The
-kernel releases the lock of a process that dies. HDFS, ADLS and GCS refuse the second create by
-themselves: no lock there; S3 has the writer lease (`app.sink.writer_lease`).
+exclusive flock(2) on a lock file beside the table, `<parent>/.<table>.sharelake-commit.lock`, from
+before Delta checks for N.json until its commit returns. Beside, not inside: a file in the table's
+folder before its first commit makes Delta's `createIfNotExists` of a partitioned or clustered
+table skip the create, taking the folder for a table. The drivers on one machine (or on one NFS
+mount, where Linux maps flock to NFS locks) then commit one at a time, and Delta's own conflict
+check sees each other's commits. The kernel releases the lock of a process that dies. HDFS, ADLS
+and GCS refuse the second create by themselves: no lock there; S3 has the writer lease
+(`app.sink.writer_lease`).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from urllib.parse import urlparse
 
 from app.sink.table_location import TableLocation
 
-LOCK_FILE = "_sharelake/commit.lock"  # `_`-prefixed: Delta ignores it, VACUUM keeps it
+LOCK_SUFFIX = ".sharelake-commit.lock"
 
 CommitLock = Callable[[], AbstractContextManager[None]]
 
@@ -43,6 +46,12 @@ def local_path(location: TableLocation) -> str:
     return parsed.path if parsed.scheme == "file" else location.path
 
 
+def lock_path(location: TableLocation) -> str:
+    """The lock file of a table on a local disk: hidden, in the folder that holds the table's."""
+    folder, name = os.path.split(os.path.abspath(local_path(location)))
+    return os.path.join(folder, f".{name}{LOCK_SUFFIX}")
+
+
 @contextlib.contextmanager
 def _no_lock() -> Iterator[None]:
     yield
@@ -52,12 +61,18 @@ def commit_lock(location: TableLocation) -> CommitLock:
     """What a commit to `location` holds: the table's lock file on a local disk, else nothing."""
     if not on_local_disk(location):
         return _no_lock
-    path = os.path.join(local_path(location), LOCK_FILE)
+    path = lock_path(location)
 
     @contextlib.contextmanager
     def held() -> Iterator[None]:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "a") as f:  # its own open file: threads of one driver exclude each other too
+        try:
+            f = open(path, "a")
+        except OSError as e:
+            raise OSError(
+                e.errno, f"cannot open the table's commit lock {path} ({e.strerror}): make its folder writable"
+            ) from e
+        with f:  # its own open file: threads of one driver exclude each other too
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
                 yield
