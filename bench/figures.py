@@ -120,6 +120,12 @@ def save_report(
     return text
 
 
+def finite_median(values: Sequence[float]) -> float:
+    """The median of the finite values; NaN when there are none (a cell whose runs all failed)."""
+    finite = [v for v in values if math.isfinite(v)]
+    return statistics.median(finite) if finite else math.nan
+
+
 def finite_or_none(x: float) -> float | None:
     """For JSON: NaN and infinities become null."""
     return x if math.isfinite(x) else None

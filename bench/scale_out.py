@@ -30,7 +30,6 @@ import json
 import logging
 import math
 import shutil
-import statistics
 import sys
 import threading
 import time
@@ -43,10 +42,10 @@ from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders.base import RunContext, tail
 from bench.contenders.sharelake import SharelakeJob, parse_job_log, start_sharelake
 from bench.delta_log import data_commits, read_commits, rows_in
-from bench.figures import finite_or_none, fmt, md_table
+from bench.figures import finite_median, finite_or_none, fmt, md_table
 from bench.machine import machine_facts
 from bench.settings import RESULTS_DIR, WORK_ROOT, BenchSettings
-from bench.verify import check_table, open_spark
+from bench.verify import check_exactly_once
 from devkit import network
 from devkit.sample_data import produce_json_events
 
@@ -206,25 +205,6 @@ def _wait(done: Callable[[], bool], timeout_s: float, jobs: list[SharelakeJob]) 
     return False
 
 
-def verify(runs: list[ScaleRun]) -> None:
-    spark = open_spark()
-    try:
-        for r in runs:
-            if not r.ok:
-                continue
-            check = check_table(spark, Path(r.table))
-            r.rows, r.duplicates = check.rows, check.duplicates
-            if r.rows != r.offered or r.duplicates:
-                r.ok, r.error = False, f"not exactly once: {r.rows} rows of {r.offered}, {r.duplicates} duplicates"
-    finally:
-        spark.stop()
-
-
-def _median(values: list[float]) -> float:
-    finite = [v for v in values if math.isfinite(v)]
-    return statistics.median(finite) if finite else math.nan
-
-
 def write_report(runs: list[ScaleRun], a: argparse.Namespace, drivers: list[int], facts: dict[str, str]) -> Path:
     ok = [r for r in runs if r.ok]
     summary = []
@@ -234,13 +214,13 @@ def write_report(runs: list[ScaleRun], a: argparse.Namespace, drivers: list[int]
             [
                 str(k),
                 f"{len(cell)} / {len([r for r in runs if r.drivers == k])}",
-                fmt(_median([r.commit_rate for r in cell]), 2),
-                fmt(_median([r.commit_rate / k for r in cell]), 2),
-                fmt(_median([r.write_window_s for r in cell]), 2),
-                fmt(_median([100 * r.refused_share for r in cell]), 1),
-                fmt(_median([100 * r.modelled_share for r in cell]), 1),
-                fmt(_median([r.refusal_cost_s for r in cell]), 2),
-                fmt(_median([r.commit_path_load for r in cell]), 2),
+                fmt(finite_median([r.commit_rate for r in cell]), 2),
+                fmt(finite_median([r.commit_rate / k for r in cell]), 2),
+                fmt(finite_median([r.write_window_s for r in cell]), 2),
+                fmt(finite_median([100 * r.refused_share for r in cell]), 1),
+                fmt(finite_median([100 * r.modelled_share for r in cell]), 1),
+                fmt(finite_median([r.refusal_cost_s for r in cell]), 2),
+                fmt(finite_median([r.commit_path_load for r in cell]), 2),
             ]
         )
     every = [
@@ -352,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
                     runs.append(r)
         finally:
             kafka.stop()
-    verify(runs)
+    check_exactly_once(runs, lambda r: r.offered)
     report = write_report(runs, a, drivers, facts)
     shutil.rmtree(work, ignore_errors=True)
     print(f"bench.scale_out: report written to {report}")

@@ -26,7 +26,6 @@ import json
 import logging
 import math
 import shutil
-import statistics
 import sys
 import time
 import uuid
@@ -37,10 +36,10 @@ from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders.base import RunContext, tail
 from bench.contenders.sharelake import SharelakeJob, parse_job_log, start_sharelake
 from bench.delta_log import data_commits, read_commits
-from bench.figures import finite_or_none, fmt, fmt_rate, md_table
+from bench.figures import finite_median, finite_or_none, fmt, fmt_rate, md_table
 from bench.machine import machine_facts
 from bench.settings import RESULTS_DIR, WORK_ROOT, BenchSettings
-from bench.verify import check_table, open_spark
+from bench.verify import check_exactly_once
 from bench.workload import produce_backlog
 
 log = logging.getLogger("bench")
@@ -115,26 +114,6 @@ def run_jobs(kafka: EmbeddedKafka, s: BenchSettings, topic: str, k: int, i: int,
     return out
 
 
-def verify(runs: list[JobsRun], expected: int) -> None:
-    """Rows and duplicate offsets of every table (one SparkSession); a table that is not exactly once fails its run."""
-    spark = open_spark()
-    try:
-        for r in runs:
-            if not r.ok:
-                continue
-            check = check_table(spark, Path(r.table))
-            r.rows, r.duplicates = check.rows, check.duplicates
-            if r.rows != expected or r.duplicates:
-                r.ok, r.error = False, f"not exactly once: {r.rows} rows of {expected}, {r.duplicates} duplicates"
-    finally:
-        spark.stop()
-
-
-def _median(values: list[float]) -> float:
-    finite = [v for v in values if math.isfinite(v)]
-    return statistics.median(finite) if finite else math.nan
-
-
 def write_report(runs: list[JobsRun], s: BenchSettings, jobs: list[int], facts: dict[str, str], path: Path) -> Path:
     ok = [r for r in runs if r.ok]
     one = {r.round: r.steady_rate for r in ok if r.jobs == 1}
@@ -150,13 +129,13 @@ def write_report(runs: list[JobsRun], s: BenchSettings, jobs: list[int], facts: 
             [
                 str(k),
                 f"{len(cell)} / {len([r for r in runs if r.jobs == k])}",
-                fmt_rate(_median([r.steady_rate for r in cell])),
-                fmt(_median([ratio(r) for r in cell]), 2) if k != 1 else "1",
-                fmt_rate(_median([r.scheduled_rate for r in cell])),
-                fmt(_median([float(r.commits) for r in cell]), 0),
-                fmt(_median([r.refused_per_commit for r in cell]), 2),
-                fmt(_median([r.refused_s for r in cell]), 2),
-                fmt(_median([100 * r.refused_share_of_write for r in cell]), 1),
+                fmt_rate(finite_median([r.steady_rate for r in cell])),
+                fmt(finite_median([ratio(r) for r in cell]), 2) if k != 1 else "1",
+                fmt_rate(finite_median([r.scheduled_rate for r in cell])),
+                fmt(finite_median([float(r.commits) for r in cell]), 0),
+                fmt(finite_median([r.refused_per_commit for r in cell]), 2),
+                fmt(finite_median([r.refused_s for r in cell]), 2),
+                fmt(finite_median([100 * r.refused_share_of_write for r in cell]), 1),
             ]
         )
     round_rows = [
@@ -280,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
                     r = run_jobs(kafka, s, topic, k, i, work / "runs" / f"r{i}-k{k}")
                     log.info("  -> %s", f"{r.steady_rate:,.0f} rows/s steady" if r.ok else f"FAILED: {r.error[:300]}")
                     runs.append(r)
-        verify(runs, records)
+        check_exactly_once(runs, lambda r: records)
         report = write_report(runs, s, jobs, facts, s.results_dir / f"{stamp}-{s.size}.md")
     finally:
         if not s.keep_work:

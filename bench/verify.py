@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 import numpy as np
 from pyspark.sql import SparkSession
@@ -146,3 +148,33 @@ def table_latency(spark: SparkSession, table: Path, min_id: int, window_s: float
         windows=windows_of(produced, latency, window_s, span_s),
         proxy_ms=pdf["proxy_ms"].to_numpy(dtype=float) if proxy else None,
     )
+
+
+class TableRun(Protocol):
+    """A run that wrote one table: whether it went well, and what its table holds once checked."""
+
+    ok: bool
+    error: str
+    table: str
+    rows: int
+    duplicates: int
+
+
+R = TypeVar("R", bound=TableRun)
+
+
+def check_exactly_once(runs: Sequence[R], expected: Callable[[R], int]) -> None:
+    """Rows and duplicate offsets of every ok run's table (one SparkSession); a table that does not
+    hold exactly `expected(run)` rows, each offset once, fails its run."""
+    spark = open_spark()
+    try:
+        for r in runs:
+            if not r.ok:
+                continue
+            check = check_table(spark, Path(r.table))
+            r.rows, r.duplicates = check.rows, check.duplicates
+            want = expected(r)
+            if r.rows != want or r.duplicates:
+                r.ok, r.error = False, f"not exactly once: {r.rows} rows of {want}, {r.duplicates} duplicates"
+    finally:
+        spark.stop()

@@ -21,6 +21,7 @@ from app.run import faults
 from app.run.class_archive import ARCHIVES_ENV
 from app.run.spark_session import build_spark, launch_conf
 from app.testing.kafka_broker import EmbeddedKafka
+from app.testing.plugin import SPARK_CONF
 from app.testing.schema_registry import EmbeddedSchemaRegistry
 from devkit import network
 from devkit.paths import CLASS_ARCHIVES, jars_env
@@ -32,15 +33,8 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 os.environ.setdefault("SHARELAKE_JARS", jars_env())
 os.environ.setdefault(ARCHIVES_ENV, str(CLASS_ARCHIVES))  # the driver JVM's class archive, when built
 
-# beside Sharelake's own settings (app.run.spark_session.SHARELAKE_CONF): a small, loopback-only session
-TEST_SPARK_CONF = {
-    "spark.ui.enabled": "false",
-    "spark.driver.host": "127.0.0.1",
-    "spark.driver.bindAddress": "127.0.0.1",
-    "spark.default.parallelism": "2",
-    "spark.sql.shuffle.partitions": "2",
-    "spark.databricks.delta.snapshotPartitions": "2",
-}
+# beside Sharelake's own settings (app.run.spark_session.SHARELAKE_CONF): the kit's small, loopback-only session
+TEST_SPARK_CONF = SPARK_CONF
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from app.testing.maven_artifacts import Artifact, locked
+from app.testing.maven_artifacts import locked, parse_lock
 from devkit import artifact_locks
 from devkit.paths import CACHE_DIR, PROJECT_ROOT, TESTING_VENV
 
@@ -24,16 +24,12 @@ KIT_CACHE = CACHE_DIR / "testing-kit"
 CHECKOUT_ENV = ("SHARELAKE_JARS", "SHARELAKE_KAFKA_JARS", "SHARELAKE_REGISTRY_DIR", "SHARELAKE_CLASS_ARCHIVES")
 
 
-def lock_lines(text: str) -> list[Artifact]:
-    return [Artifact.parse(line) for line in text.splitlines() if line and not line.startswith("#")]
-
-
 def test_the_kits_locks_pin_the_jars_the_checkouts_tests_run() -> None:
-    assert locked("kafka-broker.lock") == lock_lines(artifact_locks.kafka_broker_lock()), (
+    assert locked("kafka-broker.lock") == parse_lock(artifact_locks.kafka_broker_lock()), (
         "app/testing/kafka-broker.lock differs from conf/maven/kafka-broker.pom.xml's jars: "
         "run `python -m devkit.artifact_locks`"
     )
-    assert locked("schema-registry.lock") == lock_lines(artifact_locks.schema_registry_lock())
+    assert locked("schema-registry.lock") == parse_lock(artifact_locks.schema_registry_lock())
 
 
 def test_the_manuals_example_passes_from_the_installed_wheel(tmp_path: Path) -> None:

@@ -60,10 +60,14 @@ class Artifact:
         return f"{repo.rstrip('/')}/{self.group.replace('.', '/')}/{self.name}/{self.version}/{self.file_name}"
 
 
+def parse_lock(text: str) -> list[Artifact]:
+    """The artifacts a lock file's text pins (one per line; `#` lines are comments)."""
+    return [Artifact.parse(line) for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
 def locked(lock: str) -> list[Artifact]:
     """The artifacts a lock file of this package pins."""
-    text = resources.files(__package__).joinpath(lock).read_text()
-    return [Artifact.parse(line) for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    return parse_lock(resources.files(__package__).joinpath(lock).read_text())
 
 
 def cache_dir() -> Path:
