@@ -68,8 +68,8 @@ $(CACHE)/dist/sharelake-runtime.tar.gz: $(RUNTIME)/.installed
 
 # the driver JVM's class-data-sharing archive (app/run/class_archive.py): a training run writes the
 # classes the write path loads; every later driver maps them instead of loading them (seconds off each start)
-$(CACHE)/cds/.built: $(VENV)/.installed $(CACHE)/jars/spark/.resolved app/run/class_archive.py
-	SHARELAKE_JARS=$(abspath $(CACHE))/jars/spark SHARELAKE_CLASS_ARCHIVES=$(abspath $(CACHE))/cds $(VENV)/bin/python -m app.run.class_archive
+$(CACHE)/cds/.built: $(VENV)/.installed $(CACHE)/jars/spark/.resolved app/run/class_archive.py app/run/class_archive_build.py
+	SHARELAKE_JARS=$(abspath $(CACHE))/jars/spark SHARELAKE_CLASS_ARCHIVES=$(abspath $(CACHE))/cds $(VENV)/bin/python -m app.run.class_archive_build
 	@if ls $(CACHE)/cds/*.jsa >/dev/null 2>&1; then touch $@; fi
 
 # Kafka broker + tools, for the embedded broker (its own JVM classpath)

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from importlib import import_module
 from typing import Protocol
 
-from app.config.error_lines import DependencyOutage, one_line
-from app.config.settings import ConfigError, SharelakeConfig, load_config
+from app.config.settings import ConfigError
+from app.failures.errors import DependencyOutage, one_line
 from app.observe import console
 
 CONFIG_ERROR_EXIT = 2
@@ -62,17 +62,6 @@ def parser() -> argparse.ArgumentParser:
         sub = subs.add_parser(name, help=cmd.HELP, description=cmd.HELP)
         cmd.configure(sub)
     return top
-
-
-def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--config` and `--set`, for every subcommand that reads a config."""
-    parser.add_argument("--config", required=True, help="TOML config file (see conf/local.toml)")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a key")
-
-
-def job_config(args: argparse.Namespace) -> SharelakeConfig:
-    """The config named by `--config`, with the `--set` overrides (ConfigError when it is wrong)."""
-    return load_config(args.config, args.set)
 
 
 def config_failure(e: ConfigError) -> int:

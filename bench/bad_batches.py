@@ -28,12 +28,12 @@ from app.bridge.arrow_rows import poll_rows
 from app.bridge.record_buffer import Poll, RecordBuffer
 from app.bridge.synthetic_record import SyntheticRecord
 from app.config.settings import BatchConfig
+from app.formats.json import JsonFormat, JsonSettings
 from app.run.spark_session import build_spark
-from app.sink.dead_letter_sink import DeltaDeadLetters
-from app.sink.delta_sink import DeltaSink
-from app.sink.destinations import Destination, dead_letter_table, main_table
-from app.sink.formats.json import JsonFormat, JsonSettings
-from app.sink.table_location import TableLocation
+from app.sink.batch.delta_sink import DeltaSink
+from app.sink.dead_letter.sinks import DeltaDeadLetters
+from app.sink.write.destinations import Destination, dead_letter_table, main_table
+from app.table.location import TableLocation
 from devkit.sample_data import EVENT_SCHEMA, event_value
 
 TOPIC = "bench-bad-batches"

@@ -27,12 +27,12 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import Message
 from pyspark.sql import SparkSession
 
+from app.formats.avro import AvroFormat, AvroSettings
+from app.formats.base import PayloadFormat, RegistrySettings
+from app.formats.protobuf import ProtobufFormat, ProtobufSettings
 from app.run.spark_session import build_spark
-from app.sink.formats.avro import AvroFormat, AvroSettings
-from app.sink.formats.base import PayloadFormat, RegistrySettings
-from app.sink.formats.protobuf import ProtobufFormat, ProtobufSettings
-from app.sink.table_location import TableLocation
-from app.sink.write_columns import ROW_SCHEMA
+from app.table.columns import ROW_SCHEMA
+from app.table.location import TableLocation
 from app.testing.schema_registry import EmbeddedSchemaRegistry
 from devkit.sample_data import EVENT_AVRO_SCHEMA, avro_values, event_record
 

@@ -131,8 +131,8 @@ class SoakRun:
         return self.rows - self.distinct_offsets
 
 
-REPLANNED = ": re-planned, "  # app.sink.table_writer: another writer committed planned records first
-REFUSED = ": another writer committed first"  # app.sink.delta_writer: Delta refused a commit
+REPLANNED = ": re-planned, "  # app.sink.write.table_writer: another writer committed planned records first
+REFUSED = ": another writer committed first"  # app.sink.delta.writer: Delta refused a commit
 
 
 def race_counts(logs: Iterable[Path]) -> tuple[int, int]:

@@ -3,7 +3,7 @@
     python -m devkit.config_reference > docs/configuration.md
 
 Every key's type, default and description come from the pydantic models (`app.config.settings`, the payload
-formats' settings in `app.sink.formats`), so a key is documented once, on its `Field`. The committed
+formats' settings in `app.formats`), so a key is documented once, on its `Field`. The committed
 file is checked against this output by `tests/test_docs.py`, which fails when they differ.
 """
 
@@ -21,14 +21,14 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from app.config.settings import SharelakeConfig, TopicRoute
-from app.sink.formats import PayloadSettings
-from app.sink.formats.base import FormatSettings, RegistrySettings
+from app.formats import PayloadSettings
+from app.formats.base import FormatSettings, RegistrySettings
 
 HEADER = """\
 # Configuration reference
 
 <!-- Generated from the config models by `python -m devkit.config_reference > docs/configuration.md`:
-edit the `Field(description=...)` in app/config/settings.py or app/sink/formats/, not this file
+edit the `Field(description=...)` in app/config/settings.py or app/formats/, not this file
 (tests/test_docs.py fails when the two differ). -->
 
 A Sharelake config is a TOML file, given with `--config FILE`; any key can be overridden with

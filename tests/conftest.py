@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.run import faults
+from app.failures import faults
 from app.run.class_archive import ARCHIVES_ENV
 from app.run.spark_session import build_spark, launch_conf
 from app.testing.kafka_broker import EmbeddedKafka

@@ -1,6 +1,6 @@
 """Test-only proofs: a CommitProof without a Delta commit behind it, for the state machine's unit tests.
 
-Production code gets proofs from `app.sink.delta_writer.DeltaWriter` only; a test that needs one
+Production code gets proofs from `app.sink.delta.writer.DeltaWriter` only; a test that needs one
 without a real append takes it from here, so the name says what it is.
 """
 

@@ -22,8 +22,8 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
-from app.config.error_lines import DependencyOutage
 from app.config.settings import ConfigError
+from app.failures.errors import DependencyOutage
 from app.run.pipeline import run_ingest
 from app.testing.kafka_broker import EmbeddedKafka
 from app.testing.schema_registry import EmbeddedSchemaRegistry

@@ -17,12 +17,12 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from app.config.settings import SharelakeConfig
+from app.failures import faults
 from app.ops.replay import replay_dead_letters
-from app.run import faults
 from app.run.pipeline import run_ingest
-from app.sink.commit_log import DeltaCommitLog
-from app.sink.dedup_cache import DedupCache
-from app.sink.table_location import TableLocation
+from app.sink.dedup.cache import DedupCache
+from app.sink.dedup.commit_log import DeltaCommitLog
+from app.table.location import TableLocation
 from app.testing.kafka_broker import EmbeddedKafka
 from devkit.sample_data import produce_json_events, produce_records
 from tests.ingest_config import ingest_config

@@ -23,12 +23,12 @@ from app.bridge.arrow_rows import poll_rows
 from app.bridge.record_buffer import Poll, RecordBuffer
 from app.bridge.synthetic_record import SyntheticRecord
 from app.config.settings import BatchConfig
-from app.sink.dead_letter_sink import DeltaDeadLetters
-from app.sink.dedup_table import DedupTable
-from app.sink.delta_sink import DeltaSink
-from app.sink.destinations import Destination, dead_letter_table, main_table
-from app.sink.formats.json import JsonFormat, JsonSettings
-from app.sink.table_location import TableLocation
+from app.formats.json import JsonFormat, JsonSettings
+from app.sink.batch.delta_sink import DeltaSink
+from app.sink.dead_letter.sinks import DeltaDeadLetters
+from app.sink.dedup.dedup_table import DedupTable
+from app.sink.write.destinations import Destination, dead_letter_table, main_table
+from app.table.location import TableLocation
 from devkit.sample_data import EVENT_SCHEMA, event_value
 from tests.table_checks import dead_letters_by_key
 from tests.test_lifecycle import state_of

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.sink.batch_budget import BatchBudget
+from app.sink.batch.budget import BatchBudget
 
 
 def test_cheap_batches_take_all_they_may() -> None:

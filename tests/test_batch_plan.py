@@ -20,11 +20,11 @@ from app.acknowledge.proof import Decision, IllegalTransition, RecordState
 from app.bridge.arrow_rows import poll_rows
 from app.bridge.record_buffer import Poll
 from app.bridge.synthetic_record import SyntheticRecord
-from app.sink.batch_plan import CANDIDATE, COPY, PARKED, PRESENT, BatchPlan, Verdict, plan_batch
-from app.sink.dedup_cache import DedupCache
-from app.sink.formats.base import precheck
-from app.sink.formats.raw import RawSettings
-from app.sink.offset_ranges import OffsetRanges
+from app.formats.base import precheck
+from app.formats.raw import RawSettings
+from app.sink.batch.plan import CANDIDATE, COPY, PARKED, PRESENT, BatchPlan, Verdict, plan_batch
+from app.sink.dedup.cache import DedupCache
+from app.sink.dedup.offset_ranges import OffsetRanges
 from tests.proofs import proof_for_tests
 from tests.test_lifecycle import state_of
 

@@ -2,7 +2,7 @@
 
 Delta serialises the commits to a `file:` table inside one JVM only (its local rename replaces a
 commit file that appeared meanwhile), so Sharelake's drivers take turns on
-a lock file beside the table (`app.sink.commit_lock`). Here another process, standing in for
+a lock file beside the table (`app.sink.delta.commit_lock`). Here another process, standing in for
 another driver, holds the lock: this driver's append writes its files but commits only once the
 other lets go. Found by `bench.scale_out`, where two drivers lost an ACCEPTed commit without it.
 """
@@ -19,9 +19,9 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from app.sink.commit_lock import lock_path, on_local_disk
-from app.sink.delta_writer import DeltaWriter
-from app.sink.table_location import TableLocation
+from app.sink.delta.commit_lock import lock_path, on_local_disk
+from app.sink.delta.writer import DeltaWriter
+from app.table.location import TableLocation
 from tests.waiting import wait_for
 
 HOLD = """

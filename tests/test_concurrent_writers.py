@@ -34,15 +34,15 @@ from app.bridge.arrow_rows import poll_rows
 from app.bridge.record_buffer import Poll, RecordBuffer
 from app.bridge.synthetic_record import SyntheticRecord
 from app.config.settings import BatchConfig
-from app.run import faults
-from app.sink.commit_log import user_metadata_json
-from app.sink.dead_letter_sink import DeltaDeadLetters
-from app.sink.dedup_table import micros
-from app.sink.delta_sink import DeltaSink
-from app.sink.destinations import Destination, dead_letter_table, main_table
-from app.sink.formats.raw import RawFormat, RawSettings
-from app.sink.offset_ranges import BatchOffsets, OffsetRanges
-from app.sink.table_location import TableLocation
+from app.failures import faults
+from app.formats.raw import RawFormat, RawSettings
+from app.sink.batch.delta_sink import DeltaSink
+from app.sink.dead_letter.sinks import DeltaDeadLetters
+from app.sink.dedup.commit_log import user_metadata_json
+from app.sink.dedup.dedup_table import micros
+from app.sink.dedup.offset_ranges import BatchOffsets, OffsetRanges
+from app.sink.write.destinations import Destination, dead_letter_table, main_table
+from app.table.location import TableLocation
 from devkit.sample_data import Produced
 from tests.table_checks import assert_exactly_once
 from tests.test_dedup_cache import holds

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from app.config.settings import ConfigError, load_config
-from app.sink.table_location import TableLocation
+from app.table.location import TableLocation
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRED = ["kafka.bootstrap_servers=h:1", "kafka.topic=t", "kafka.group_id=g", "delta.table_path=/tmp/x"]

@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 from app.config.settings import ConfigError
 from app.run import preflight
 from app.run.pipeline import run_ingest
-from app.sink.table_location import TableLocation
+from app.table.location import TableLocation
 from app.testing.kafka_broker import EmbeddedKafka, free_port
 from tests.ingest_config import ingest_config
 from tests.job_runner import ROOT

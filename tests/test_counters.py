@@ -6,8 +6,8 @@ from app.consume.member import MemberStats
 from app.consume.member_pool import PoolGauges
 from app.observe.counters import catalogue, collect, summed
 from app.run.pipeline import RunSummary
-from app.sink.dedup_table import TableStats
-from app.sink.sink_stats import PHASES, SinkStats
+from app.sink.batch.stats import PHASES, SinkStats
+from app.sink.dedup.dedup_table import TableStats
 
 
 def owners() -> list[object]:

@@ -1,7 +1,7 @@
 """kill -9 of the driver at each dangerous point, then a restart: nothing lost, nothing doubled.
 
 The job runs as users run it (spark-submit.sh) in its own process; an injected fault point
-SIGKILLs the Python driver at the exact moment under test (app/run/faults.py).
+SIGKILLs the Python driver at the exact moment under test (app/failures/faults.py).
 """
 
 from __future__ import annotations

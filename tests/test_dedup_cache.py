@@ -13,16 +13,16 @@ from typing import Any
 import numpy as np
 from pyspark.sql import SparkSession
 
-from app.sink.commit_log import (
+from app.sink.dedup.cache import DedupCache
+from app.sink.dedup.commit_log import (
     DeltaCommitLog,
     SharelakeCommit,
     parse_user_metadata,
     repair_metadata_json,
     user_metadata_json,
 )
-from app.sink.dedup_cache import DedupCache
-from app.sink.offset_ranges import OffsetRanges
-from app.sink.table_location import TableLocation
+from app.sink.dedup.offset_ranges import OffsetRanges
+from app.table.location import TableLocation
 
 
 def holds(cache: DedupCache, topic: str, partition: int, offset: int) -> bool:

@@ -17,13 +17,13 @@ from confluent_kafka import Consumer
 from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import SparkSession
 
-from app.config.error_lines import ConfigError
 from app.config.settings import KafkaConfig
 from app.consume.group_admin import GroupAdmin
 from app.consume.group_client import NO_SUCH_GROUP, GroupState
 from app.consume.group_types import group_type
 from app.consume.java_admin import java_admin_config
 from app.consume.member_pool import MemberPool
+from app.failures.errors import ConfigError
 from app.ops.group_status import GroupStatus, read_group_status
 from app.run.pipeline import RunSummary, run_ingest
 from app.testing.kafka_broker import EmbeddedKafka, free_port

@@ -21,7 +21,7 @@ from pyspark.sql import SparkSession
 
 from app.consume.member_pool import MemberPool
 from app.run.pipeline import run_ingest
-from app.sink.sink_stats import PHASES
+from app.sink.batch.stats import PHASES
 from app.testing.kafka_broker import EmbeddedKafka, free_port
 from devkit.sample_data import Produced, produce_json_events
 from tests.ingest_config import ingest_config

@@ -13,10 +13,10 @@ from pyspark.sql import SparkSession
 
 from app.bridge.arrow_rows import poll_rows
 from app.bridge.synthetic_record import SyntheticRecord
-from app.sink.formats.base import precheck
-from app.sink.formats.json import JsonFormat, JsonSettings
-from app.sink.table_location import TableLocation
-from app.sink.write_columns import stamped
+from app.formats.base import precheck
+from app.formats.json import JsonFormat, JsonSettings
+from app.table.columns import stamped
+from app.table.location import TableLocation
 
 RECORDS: Any = [
     SyntheticRecord("t", 0, offset, key=b"k%d" % offset, value=value, timestamp_ms=1_700_000_000_000)

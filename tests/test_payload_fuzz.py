@@ -1,7 +1,7 @@
 """Property-based fuzzing of every payload format's decode path (bad input, at scale).
 
 Owns the fuzzing of what a record's bytes meet on their way into a table: the Confluent wire header
-(`app.sink.formats.wire`, against a reference parser), the Protobuf decode of Spark's workers
+(`app.formats.wire`, against a reference parser), the Protobuf decode of Spark's workers
 (`protobuf_decode`, on the driver), and every format end to end as the table writer drives it
 (`precheck`, the format's `read`, then one Spark job over the real frame: `BatchRead.parse`, the bad
 rows collected with their class and message, the rest read into the main table's columns): raw,
@@ -49,10 +49,9 @@ from pyspark.sql.pandas.types import to_arrow_type
 
 from app.bridge.arrow_rows import poll_rows
 from app.bridge.synthetic_record import SyntheticRecord
-from app.sink.destinations import main_table
-from app.sink.formats import payload_format
-from app.sink.formats.avro import AvroSettings
-from app.sink.formats.base import (
+from app.formats import payload_format
+from app.formats.avro import AvroSettings
+from app.formats.base import (
     BAD,
     ERROR_CLASS,
     ERROR_MESSAGE,
@@ -63,21 +62,22 @@ from app.sink.formats.base import (
     RegistrySettings,
     precheck,
 )
-from app.sink.formats.json import JsonSettings
-from app.sink.formats.json_schema import JsonSchemaSettings
-from app.sink.formats.keys import KeyedFormat
-from app.sink.formats.protobuf import ProtobufFormat, ProtobufSettings
-from app.sink.formats.protobuf import spark_type as protobuf_spark_type
-from app.sink.formats.protobuf_decode import DecodePlan, Writer, decode_values
-from app.sink.formats.protobuf_schemas import writer_schema
-from app.sink.formats.raw import RawSettings
-from app.sink.formats.registry import WARM_UP_ID
-from app.sink.formats.shape import Shape
-from app.sink.formats.text import TextSettings
-from app.sink.formats.wire import MAX_DEPTH, header, message_headers, schema_ids
-from app.sink.table_location import TableLocation
-from app.sink.table_writer import ROW
-from app.sink.write_columns import stamped
+from app.formats.json import JsonSettings
+from app.formats.json_schema import JsonSchemaSettings
+from app.formats.keys import KeyedFormat
+from app.formats.protobuf import ProtobufFormat, ProtobufSettings
+from app.formats.protobuf import spark_type as protobuf_spark_type
+from app.formats.protobuf_decode import DecodePlan, Writer, decode_values
+from app.formats.protobuf_schemas import writer_schema
+from app.formats.raw import RawSettings
+from app.formats.registry import WARM_UP_ID
+from app.formats.shape import Shape
+from app.formats.text import TextSettings
+from app.formats.wire import MAX_DEPTH, header, message_headers, schema_ids
+from app.sink.write.destinations import main_table
+from app.sink.write.table_writer import ROW
+from app.table.columns import stamped
+from app.table.location import TableLocation
 from app.testing.schema_registry import EmbeddedSchemaRegistry
 from devkit.sample_data import EVENT_AVRO_SCHEMA, EVENT_AVRO_SCHEMA_V2, EVENT_SCHEMA, avro_values, event_record
 from tests.test_json_schema import EVENT_SCHEMA as EVENT_JSON_SCHEMA

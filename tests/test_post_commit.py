@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import AcknowledgeType, Message, ShareConsumer
 from pyspark.sql import SparkSession
 
-from app.run import faults
+from app.failures import faults
 from app.run.pipeline import run_ingest
 from app.testing.kafka_broker import EmbeddedKafka
 from devkit.sample_data import produce_json_events

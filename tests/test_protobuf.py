@@ -31,13 +31,14 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_type
 
+from app.failures.errors import DependencyUnavailable
+from app.formats.base import PARSED, RegistrySettings
+from app.formats.protobuf import ProtobufFormat, ProtobufSettings, spark_type
+from app.formats.protobuf_decode import DecodePlan, Writer, decode_values
+from app.formats.protobuf_schemas import message_at, writer_schema
+from app.formats.shape import Shape
 from app.run.pipeline import run_ingest
-from app.sink.formats.base import PARSED, DependencyUnavailable, RegistrySettings
-from app.sink.formats.protobuf import ProtobufFormat, ProtobufSettings, spark_type
-from app.sink.formats.protobuf_decode import DecodePlan, Writer, decode_values
-from app.sink.formats.protobuf_schemas import message_at, writer_schema
-from app.sink.formats.shape import Shape
-from app.sink.table_location import TableLocation
+from app.table.location import TableLocation
 from app.testing.kafka_broker import EmbeddedKafka
 from app.testing.schema_registry import EmbeddedSchemaRegistry
 from devkit.sample_data import produce_records

@@ -15,7 +15,7 @@ from chispa import assert_df_equality
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from app.sink.destinations import counter_prefix
+from app.sink.write.destinations import counter_prefix
 from app.testing.kafka_broker import EmbeddedKafka
 from app.testing.schema_registry import EmbeddedSchemaRegistry
 from devkit.sample_data import (

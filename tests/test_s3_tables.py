@@ -20,11 +20,12 @@ import pytest
 from pyspark.sql import SparkSession
 
 from app.config.settings import ConfigError, load_config
-from app.run import faults, preflight
+from app.failures import faults
+from app.failures.errors import DependencyUnavailable
+from app.run import preflight
 from app.run.pipeline import run_ingest
-from app.sink.formats.base import DependencyUnavailable
-from app.sink.table_location import TableLocation
-from app.sink.writer_lease import LEASE_FILE, LeaseLostError, WriterLease
+from app.sink.delta.writer_lease import LEASE_FILE, LeaseLostError, WriterLease
+from app.table.location import TableLocation
 from app.testing.kafka_broker import EmbeddedKafka, free_port
 from devkit.s3_server import EmbeddedS3
 from devkit.sample_data import produce_json_events
@@ -254,7 +255,7 @@ def test_an_s3_store_that_does_not_answer_at_start_is_an_outage_and_a_host_that_
     spark: SparkSession, s3: EmbeddedS3, unique: str
 ) -> None:
     """The start-up check of a table path on S3 tells an outage (the store refuses the connection:
-    waited for, `app.sink.dependency_wait`) from a wrong setting (an endpoint whose host does not
+    waited for, `app.failures.dependency_wait`) from a wrong setting (an endpoint whose host does not
     resolve: one line, exit 2). Per-bucket S3A settings point two buckets elsewhere, with S3A's
     retries off so each check fails at once."""
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]

@@ -21,17 +21,17 @@ from app.acknowledge.proof import RecordState
 from app.bridge.arrow_rows import poll_rows
 from app.bridge.record_buffer import Poll, RecordBuffer
 from app.bridge.synthetic_record import SyntheticRecord
-from app.config.error_lines import ConfigError
 from app.config.settings import BatchConfig
-from app.sink.dead_letter_sink import DeltaDeadLetters
-from app.sink.delta_sink import DeltaSink
-from app.sink.destinations import Destination, dead_letter_table, main_table
-from app.sink.formats import payload_format
-from app.sink.formats.json import JsonSettings
-from app.sink.table_layout import TableLayout
-from app.sink.table_location import TableLocation
-from app.sink.upsert import Upsert
-from app.sink.write_mode import Append
+from app.failures.errors import ConfigError
+from app.formats import payload_format
+from app.formats.json import JsonSettings
+from app.sink.batch.delta_sink import DeltaSink
+from app.sink.dead_letter.sinks import DeltaDeadLetters
+from app.sink.write.destinations import Destination, dead_letter_table, main_table
+from app.sink.write.mode import Append
+from app.sink.write.upsert import Upsert
+from app.table.layout import TableLayout
+from app.table.location import TableLocation
 from tests.table_checks import dead_letters_by_key
 from tests.test_lifecycle import state_of
 

@@ -24,7 +24,7 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from pyspark.sql import SparkSession
 
-from app.config.error_lines import ConfigError
+from app.failures.errors import ConfigError
 from app.run.pipeline import run_ingest
 from app.testing.kafka_broker import EmbeddedKafka
 from app.testing.schema_registry import EmbeddedSchemaRegistry

@@ -14,7 +14,7 @@ States: ACQUIRED -> ACCEPTED | RELEASED | REJECTED. Any other transition raises
   to the member as acknowledge commands, so nothing touches a record after its decision.
 
 Created by a group member for each poll (`app.consume.member`), decided by the Delta sink
-(`app.sink.delta_sink`, through its batch plan) or by the member itself on shutdown; the decisions
+(`app.sink.batch.delta_sink`, through its batch plan) or by the member itself on shutdown; the decisions
 travel to the member thread as `AckCommand`s on its queue. The decision types and the proof live in
 `app.acknowledge.proof`; the poll's Arrow rows travel beside it (`app.bridge.record_buffer.Poll`).
 """

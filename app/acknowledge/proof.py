@@ -1,7 +1,7 @@
 """The decision types and the commit proof: what a record's decision is, and what it rests on.
 
 Imported by the record lifecycle (`app.acknowledge.lifecycle`), the Delta writer (which alone mints
-a `CommitProof`, `app.sink.delta_writer`), the batch plan and the sink. Nothing here imports Kafka
+a `CommitProof`, `app.sink.delta.writer`), the batch plan and the sink. Nothing here imports Kafka
 or Arrow, so the sink's side and the consumer's side meet in these types without importing each other.
 """
 
@@ -47,7 +47,7 @@ class CommitProof:
 
     @classmethod
     def _mint(cls, table: str, version: int, already_present: bool = False) -> CommitProof:
-        """For `app.sink.delta_writer` (and the test-only factory): the one way to make a proof."""
+        """For `app.sink.delta.writer` (and the test-only factory): the one way to make a proof."""
         proof = object.__new__(cls)
         object.__setattr__(proof, "table", table)
         object.__setattr__(proof, "version", version)

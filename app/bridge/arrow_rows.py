@@ -2,8 +2,8 @@
 
 `RECORD_SCHEMA` is a Kafka record as a row (the identity, key, value, headers, timestamp and
 delivery count). The columns a write adds (`ingested_at`, `batch_id`: `ROW_SCHEMA`) and the
-stamping belong to the sink (`app.sink.write_columns`). The main table's metadata columns
-(`app.sink.formats.base`) and the dead-letter table's record columns (`app.sink.dead_letter`) are
+stamping belong to the sink (`app.table.columns`). The main table's metadata columns
+(`app.formats.base`) and the dead-letter table's record columns (`app.sink.dead_letter.rows`) are
 derived from these.
 
 `poll_rows` is called by each group member (`app.consume.member`) right after its poll, in

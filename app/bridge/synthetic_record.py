@@ -4,7 +4,7 @@ It has the parts of `confluent_kafka.Message` that Sharelake reads from a polled
 becomes a row (`app.bridge.arrow_rows.PolledRecord`: topic, partition, offset, key, value, headers,
 timestamp, delivery count), what the record lifecycle names in its errors
 (`app.acknowledge.lifecycle`) and `error()`, always None. The write-path warm-up
-(`app.sink.warm_up`) runs the real sink on such records, and the tests use them where a test needs
+(`app.sink.batch.warm_up`) runs the real sink on such records, and the tests use them where a test needs
 records but no broker (the lifecycle's state machine, two sinks racing on one table). Records for a
 broker are produced to it (`devkit.sample_data`).
 """

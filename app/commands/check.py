@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from app.cli import add_config_arguments, job_config
+from app.commands.config_arguments import add_config_arguments, job_config
 from app.run.pipeline import IngestRun
 from app.run.preflight import check_not_spark_connect
 from app.run.spark_session import build_spark

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from app.cli import add_config_arguments, job_config
+from app.commands.config_arguments import add_config_arguments, job_config
 from app.ops.table_summary import print_tables_summary
 from app.run.pipeline import IngestError, run_ingest
 from app.run.preflight import check_not_spark_connect

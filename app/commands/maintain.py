@@ -12,11 +12,11 @@ from __future__ import annotations
 import argparse
 import logging
 
-from app.cli import add_config_arguments, job_config
-from app.config.error_lines import one_line
+from app.commands.config_arguments import add_config_arguments, job_config
+from app.failures.errors import one_line
 from app.ops.maintenance import maintain_table
 from app.run.spark_session import build_spark
-from app.sink.catalog_tables import locate_tables
+from app.sink.delta.catalog_tables import locate_tables
 
 HELP = "compact (OPTIMIZE) and VACUUM every table the config writes"
 log = logging.getLogger("sharelake.maintain")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from app.cli import add_config_arguments, job_config
+from app.commands.config_arguments import add_config_arguments, job_config
 from app.config.settings import ConfigError
 from app.ops.replay import ReplayError, replay_dead_letters
 from app.ops.replay_broker_topic import replay_broker_dead_letters

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from app.cli import add_config_arguments, job_config
+from app.commands.config_arguments import add_config_arguments, job_config
 from app.ops.group_status import read_group_status
 from app.run.spark_session import build_spark
 

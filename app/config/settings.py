@@ -19,14 +19,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from app.config.error_lines import ConfigError
-from app.config.secrets import is_secret_key, resolve_secret
-from app.sink.formats import FORMATS, PayloadSettings
-from app.sink.formats.base import FormatSettings
-from app.sink.formats.raw import RawSettings
-from app.sink.table_layout import TableLayout
-from app.sink.table_location import TableLocation
-from app.sink.write_columns import ROW_SCHEMA
+from app.failures.errors import ConfigError
+from app.formats import FORMATS, PayloadSettings
+from app.formats.base import FormatSettings
+from app.formats.raw import RawSettings
+from app.secrets import is_secret_key, resolve_secret
+from app.table.columns import ROW_SCHEMA
+from app.table.layout import TableLayout
+from app.table.location import TableLocation
 
 __all__ = ["ConfigError", "Route", "SharelakeConfig", "load_config"]
 
@@ -278,7 +278,7 @@ MAX_CLUSTERING_COLUMNS = 4  # Delta's bound on a table's clustering columns
 
 class LayoutKeys(_Section):
     """A main table's layout keys: in `[delta]` for `kafka.topic`'s table, in `[topics.<name>]` for a
-    routed topic's (`app.sink.table_layout.TableLayout`, `docs/table-layouts.md`)."""
+    routed topic's (`app.table.layout.TableLayout`, `docs/table-layouts.md`)."""
 
     partition_by: list[str] = Field(
         default=[],
@@ -622,7 +622,7 @@ class SharelakeConfig(_Section):
     pump: PumpConfig = PumpConfig()
     batch: BatchConfig = BatchConfig()
     run: RunConfig = RunConfig()
-    payload: PayloadSettings = RawSettings()  # the format's own section (app.sink.formats)
+    payload: PayloadSettings = RawSettings()  # the format's own section (app.formats)
     write: WriteConfig = WriteConfig()
     dead_letter: DeadLetterConfig = DeadLetterConfig()
     metrics: MetricsConfig = MetricsConfig()
@@ -772,7 +772,7 @@ class SharelakeConfig(_Section):
 
     def locate_tables(self, locate: Callable[[str, str], str]) -> None:
         """Give each table named in the catalog its path: `locate(name, config key)` (at start,
-        with the session's catalog: app.sink.catalog_tables.locate_table)."""
+        with the session's catalog: app.sink.delta.catalog_tables.locate_table)."""
 
         def located(where: TableLocation, key: str) -> TableLocation:
             return where if where.name is None else where.located(locate(where.name, key))

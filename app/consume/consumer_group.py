@@ -21,7 +21,7 @@ the table holds. No group configs are set; members beyond the partition count wo
 pool is capped at it.
 
 `ConsumerGroupType.read_state` gives `sharelake status` (`app.ops.group_status`) and the lag gauge
-(`app.ops.group_lag`) the group's members and their partitions (librdkafka's `describe_consumer_groups`)
+(`app.observe.group_lag`) the group's members and their partitions (librdkafka's `describe_consumer_groups`)
 and, per partition of the subscribed topics, the committed offset and the lag: the end offset
 (read-committed) minus it. No JVM is needed.
 """

@@ -12,7 +12,7 @@
 
 A group type's `read_state` (`app.consume.group_client`) takes a `GroupAdmin` and uses the client
 it needs, so a consumer group's state needs no JVM and a share group's never opens the librdkafka
-client. Called by `app.ops.group_status` (`sharelake status`) and `app.ops.group_lag` (the lag gauge's
+client. Called by `app.ops.group_status` (`sharelake status`) and `app.observe.group_lag` (the lag gauge's
 thread owns one for the run); `close()` closes whichever clients were made.
 
 The start-up checks (`app.run.preflight`, a group type's `prepare`) keep using an `AdminClient` of

@@ -8,7 +8,7 @@ import graph has no cycle. Callers of the seam:
   `app.run.pipeline` (which build the type with `group_types.group_type`);
 - `app.consume.member_pool` (`GroupType.client`, `GroupType.member_cap`) and each member thread
   (`app.consume.member`), which only ever talks to its `GroupClient`;
-- `app.ops.group_status` (`sharelake status`) and `app.ops.group_lag` (the Prometheus lag gauge), through
+- `app.ops.group_status` (`sharelake status`) and `app.observe.group_lag` (the Prometheus lag gauge), through
   `GroupType.read_state` and the admin clients of `app.consume.group_admin.GroupAdmin`.
 
 Two types, each one module:

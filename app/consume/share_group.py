@@ -14,7 +14,7 @@ come back and are deduplicated).
 
 `ShareGroupType.read_state` reads the group's members and each share partition's start offset and
 lag through the Java Admin (`GroupAdmin.java`: `describeShareGroups`, `listShareGroupOffsets`), for
-`sharelake status` (`app.ops.group_status`) and the lag gauge (`app.ops.group_lag`). The lag is the broker's:
+`sharelake status` (`app.ops.group_status`) and the lag gauge (`app.observe.group_lag`). The lag is the broker's:
 records at or after the start offset not yet delivered to completion (available or in flight); how
 many are in flight now is not in the admin API.
 """
@@ -31,7 +31,6 @@ from py4j.protocol import Py4JJavaError
 
 from app.acknowledge.lifecycle import AckCommand
 from app.acknowledge.proof import Decision
-from app.config.error_lines import one_line
 from app.config.settings import MAX_RECORD_LOCKS, ConfigError, KafkaConfig, PumpConfig
 from app.consume.broker_dead_letter_topic import check_broker_dead_letter_topic
 from app.consume.group_admin import GroupAdmin
@@ -58,6 +57,7 @@ from app.consume.group_settings import (
     with_broker_defaults,
 )
 from app.consume.java_admin import ADMIN_TIMEOUT_MS
+from app.failures.errors import one_line
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ group type's (`GroupType.read_state`, `app.consume.group_client`; the type chose
 `app.consume.group_types`), read through `app.consume.group_admin.GroupAdmin`: a share group's members,
 share-partition start offsets and lag from the Kafka Java Admin; a consumer group's members,
 committed offsets and lag to the end offsets from librdkafka's. The commits come from each table's
-Delta history (the newest commit whose userMetadata Sharelake wrote, `app.sink.commit_log`). The
-job's lag gauge (`app.ops.group_lag`) reads the same group state on a timer.
+Delta history (the newest commit whose userMetadata Sharelake wrote, `app.sink.dedup.commit_log`). The
+job's lag gauge (`app.observe.group_lag`) reads the same group state on a timer.
 
 What the admin API gives per partition is an offset and a lag, not how many records are in flight
 (acquired, undecided) now; a running job's in-flight count is its own metric (polled minus decided).
@@ -25,13 +25,13 @@ from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from app.config.error_lines import ConfigError, one_line
 from app.config.settings import SharelakeConfig
 from app.consume.group_admin import GroupAdmin
 from app.consume.group_client import NO_SUCH_GROUP, GroupMember, GroupState, PartitionState
 from app.consume.group_types import group_type
-from app.sink.catalog_tables import locate_tables
-from app.sink.commit_log import parse_user_metadata
+from app.failures.errors import ConfigError, one_line
+from app.sink.dedup.commit_log import parse_user_metadata
+from app.sink.delta.catalog_tables import locate_tables
 
 __all__ = ["NO_SUCH_GROUP", "GroupStatus", "TableCommit", "last_sharelake_commit", "read_group_status"]
 

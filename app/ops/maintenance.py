@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from app.sink.commit_lock import commit_lock
-from app.sink.table_location import TableLocation
+from app.sink.delta.commit_lock import commit_lock
+from app.table.location import TableLocation
 
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ from pyspark.sql import functions as F
 from tenacity import Retrying, stop_after_attempt, wait_exponential_jitter
 
 from app.config.settings import ConfigError, SharelakeConfig
-from app.sink.catalog_tables import locate_tables
-from app.sink.commit_lock import commit_lock
-from app.sink.table_location import TableLocation
+from app.sink.delta.catalog_tables import locate_tables
+from app.sink.delta.commit_lock import commit_lock
+from app.table.location import TableLocation
 
 log = logging.getLogger(__name__)
 

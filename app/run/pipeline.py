@@ -39,25 +39,26 @@ from pyspark.sql.streaming import StreamingQuery
 
 from app.bridge.clock_stream import clock_session, clock_stream
 from app.bridge.record_buffer import RecordBuffer
-from app.config.error_lines import one_line
 from app.config.settings import Route, SharelakeConfig
 from app.consume.elastic import ElasticSizer
 from app.consume.group_client import GroupType, TablePositions, table_positions
+from app.consume.group_state_reader import GroupStateReader
 from app.consume.group_types import group_type
 from app.consume.member_pool import MemberPool
 from app.consume.share_group import ShareConsumerFactory
+from app.failures.dependency_wait import waiting_out_outages
+from app.failures.errors import one_line
+from app.formats.base import FormatSettings
 from app.observe.counters import collect
+from app.observe.group_lag import GroupLag
 from app.observe.metrics import ProgressListener, serve_metrics
-from app.ops.group_lag import GroupLag
 from app.run.preflight import ClientErrors, KafkaFacts, check_start
-from app.sink.dead_letter_sink import DeltaDeadLetters
-from app.sink.dedup_table import DedupTable
-from app.sink.delta_sink import DeltaSink
-from app.sink.dependency_wait import waiting_out_outages
-from app.sink.destinations import Destination, open_destinations
-from app.sink.formats.base import FormatSettings
-from app.sink.warm_up import warm_up
-from app.sink.writer_lease import WriterLease, hold_writer_leases, lease_checks
+from app.sink.batch.delta_sink import DeltaSink
+from app.sink.batch.warm_up import warm_up
+from app.sink.dead_letter.sinks import DeltaDeadLetters
+from app.sink.dedup.dedup_table import DedupTable
+from app.sink.delta.writer_lease import WriterLease, hold_writer_leases, lease_checks
+from app.sink.write.destinations import Destination, open_destinations
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +183,7 @@ class IngestRun:
     - `join`: the buffer, the member pool and the sink built; the members join the group (they
       acquire nothing before they poll); the metrics, the lag reader and the progress log start.
     - `warm`: older writers' leftover duplicates repaired, the write path warmed up
-      (`app.sink.warm_up`), the clock query started and its first micro-batch run, all before
+      (`app.sink.batch.warm_up`), the clock query started and its first micro-batch run, all before
       any record is locked.
     - `loop`: the members poll; the main thread watches the query and the members, ticks the
       elastic sizer, and ends the run when drained (`until-drained`) or on `stop_event`.
@@ -286,7 +287,10 @@ class IngestRun:
             self._closing.callback(listener.close)
         if not cfg.metrics.prometheus_port:
             return
-        group_lag = GroupLag(self.spark, cfg.kafka, self.opened.group, cfg.metrics.lag_interval_s)  # on a timer
+        group = self.opened.group
+        group_lag = GroupLag(  # on a timer
+            lambda: GroupStateReader(group, cfg.kafka, self.spark), cfg.kafka.subscribed, cfg.metrics.lag_interval_s
+        )
         group_lag.start()
         self._closing.callback(group_lag.stop)
         stop_metrics = serve_metrics(cfg.metrics.prometheus_port, cfg.metrics.prometheus_addr, self.owners, group_lag)

@@ -4,7 +4,7 @@ Called by `app.run.pipeline.run_ingest` before any member polls, and by `sharela
 (`check_start` with `apply=False`: the same checks, changing nothing on the broker). Each problem raises `ConfigError`
 with one line naming the key or the resource and the fix; the job prints it and exits with code 2.
 A broker that does not answer (none up yet, a cut network) is an outage, not a problem of the config:
-`DependencyUnavailable`, which the start waits out (`app.sink.dependency_wait`); an address that
+`DependencyUnavailable`, which the start waits out (`app.failures.dependency_wait`); an address that
 does not resolve is a wrong setting. So is a table's store (S3) that does not answer: an outage;
 a path that cannot be written is a wrong setting. Messages never include `kafka.client` values (they hold credentials).
 """
@@ -23,14 +23,13 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
-from app.config.error_lines import one_line
 from app.config.settings import ConfigError, SharelakeConfig
 from app.consume.group_client import GroupType
 from app.consume.group_settings import AUTHORIZATION, DELIVERY_LIMIT, broker_lock_cap, read_broker_settings
-from app.sink.catalog_tables import locate_tables
-from app.sink.formats.base import DependencyUnavailable
-from app.sink.table_location import TableLocation
-from app.sink.writer_lease import LEASE_FILE
+from app.failures.errors import DependencyUnavailable, one_line
+from app.sink.delta.catalog_tables import locate_tables
+from app.sink.delta.writer_lease import LEASE_FILE
+from app.table.location import TableLocation
 
 BROKER_TIMEOUT_S = 15.0  # how long start-up waits for a broker to answer
 PROBE_PREFIX = "_sharelake_write_probe"  # the file written (and deleted) to check a table path is writable
@@ -213,7 +212,7 @@ def check_dead_letter_cap(cfg: SharelakeConfig, group_settings: dict[str, str]) 
 
 def _ours(name: str) -> bool:
     """Files Sharelake keeps in a table's folder before the table exists: a writability probe (of
-    this or another starting job), the S3 writer lease (app.sink.writer_lease)."""
+    this or another starting job), the S3 writer lease (app.sink.delta.writer_lease)."""
     return PROBE_PREFIX in name or name == LEASE_FILE.split("/")[0]
 
 
@@ -268,7 +267,7 @@ def check_start(
     errors: ClientErrors,
     apply: bool = True,
 ) -> KafkaFacts:
-    """Every start-up check but the formats' (`app.sink.destinations` starts those): the broker and the
+    """Every start-up check but the formats' (`app.sink.write.destinations` starts those): the broker and the
     group (`check_kafka`), the dead-letter cap, the tables by catalog name, each table path."""
     check_not_spark_connect(spark)
     facts = check_kafka(admin, cfg, group, errors, apply)  # raises ConfigError: one line, exit code 2

@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from app.bridge.arrow_rows import RECORD_SCHEMA
-from app.sink.write_columns import WRITE_FIELDS
+from app.table.columns import WRITE_FIELDS
 
 # the Kafka record's metadata and the write's stamps: on every row Sharelake writes
 BOOKKEEPING = (*(f.name for f in RECORD_SCHEMA if f.name not in ("key", "value")), *(f.name for f in WRITE_FIELDS))

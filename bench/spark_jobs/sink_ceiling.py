@@ -7,7 +7,7 @@ workload produces them (`bench.workload.record_key` / `record_value`, partition 
 1, 2... per partition) in `app.bridge.arrow_rows.RECORD_SCHEMA`, split into batches of
 `--batch-rows`. Only then it prints `bench-started: <epoch seconds>` and writes each batch as
 `DeltaSink._write_main` writes the main table (stamp with a `_row` column, claimed offsets,
-`DeltaWriter.frame`, the JSON format's parse (`app.sink.formats.json`), the BAD count observed in the write job,
+`DeltaWriter.frame`, the JSON format's parse (`app.formats.json`), the BAD count observed in the write job,
 `main_rows`, `DeltaWriter.append` with the commit metadata), without the dedup caches, the driver
 checks or dead letters (the workload has no bad records: a batch that counts any fails the job).
 It prints `bench-finished: <epoch seconds>` once the writer is closed.
@@ -26,19 +26,19 @@ from pyspark.sql import functions as F
 
 from app.bridge.arrow_rows import RECORD_SCHEMA
 from app.cli import start_logging
+from app.formats.base import BAD
+from app.formats.json import JsonFormat, JsonSettings
 from app.run.spark_session import build_spark
-from app.sink.commit_log import user_metadata_json
-from app.sink.dedup_table import micros
-from app.sink.delta_writer import DeltaWriter
-from app.sink.formats.base import BAD
-from app.sink.formats.json import JsonFormat, JsonSettings
-from app.sink.offset_ranges import BatchOffsets
-from app.sink.table_location import TableLocation
-from app.sink.write_columns import stamped
+from app.sink.dedup.commit_log import user_metadata_json
+from app.sink.dedup.dedup_table import micros
+from app.sink.dedup.offset_ranges import BatchOffsets
+from app.sink.delta.writer import DeltaWriter
+from app.table.columns import stamped
+from app.table.location import TableLocation
 from bench.workload import record_key, record_value
 
 TOPIC = "sink-ceiling"
-ROW = "_row"  # as app.sink.table_writer.ROW: the row's index in the batch, carried through Spark
+ROW = "_row"  # as app.sink.write.table_writer.ROW: the row's index in the batch, carried through Spark
 
 
 def record_batches(records: int, partitions: int, batch_rows: int) -> list[pa.Table]:

@@ -1,0 +1,64 @@
+"""The payload formats: one module each, behind the seam of `app.formats.base`.
+
+`FORMATS` (the readers by name, for `app.config.settings`'s messages and `payload_format`) and
+`PayloadSettings` (the `[payload]` section: the settings model of the format its `format` key names,
+a pydantic discriminated union validated by `app.config.settings`; its order is the config reference's,
+`devkit.config_reference`) are both built from `READERS`. `payload_format` builds a format's reader
+(called by `app.run.pipeline`'s sinks and `app.commands.check`), wrapped in a `KeyedFormat`
+(`app.formats.keys`) when `key_format` is not raw. Adding a format: a module with its settings
+and its `PayloadFormat` (naming its settings in `settings_model`), and one line in `READERS`.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import Discriminator, Tag
+
+from app.formats.avro import AvroFormat
+from app.formats.base import FormatSettings, PayloadFormat
+from app.formats.json import JsonFormat
+from app.formats.json_schema import JsonSchemaFormat
+from app.formats.keys import KeyedFormat, key_reader
+from app.formats.protobuf import ProtobufFormat
+from app.formats.raw import RawFormat
+from app.formats.registry import SchemaRegistry
+from app.formats.text import TextFormat
+
+# every payload format, one line each
+READERS: tuple[type[PayloadFormat], ...] = (
+    RawFormat,
+    TextFormat,
+    JsonFormat,
+    AvroFormat,
+    ProtobufFormat,
+    JsonSchemaFormat,
+)
+
+FORMATS: dict[str, type[PayloadFormat]] = {f.name: f for f in READERS}
+
+
+def _format_of(value: Any) -> str:
+    """The `format` key of a `[payload]` section (raw when absent)."""
+    found = value.get("format", "raw") if isinstance(value, dict) else getattr(value, "format", "raw")
+    return str(found)
+
+
+if TYPE_CHECKING:  # a union built at run time: type checkers see what every member is
+    PayloadSettings = FormatSettings
+else:
+    PayloadSettings = Annotated[
+        functools.reduce(operator.or_, (Annotated[f.settings_model, Tag(f.name)] for f in READERS)),
+        Discriminator(_format_of),
+    ]
+
+
+def payload_format(settings: FormatSettings) -> PayloadFormat:
+    """The reader of the format `settings` describe, keys included (its `start` runs the start-up check)."""
+    values = FORMATS[settings.format](settings)
+    if settings.key_format == "raw":
+        return values
+    registry = SchemaRegistry(settings.registry) if settings.registry is not None else None
+    return KeyedFormat(values, key_reader(settings.key_format, registry))

@@ -1,0 +1,181 @@
+"""Where a job's records land: one `Destination` per main table, and the one shared dead-letter table.
+
+Built once by `open_destinations` (after the writer leases are held:
+`app.sink.delta.writer_lease.hold_writer_leases`) from the config's routes
+(`SharelakeConfig.routes`): one route with `kafka.topic`, one per table with `kafka.topics`. A
+destination holds its topics, its table (a `DedupTable`, its writer given its lease check, its
+catalog name and its layout when it is built; an existing table with another layout than the
+config's stops the job here, `check_layout`) and its payload format, started (its schema checked,
+its registry reached). The Delta sink gives each destination a table writer
+(`app.sink.write.table_writer`): each micro-batch makes at most one commit per table, and each table's
+records are decided on that table's commit alone. The warm-up and the tests build their tables
+through the same `main_table` / `dead_letter_table`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+
+from app.config.settings import Route, SharelakeConfig
+from app.failures.dependency_wait import waiting_out_outages
+from app.failures.errors import ConfigError
+from app.formats import payload_format
+from app.formats.base import PayloadFormat
+from app.sink.dead_letter.rows import STAMP_COLUMN as DEAD_LETTER_STAMP
+from app.sink.dead_letter.rows import STATS_COLUMNS as DEAD_LETTER_STATS
+from app.sink.dedup.dedup_table import DedupTable
+from app.sink.write.mode import Append, WriteMode
+from app.sink.write.upsert import Upsert
+from app.table.layout import TableLayout
+from app.table.location import TableLocation
+
+LeaseCheck = Callable[[], None]  # raises when this job may not commit to the table now
+MAIN_STAMP = "ingested_at"  # the main tables' write stamp (app.table.columns.WRITE_FIELDS)
+
+
+@dataclass(frozen=True)
+class Destination:
+    """A main table and the topics routed to it, with the format their values are read in."""
+
+    topics: tuple[str, ...]
+    table: DedupTable
+    format: PayloadFormat
+    mode: WriteMode = field(default_factory=Append)  # how the table takes its records
+
+
+def main_table(
+    spark: SparkSession,
+    location: TableLocation,
+    fmt: PayloadFormat,
+    *,
+    checkpoint_every: int,
+    lookback_commits: int | None,
+    prefix: str = "",
+    name: str = "delta",
+    log_retention: str | None = None,
+    before_commit: LeaseCheck | None = None,
+    layout: TableLayout | None = None,
+    upserted: bool = False,
+) -> DedupTable:
+    """A main table. `name` names its Delta writer's fault points (`before_delta_commit`, ...): the
+    warm-up's tables take names of their own, since its commits run in committer threads, where
+    `faults.suspended()` (per thread) does not reach. `before_commit`: its writer lease's check."""
+    return DedupTable.open(
+        spark,
+        location,
+        name,
+        MAIN_STAMP,
+        checkpoint_every=checkpoint_every,
+        lookback_commits=lookback_commits,
+        stats_columns=fmt.stats_columns(),
+        prefix=prefix,
+        log_retention=log_retention,
+        before_commit=before_commit,
+        register_as=location.name,  # a named table: entered in the catalog after a commit
+        layout=layout,
+        upserted=upserted,
+    )
+
+
+def write_mode(route: Route) -> WriteMode:
+    """The write mode a route's `write` keys ask for (its payload says whether values are Debezium events)."""
+    settings = route.write
+    if settings.mode == "upsert":
+        debezium = route.payload.envelope == "debezium"
+        return Upsert(tuple(settings.keys), settings.delete_on_tombstone, route.write_key, envelope=debezium)
+    return Append()
+
+
+def dead_letter_table(
+    spark: SparkSession,
+    location: TableLocation,
+    *,
+    checkpoint_every: int,
+    lookback_commits: int | None,
+    name: str = "dead_letter",
+    log_retention: str | None = None,
+    before_commit: LeaseCheck | None = None,
+) -> DedupTable:
+    return DedupTable.open(
+        spark,
+        location,
+        name,
+        DEAD_LETTER_STAMP,
+        checkpoint_every=checkpoint_every,
+        lookback_commits=lookback_commits,
+        stats_columns=DEAD_LETTER_STATS,
+        prefix="dead_letter_",
+        log_retention=log_retention,
+        before_commit=before_commit,
+        register_as=location.name,
+    )
+
+
+def counter_prefix(topic: str) -> str:
+    """A routed table's counters are named after its (first) topic: `orders_rows_written`."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", topic) + "_"
+
+
+def open_destinations(
+    spark: SparkSession, cfg: SharelakeConfig, lease_checks: Mapping[TableLocation, LeaseCheck] | None = None
+) -> tuple[list[Destination], DedupTable]:
+    """Every destination (formats started: ConfigError on a bad schema or registry settings; a
+    registry that is down waited for up to `run.dependency_wait_s`) and the dead-letter
+    table, each with its dedup cache loaded from the table's recent commits. `lease_checks`: the
+    writer lease check of each table that has one (`app.sink.delta.writer_lease.lease_checks`), run by
+    its writer before every commit."""
+    checks = lease_checks or {}
+    routed = cfg.kafka.topics is not None
+    lookback = cfg.delta.dedup_lookback_commits
+    every = cfg.delta.checkpoint_interval
+    destinations = []
+    for route in cfg.routes():
+        check_layout(spark, route)
+        fmt = payload_format(route.payload)
+        waiting_out_outages(lambda: fmt.start(spark, route.location), cfg.run.dependency_wait_s)  # noqa: B023
+        mode = write_mode(route)
+        mode.check(spark, route.location, fmt)
+        prefix = counter_prefix(route.topics[0]) if routed else ""
+        table = main_table(
+            spark,
+            route.location,
+            fmt,
+            checkpoint_every=every,
+            lookback_commits=lookback,
+            prefix=prefix,
+            log_retention=cfg.delta.log_retention,
+            before_commit=checks.get(route.location),
+            layout=route.layout,
+            upserted=isinstance(mode, Upsert),
+        )
+        destinations.append(Destination(route.topics, table, fmt, mode))
+    dead = dead_letter_table(
+        spark,
+        cfg.dead_letter_table,
+        checkpoint_every=every,
+        lookback_commits=lookback,
+        log_retention=cfg.delta.log_retention,
+        before_commit=checks.get(cfg.dead_letter_table),
+    )
+    for table in [*(d.table for d in destinations), dead]:
+        table.load()
+    return destinations, dead
+
+
+def check_layout(spark: SparkSession, route: Route) -> None:
+    """ConfigError (one line naming both layouts) when the route's table exists with another layout
+    than its config asks for; a config that asks none takes the table's."""
+    if not route.layout.chosen or not DeltaTable.isDeltaTable(spark, route.location.path):
+        return
+    held = TableLayout.of_table(spark, route.location.path)
+    if route.layout.mismatch(held):
+        raise ConfigError(
+            f"{route.location.path} is {held.describe()}, but {route.layout_key}.partition_by / cluster_by / "
+            f"generated_columns ask for {route.layout.describe()}: a table's layout is fixed when it is created; "
+            "set those keys to match the table, or write to a new table"
+        )
