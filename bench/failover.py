@@ -37,9 +37,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from bench.delta_log import Commit, data_commits, read_commits, rows_in
 from bench.figures import md_table
 from bench.settings import RESULTS_DIR
+from devkit.delta_log import Commit, data_commits, read_commits, rows_in
 from devkit.kafka_cluster import EmbeddedKafkaCluster
 from devkit.paths import PROJECT_ROOT
 from devkit.sample_data import Produced, produce_json_events

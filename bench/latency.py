@@ -28,9 +28,9 @@ from pathlib import Path
 from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders import sharelake, spark_kafka_source
 from bench.contenders.base import RunContext, RunResult, failed, tail
-from bench.delta_log import data_commits, read_commits, rows_in
 from bench.settings import BenchSettings
 from bench.workload import RateProducer, record_value
+from devkit.delta_log import data_commits, read_commits, rows_in
 
 log = logging.getLogger("bench")
 

@@ -29,12 +29,12 @@ from pathlib import Path
 from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders.base import RunContext
 from bench.contenders.sharelake import result_of, start_sharelake
-from bench.delta_log import added_files
 from bench.figures import fmt_rate, save_report
 from bench.machine import machine_facts
 from bench.settings import RESULTS_DIR, WORK_ROOT, BenchSettings
 from bench.verify import check_table, open_spark
 from bench.workload import produce_backlog
+from devkit.delta_log import added_files
 
 log = logging.getLogger("bench")
 

@@ -53,12 +53,12 @@ from pyspark.sql import functions as F
 from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders import sharelake
 from bench.contenders.base import log_time
-from bench.delta_log import read_commits, rows_in
 from bench.figures import finite_or_none, fmt, fmt_rate, md_table, save_report
 from bench.latency import LatencyRun, run_latency
 from bench.machine import machine_facts
 from bench.settings import RESULTS_DIR, WORK_ROOT, BenchSettings
 from bench.verify import open_spark, table_latency
+from devkit.delta_log import read_commits, rows_in
 from devkit.sample_data import EVENT_SCHEMA, POISON_VALUES, event_value
 
 log = logging.getLogger("bench.poison_storm")

@@ -41,12 +41,12 @@ from pathlib import Path
 from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders.base import RunContext, tail
 from bench.contenders.sharelake import SharelakeJob, parse_job_log, start_sharelake
-from bench.delta_log import data_commits, read_commits, rows_in
 from bench.figures import finite_median, finite_or_none, fmt, md_table
 from bench.machine import machine_facts
 from bench.settings import RESULTS_DIR, WORK_ROOT, BenchSettings
 from bench.verify import check_exactly_once
 from devkit import network
+from devkit.delta_log import data_commits, read_commits, rows_in
 from devkit.sample_data import produce_json_events
 
 log = logging.getLogger("bench")

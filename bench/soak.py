@@ -41,7 +41,6 @@ import statistics
 import subprocess
 import threading
 import time
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -53,11 +52,12 @@ from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders.base import RunContext, stop_group
 from bench.contenders.sharelake import parse_job_log, sharelake_command
 from bench.cycle import progress_batches
-from bench.delta_log import Commit, CommitTail, rows_in
 from bench.figures import md_table
 from bench.procmem import MIB, tree_rss
 from bench.settings import RESULTS_DIR, WORK_ROOT, BenchSettings
 from bench.workload import RateProducer, produce_backlog
+from devkit.delta_log import Commit, CommitTail, rows_in
+from devkit.job_logs import race_counts
 from devkit.paths import PROJECT_ROOT
 
 log = logging.getLogger(__name__)
@@ -129,16 +129,6 @@ class SoakRun:
     @property
     def duplicates(self) -> int:
         return self.rows - self.distinct_offsets
-
-
-REPLANNED = ": re-planned, "  # app.sink.write.table_writer: another writer committed planned records first
-REFUSED = ": another writer committed first"  # app.sink.delta.writer: Delta refused a commit
-
-
-def race_counts(logs: Iterable[Path]) -> tuple[int, int]:
-    """(re-planned appends, refused commits) that job logs report: how often the race was met."""
-    text = "\n".join(p.read_text(errors="replace") for p in logs if p.exists())
-    return text.count(REPLANNED), text.count(REFUSED)
 
 
 def job_log(run_dir: Path, incarnation: int) -> Path:

@@ -35,12 +35,12 @@ from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders.base import RunContext, run_logged, started_at, tail
 from bench.contenders.sharelake import parse_job_log, start_sharelake
 from bench.contenders.spark_kafka_source import submit_command
-from bench.delta_log import read_commits
 from bench.figures import fmt_rate, save_report
 from bench.machine import machine_facts
 from bench.settings import RESULTS_DIR, WORK_ROOT, BenchSettings
 from bench.verify import check_table, open_spark
 from bench.workload import produce_backlog, user_key
+from devkit.delta_log import read_commits
 from devkit.paths import PROJECT_ROOT
 
 log = logging.getLogger("bench")

@@ -5,7 +5,7 @@ Called once by `bench.run` at the end (one local SparkSession, started only then
 competes with a contender). Latency of a row = `commitInfo.timestamp` of the Delta version that
 added the data file holding the row - the row's `kafka_timestamp` (the produce() call,
 CreateTime). Each row is read with its `_metadata.file_path`; the file's version comes from the
-`add` actions of `_delta_log/*.json` (`bench.delta_log.added_files`), so nothing but the table
+`add` actions of `_delta_log/*.json` (`devkit.delta_log.added_files`), so nothing but the table
 itself is used, and a contender needs no column of its own. Warm-up rows (id below the first
 measured id) are left out. Per window of `window_s` seconds of produce time (from the first
 measured record) the p50, p99 and max are kept too, to show a catch-up tail. For Sharelake the
@@ -26,7 +26,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from app.run.spark_session import build_spark
-from bench.delta_log import added_files, read_commits, relative_data_path
+from devkit.delta_log import added_files, read_commits, relative_data_path
 from devkit.paths import jars_env
 
 VERIFY_CONF = {

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from app.testing.kafka_broker import EmbeddedKafka
-from bench.delta_log import added_files
+from devkit.delta_log import added_files
 from devkit.sample_data import produce_json_events
 from tests.job_runner import JobSpec, drain_in_process, drain_job, kill_job, run_summary, start_job
 from tests.maintenance_loop import Maintenance

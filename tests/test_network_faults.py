@@ -34,7 +34,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from app.testing.kafka_broker import EmbeddedKafka
-from bench.delta_log import CommitTail, read_commits, rows_in
+from devkit.delta_log import CommitTail, read_commits, rows_in
 from devkit.kafka_cluster import EmbeddedKafkaCluster
 from devkit.network import Host, Network
 from devkit.sample_data import Produced, produce_json_events

@@ -36,6 +36,7 @@ from tests.waiting import wait_for
 LEASE_S = 6  # the writer lease's TTL: a restart after a kill -9 waits this long for the dead job's lease
 
 
+@pytest.mark.long  # CI time: CI lands on S3 and races two jobs' leases (below); the kill and takeover run in chaos
 def test_kill_mid_ingest_into_an_s3_table_then_restart(
     broker: EmbeddedKafka, spark: SparkSession, s3: EmbeddedS3, tmp_path: Path, unique: str
 ) -> None:

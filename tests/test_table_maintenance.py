@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 
 from app.cli import main as sharelake
 from app.testing.kafka_broker import EmbeddedKafka
-from bench.delta_log import added_files, data_commits, longest_open_write_s, read_commits
+from devkit.delta_log import added_files, data_commits, longest_open_write_s, read_commits
 from devkit.sample_data import Produced, produce_json_events
 from tests.job_runner import ROOT, JobSpec, kill_job, run_summary, start_job
 from tests.kafka_helpers import nothing_left

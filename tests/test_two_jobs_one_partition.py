@@ -22,7 +22,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from app.testing.kafka_broker import EmbeddedKafka
-from bench.delta_log import CommitTail, rows_in
+from devkit.delta_log import CommitTail, rows_in
 from devkit.sample_data import Produced, produce_json_events
 from tests.job_runner import JobSpec, run_summary, start_job
 from tests.kafka_helpers import nothing_left

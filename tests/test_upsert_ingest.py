@@ -28,7 +28,7 @@ from app.failures.errors import ConfigError
 from app.run.pipeline import run_ingest
 from app.testing.kafka_broker import EmbeddedKafka
 from app.testing.schema_registry import EmbeddedSchemaRegistry
-from bench.delta_log import read_commits
+from devkit.delta_log import read_commits
 from devkit.sample_data import produce_records
 from tests.ingest_config import ingest_config
 from tests.job_runner import JobSpec, drain_in_process, kill_job, run_summary, start_job

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from bench.delta_log import data_commits, read_commits, rows_in
 from bench.settings import BenchSettings
+from devkit.delta_log import data_commits, read_commits, rows_in
 from devkit.paths import PROJECT_ROOT
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from app.sink.write.destinations import counter_prefix
 from bench.contenders.base import RunContext, RunResult, failed, tail
 from bench.contenders.sharelake import memory_details, parse_job_log, start_sharelake
-from bench.delta_log import Commit, data_commits, read_commits, rows_in
+from devkit.delta_log import Commit, data_commits, read_commits, rows_in
 
 NAME = "sharelake-routed"
 METADATA_KEY = "sharelake"  # app.sink.dedup.commit_log.METADATA_KEY: the commit's batch id is under it

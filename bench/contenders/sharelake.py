@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.contenders.base import RunContext, RunResult, failed, log_time, stop_group, tail
-from bench.delta_log import data_commits, mean_commit_interval_s, read_commits
 from bench.procmem import MemoryPeak, TreeSampler
 from bench.workload import SCHEMA_DDL
+from devkit.delta_log import data_commits, mean_commit_interval_s, read_commits
 from devkit.network import Host
 from devkit.paths import PROJECT_ROOT
 

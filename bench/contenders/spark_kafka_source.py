@@ -34,9 +34,9 @@ from bench.contenders.base import (
     stop_group,
     tail,
 )
-from bench.delta_log import data_commits, mean_commit_interval_s, read_commits, rows_in
 from bench.settings import BENCH_JARS
 from bench.workload import SCHEMA_DDL
+from devkit.delta_log import data_commits, mean_commit_interval_s, read_commits, rows_in
 from devkit.paths import PROJECT_ROOT
 
 NAME = "spark-kafka-source"
