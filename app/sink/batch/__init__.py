@@ -1,0 +1,3 @@
+"""One micro-batch: drain the buffer, plan each record, land each table, decide; its retries, budget, counters
+and the start's warm-up.
+"""

@@ -1,0 +1,3 @@
+"""What a table already holds, by (topic, partition, offset): the dedup table, its cache, the commit log it
+reads, offsets as values.
+"""
