@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from app.acknowledge.lifecycle import AckCommand, PollBatch
+from app.acknowledge.window import DecisionWindow
 from app.bridge.arrow_rows import poll_rows
 from app.bridge.record_buffer import Poll, RecordBuffer
 from app.bridge.synthetic_record import SyntheticRecord
@@ -74,7 +75,7 @@ def main(records: int = 10_000, bad: int = 5, rounds: int = 6) -> None:
         DeltaDeadLetters(dead),
         config,
         10,
-        3600.0,
+        DecisionWindow(3600.0, "record lock"),
         "bench",
         counts_deliveries=True,  # first deliveries of a share group, as a job reads them
     )

@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 
 from app.acknowledge.lifecycle import AckCommand, PollBatch
 from app.acknowledge.proof import RecordState
+from app.acknowledge.window import DecisionWindow
 from app.bridge.arrow_rows import poll_rows
 from app.bridge.record_buffer import Poll, RecordBuffer
 from app.bridge.synthetic_record import SyntheticRecord
@@ -52,7 +53,16 @@ def json_sink(
     buffer = RecordBuffer(10_000)
     dead_letters = DeltaDeadLetters(dead)
     destinations = [Destination((TOPIC,), table, fmt)]
-    sink = DeltaSink(buffer, destinations, dead_letters, batch, 5, 30.0, "t", counts_deliveries=counts_deliveries)
+    sink = DeltaSink(
+        buffer,
+        destinations,
+        dead_letters,
+        batch,
+        5,
+        DecisionWindow(30.0, "record lock"),
+        "t",
+        counts_deliveries=counts_deliveries,
+    )
     return sink, buffer, table, dead
 
 

@@ -30,6 +30,7 @@ from pyspark.sql import functions as F
 
 from app.acknowledge.lifecycle import AckCommand, PollBatch
 from app.acknowledge.proof import RecordState
+from app.acknowledge.window import DecisionWindow
 from app.bridge.arrow_rows import poll_rows
 from app.bridge.record_buffer import Poll, RecordBuffer
 from app.bridge.synthetic_record import SyntheticRecord
@@ -79,7 +80,7 @@ class Writer:
             DeltaDeadLetters(dead),
             BatchConfig(max_wait_ms=0, write_attempts=attempts),
             max_delivery_count=4,
-            lock_duration_s=30.0,
+            window=DecisionWindow(30.0, "record lock"),
             job_name="test",
         )
         self.polls: list[PollBatch] = []

@@ -11,8 +11,11 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from app.acknowledge.window import DecisionWindow
 from app.consume import elastic
 from app.consume.elastic import ElasticSizer
+
+LOCK = DecisionWindow(30.0, "record lock")
 
 
 @dataclass
@@ -71,7 +74,7 @@ def run(sizer: ElasticSizer, pool: Pool, clock: Clock, seconds: float, idle_shar
 
 def test_a_member_busy_all_the_time_grows_the_pool_once_a_window_is_measured(clock: Clock) -> None:
     pool = Pool()
-    sizer = ElasticSizer(pool, 1, 3, 30.0, lambda: 1.0)  # type: ignore[arg-type]
+    sizer = ElasticSizer(pool, 1, 3, LOCK, lambda: 1.0)  # type: ignore[arg-type]
     run(sizer, pool, clock, 9.5, {})
     assert pool.sizes == []  # no decision before a whole window
     run(sizer, pool, clock, 1.0, {})
@@ -80,14 +83,14 @@ def test_a_member_busy_all_the_time_grows_the_pool_once_a_window_is_measured(clo
 
 def test_members_between_bursts_do_not_shrink_a_pool_the_load_keeps_half_busy(clock: Clock) -> None:
     pool = Pool(idle={0: 0.0, 1: 0.0})
-    sizer = ElasticSizer(pool, 1, 3, 30.0, lambda: 1.0)  # type: ignore[arg-type]
+    sizer = ElasticSizer(pool, 1, 3, LOCK, lambda: 1.0)  # type: ignore[arg-type]
     run(sizer, pool, clock, 30, {0: 0.4, 1: 0.4})  # each busy 60%: one member could not take it all
     assert pool.sizes == []
 
 
 def test_a_quiet_topic_shrinks_the_pool_and_the_remaining_member_does_not_grow_it_back(clock: Clock) -> None:
     pool = Pool(idle={0: 0.0, 1: 0.0, 2: 0.0})
-    sizer = ElasticSizer(pool, 1, 3, 30.0, lambda: 1.0)  # type: ignore[arg-type]
+    sizer = ElasticSizer(pool, 1, 3, LOCK, lambda: 1.0)  # type: ignore[arg-type]
     run(sizer, pool, clock, 10.5, {0: 0.8, 1: 0.8, 2: 0.8})  # 0.6 members' worth of work
     assert pool.sizes == [2]
     run(sizer, pool, clock, 10.5, {0: 0.7, 1: 0.7})  # 0.6 members' worth: one member would be 60% busy
@@ -100,7 +103,7 @@ def test_a_quiet_topic_shrinks_the_pool_and_the_remaining_member_does_not_grow_i
 
 def test_a_full_buffer_shrinks_and_a_paused_pool_is_left_alone(clock: Clock) -> None:
     pool = Pool(idle={0: 0.0, 1: 0.0}, paused=True)
-    sizer = ElasticSizer(pool, 1, 3, 30.0, lambda: 1.0)  # type: ignore[arg-type]
+    sizer = ElasticSizer(pool, 1, 3, LOCK, lambda: 1.0)  # type: ignore[arg-type]
     run(sizer, pool, clock, 30, {})  # paused members neither poll nor idle: no evidence either way
     assert pool.sizes == []
     pool.paused = False

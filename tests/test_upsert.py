@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 
 from app.acknowledge.lifecycle import PollBatch
 from app.acknowledge.proof import RecordState
+from app.acknowledge.window import DecisionWindow
 from app.bridge.arrow_rows import poll_rows
 from app.bridge.record_buffer import Poll, RecordBuffer
 from app.bridge.synthetic_record import SyntheticRecord
@@ -76,7 +77,13 @@ class UpsertSink:
         self.buffer = RecordBuffer(100_000)
         destinations = [Destination((TOPIC,), self.table, self.format, self.mode)]
         self.sink = DeltaSink(
-            self.buffer, destinations, DeltaDeadLetters(self.dead), BatchConfig(max_wait_ms=0), 5, lock_s, "t"
+            self.buffer,
+            destinations,
+            DeltaDeadLetters(self.dead),
+            BatchConfig(max_wait_ms=0),
+            5,
+            DecisionWindow(lock_s, "record lock"),
+            "t",
         )
         self.spark = spark
         self.batch_id = 0

@@ -38,6 +38,7 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata, OffsetSpec
 
 from app.acknowledge.lifecycle import AckCommand
 from app.acknowledge.proof import Decision
+from app.acknowledge.window import DecisionWindow
 from app.config.settings import ConfigError, KafkaConfig, PumpConfig
 from app.consume.group_admin import ADMIN_TIMEOUT_S, GroupAdmin
 from app.consume.group_client import (
@@ -54,6 +55,9 @@ from app.consume.group_client import (
 log = logging.getLogger(__name__)
 
 COMMITTED_TIMEOUT_S = 30.0
+# a member polls again only once its last poll is decided: librdkafka takes it out of the group after this
+MAX_POLL_INTERVAL = "max.poll.interval.ms"
+DEFAULT_MAX_POLL_INTERVAL_MS = 300_000  # librdkafka's default
 
 
 def consumer_config(kafka: KafkaConfig, pump: PumpConfig, member_id: int) -> dict[str, Any]:
@@ -72,6 +76,7 @@ def consumer_config(kafka: KafkaConfig, pump: PumpConfig, member_id: int) -> dic
 class ConsumerGroupType(GroupType):
     name = "consumer"
     noun = "consumer group"
+    offset_label = "committed"
 
     def prepare(
         self, admin: AdminClient, k: KafkaConfig, metadata: ClusterMetadata, broker: dict[str, str], apply: bool = True
@@ -91,7 +96,11 @@ class ConsumerGroupType(GroupType):
     def member_cap(self, partitions: int) -> int | None:
         return partitions
 
-    def describe(self, k: KafkaConfig, settings: dict[str, str], broker_lock_cap: int | None, lock_ms: int) -> str:
+    def decision_window(self, k: KafkaConfig, settings: dict[str, str]) -> DecisionWindow:
+        ms = int(k.client_config().get(MAX_POLL_INTERVAL, DEFAULT_MAX_POLL_INTERVAL_MS))
+        return DecisionWindow(ms / 1000, MAX_POLL_INTERVAL)
+
+    def describe(self, k: KafkaConfig, settings: dict[str, str], broker_lock_cap: int | None) -> str:
         return (
             f"consumer group {k.group_id}: offsets committed after the Delta commit; order per partition, at most "
             "one member per partition, a rebalance pauses the group until each member's poll is written, no "

@@ -28,6 +28,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from app.acknowledge.window import DecisionWindow
 from app.consume.member_pool import MemberPool
 
 log = logging.getLogger(__name__)
@@ -43,14 +44,14 @@ class ElasticSizer:
         pool: MemberPool,
         low: int,
         high: int,
-        lock_duration_s: float,
+        window: DecisionWindow,
         last_cycle_s: Callable[[], float],
         cooldown_s: float = 10.0,
     ):
         self.pool = pool
         self.low = low
         self.high = high
-        self.lock_duration_s = lock_duration_s
+        self.window = window
         self._last_cycle_s = last_cycle_s
         self.cooldown_s = cooldown_s
         self._changed_at = time.monotonic()
@@ -79,8 +80,10 @@ class ElasticSizer:
         busy = self._busy_shares(now)
         if n > self.low and fill > 0.75:
             self._resize(n - 1, f"buffer {fill:.0%} full: the sink is the bottleneck")
-        elif n > self.low and cycle > 0.5 * self.lock_duration_s:
-            self._resize(n - 1, f"batch cycle {cycle:.1f}s is over half the {self.lock_duration_s:.0f}s record lock")
+        elif n > self.low and cycle > 0.5 * self.window.seconds:
+            self._resize(
+                n - 1, f"batch cycle {cycle:.1f}s is over half the {self.window.seconds:.0f}s {self.window.name}"
+            )
         elif busy is None:
             return
         elif n > self.low and sum(busy) <= SHRINK_BUSY * (n - 1):

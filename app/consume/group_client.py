@@ -36,6 +36,7 @@ from confluent_kafka import Message
 from confluent_kafka.admin import AdminClient, ClusterMetadata
 
 from app.acknowledge.lifecycle import AckCommand
+from app.acknowledge.window import DecisionWindow
 from app.config.settings import KafkaConfig, PumpConfig
 from app.consume.group_admin import GroupAdmin
 
@@ -116,6 +117,7 @@ class GroupType(ABC):
 
     name: str  # the kafka.group_type value
     noun: str  # how the banner names the group
+    offset_label: str  # what a partition's offset in its state is (`sharelake status`'s column)
     # whether a delivery count of 1 proves a record was never delivered before (so no table can
     # hold it yet): a share group counts every acquisition, a consumer group re-reads by offset
     counts_deliveries: bool = False
@@ -141,7 +143,12 @@ class GroupType(ABC):
         """The most members that can hold records at once; None: no bound."""
 
     @abstractmethod
-    def describe(self, k: KafkaConfig, settings: dict[str, str], broker_lock_cap: int | None, lock_ms: int) -> str:
+    def decision_window(self, k: KafkaConfig, settings: dict[str, str]) -> DecisionWindow:
+        """How long a member's polled records may wait for their decisions before the group takes them
+        back, from the group's effective `settings` (`prepare`'s)."""
+
+    @abstractmethod
+    def describe(self, k: KafkaConfig, settings: dict[str, str], broker_lock_cap: int | None) -> str:
         """The banner's lines on the group: its settings, and what this type gives and costs."""
 
     @abstractmethod

@@ -31,6 +31,7 @@ from py4j.protocol import Py4JJavaError
 
 from app.acknowledge.lifecycle import AckCommand
 from app.acknowledge.proof import Decision
+from app.acknowledge.window import DecisionWindow
 from app.config.settings import MAX_RECORD_LOCKS, ConfigError, KafkaConfig, PumpConfig
 from app.consume.broker_dead_letter_topic import check_broker_dead_letter_topic
 from app.consume.group_admin import GroupAdmin
@@ -72,6 +73,8 @@ ShareConsumerFactory = Callable[[dict[str, Any]], ShareConsumer]
 # The client has no RENEW yet; a future one lets a background cadence renew in-flight locks
 # (the seed's RENEW_ALL every lock x 0.4). Until then the batch cycle must stay under the lock.
 RENEW_SUPPORTED = hasattr(AcknowledgeType, "RENEW")
+LOCK_DURATION = "share.record.lock.duration.ms"  # the group's config
+DEFAULT_LOCK_MS = 30_000  # the broker's group.share.record.lock.duration.ms default
 
 
 def share_consumer_config(kafka: KafkaConfig, pump: PumpConfig, member_id: int) -> dict[str, Any]:
@@ -87,6 +90,7 @@ def share_consumer_config(kafka: KafkaConfig, pump: PumpConfig, member_id: int) 
 class ShareGroupType(GroupType):
     name = "share"
     noun = "share group"
+    offset_label = "start offset"
     counts_deliveries = True
 
     def __init__(self, factory: ShareConsumerFactory = ShareConsumer):
@@ -131,8 +135,12 @@ class ShareGroupType(GroupType):
     def member_cap(self, partitions: int) -> int | None:
         return None  # more members than partitions share them
 
-    def describe(self, k: KafkaConfig, settings: dict[str, str], broker_lock_cap: int | None, lock_ms: int) -> str:
+    def decision_window(self, k: KafkaConfig, settings: dict[str, str]) -> DecisionWindow:
+        return DecisionWindow(int(settings.get(LOCK_DURATION) or DEFAULT_LOCK_MS) / 1000, "record lock")
+
+    def describe(self, k: KafkaConfig, settings: dict[str, str], broker_lock_cap: int | None) -> str:
         renew = "available" if RENEW_SUPPORTED else "not available: each poll must be decided within the lock"
+        lock_ms = int(settings.get(LOCK_DURATION) or DEFAULT_LOCK_MS)
         return (
             f"share group {k.group_id} (record lock {lock_ms} ms, delivery limit "
             f"{settings.get(DELIVERY_LIMIT, '?')}; client RENEW {renew})\n"

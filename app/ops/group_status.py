@@ -55,6 +55,8 @@ class GroupStatus:
     tables: list[TableCommit] = field(default_factory=list)
     read_at: float = field(default_factory=time.time)
     group_type: str = "share"  # kafka.group_type
+    noun: str = "share group"  # the group type's name for it
+    offset_label: str = "start offset"  # the group type's name for a partition's offset
 
     @property
     def total_lag(self) -> int:
@@ -62,9 +64,7 @@ class GroupStatus:
 
     def lines(self) -> list[str]:
         """A readable table for a terminal."""
-        noun, offset = (
-            ("share group", "start offset") if self.group_type == "share" else ("consumer group", "committed")
-        )
+        noun, offset = self.noun, self.offset_label
         out = [f"{noun} {self.group_id}: {self.state}, {len(self.members)} members, lag {self.total_lag}"]
         for m in self.members:
             assigned = ", ".join(f"{t}-{p}" for t, p in m.partitions) or "none"
@@ -138,4 +138,14 @@ def read_group_status(spark: SparkSession, cfg: SharelakeConfig) -> GroupStatus:
     locate_tables(spark, cfg)  # tables by catalog name
     now = time.time()
     tables = [last_sharelake_commit(spark, location.path, now) for location in cfg.table_locations()]
-    return GroupStatus(state.group_id, state.state, state.members, state.partitions, tables, now, group.name)
+    return GroupStatus(
+        state.group_id,
+        state.state,
+        state.members,
+        state.partitions,
+        tables,
+        now,
+        group.name,
+        group.noun,
+        group.offset_label,
+    )

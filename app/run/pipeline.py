@@ -37,6 +37,7 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from app.acknowledge.window import DecisionWindow
 from app.bridge.clock_stream import clock_session, clock_stream
 from app.bridge.record_buffer import RecordBuffer
 from app.config.settings import Route, SharelakeConfig
@@ -61,9 +62,6 @@ from app.sink.delta.writer_lease import WriterLease, hold_writer_leases, lease_c
 from app.sink.write.destinations import Destination, open_destinations
 
 log = logging.getLogger(__name__)
-
-
-DEFAULT_LOCK_MS = 30_000  # the broker's group.share.record.lock.duration.ms default
 
 
 class RunSummary:
@@ -110,7 +108,7 @@ def payload_note(p: FormatSettings) -> str:
     return p.describe()
 
 
-def log_banner(cfg: SharelakeConfig, facts: KafkaFacts, group: GroupType, lock_ms: int, pool: MemberPool) -> None:
+def log_banner(cfg: SharelakeConfig, facts: KafkaFacts, group: GroupType, pool: MemberPool) -> None:
     """One block at start: versions, what is read, where it goes, and how."""
     pump = cfg.pump
     members = pool.size
@@ -136,7 +134,7 @@ def log_banner(cfg: SharelakeConfig, facts: KafkaFacts, group: GroupType, lock_m
         confluent_kafka.libversion()[0],
         ("topic " if len(cfg.kafka.subscribed) == 1 else "topics ") + ", ".join(cfg.kafka.subscribed),
         facts.partitions,
-        group.describe(cfg.kafka, facts.group_settings, facts.broker_lock_cap, lock_ms),
+        group.describe(cfg.kafka, facts.group_settings, facts.broker_lock_cap),
         "\n  ".join(route_note(r) for r in cfg.routes()),
         cfg.dead_letter_table.describe(),
         cfg.run.mode,
@@ -163,10 +161,7 @@ class Opened:
     dead: DedupTable
     leases: list[WriterLease]
     positions: TablePositions  # (topic, partition) -> the next offset the tables want
-
-    @property
-    def lock_ms(self) -> int:
-        return int(self.facts.group_settings.get("share.record.lock.duration.ms") or DEFAULT_LOCK_MS)
+    window: DecisionWindow  # how long a poll may wait for its decisions: the group type's
 
     @property
     def tables(self) -> list[DedupTable]:
@@ -232,7 +227,8 @@ class IngestRun:
         for table in tables:
             self._closing.callback(table.close)
         positions = table_positions(t.next_offsets() for t in tables)  # a consumer group starts there
-        self.opened = Opened(facts, group, destinations, dead, leases, positions)
+        window = group.decision_window(cfg.kafka, facts.group_settings)
+        self.opened = Opened(facts, group, destinations, dead, leases, positions, window)
         return self.opened
 
     # -- join ------------------------------------------------------------------------------------
@@ -243,7 +239,7 @@ class IngestRun:
         buffer = RecordBuffer(cfg.pump.buffer_max_records)
         cap = o.group.member_cap(o.facts.partitions)
         self.pool = pool = MemberPool(cfg.kafka, cfg.pump, buffer, o.group, cap, o.positions)
-        log_banner(cfg, o.facts, o.group, o.lock_ms, pool)
+        log_banner(cfg, o.facts, o.group, pool)
         self.job_name = f"{cfg.run.app_name}/{cfg.kafka.group_id}@{socket.gethostname()}:{os.getpid()}"
         self.sink = DeltaSink(
             buffer,
@@ -251,7 +247,7 @@ class IngestRun:
             DeltaDeadLetters(o.dead),
             cfg.batch,
             cfg.dead_letter.max_delivery_count,
-            o.lock_ms / 1000,
+            o.window,
             self.job_name,
             on_fatal=pool.stop_polling,
             on_pause=pool.pause_polling,
@@ -330,12 +326,11 @@ class IngestRun:
         """The members poll until the run ends; the error that ended it, if any."""
         cfg, pool, query = self.cfg, self.pool, self.query
         assert query is not None
-        lock_s = self.opened.lock_ms / 1000
         sizer = ElasticSizer(
             pool,
             pool.bounded(cfg.pump.lowest),
             pool.bounded(cfg.pump.highest),
-            lock_s,
+            self.opened.window,
             lambda: self.sink.stats.last_cycle_s,
         )
         pool.start()

@@ -52,6 +52,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from app.acknowledge.proof import CommitProof, Decision
+from app.acknowledge.window import DecisionWindow
 from app.bridge.record_buffer import Poll, RecordBuffer
 from app.config.settings import BatchConfig
 from app.failures import faults
@@ -77,7 +78,7 @@ class DeltaSink:
         dead_letters: DeadLetterSink,
         batch: BatchConfig,
         max_delivery_count: int,
-        lock_duration_s: float,
+        window: DecisionWindow,
         job_name: str,
         on_fatal: Callable[[], None] = lambda: None,
         on_pause: Callable[[], None] = lambda: None,
@@ -88,11 +89,11 @@ class DeltaSink:
         self.destinations = destinations
         self.dead_letters = dead_letters
         self.batch = batch
-        self.lock_duration_s = lock_duration_s
+        self.window = window
         self.job_name = job_name
-        self.stats = SinkStats(record_lock_seconds=lock_duration_s)
+        self.stats = SinkStats(record_lock_seconds=window.seconds)
         # the records a batch may take, when a destination's batches must be split to stay inside the lock
-        self._budget = BatchBudget(lock_duration_s) if any(d.mode.splits_batches for d in destinations) else None
+        self._budget = BatchBudget(window.seconds) if any(d.mode.splits_batches for d in destinations) else None
         self.config_error: ConfigError | None = None  # a batch found the config wrong: the run stops with it
         classes = {
             *SHARED_ERROR_CLASSES,
@@ -296,14 +297,15 @@ class DeltaSink:
         self.stats.last_cycle_s = oldest
         self.stats.cycle_s_sum += oldest
         self.stats.cycles += 1
-        self.stats.late_accepts += sum(len(p) for p in polls if now - p.batch.acquired_at >= self.lock_duration_s)
-        if oldest > 0.5 * self.lock_duration_s:
+        window = self.window.seconds
+        self.stats.late_accepts += sum(len(p) for p in polls if now - p.batch.acquired_at >= window)
+        if oldest > 0.5 * window:
             self.stats.cycles_near_lock += 1
             log.warning(
-                "a poll took %.1fs from acquisition to ACCEPT, over half the %.1fs record lock: "
+                "a poll took %.1fs from acquisition to ACCEPT, over half the %s: "
                 "lower batch.max_records or pump.max_poll_records",
                 oldest,
-                self.lock_duration_s,
+                self.window,
             )
 
 

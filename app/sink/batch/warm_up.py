@@ -26,6 +26,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from app.acknowledge.lifecycle import AckCommand, PollBatch
+from app.acknowledge.window import DecisionWindow
 from app.bridge.arrow_rows import poll_rows
 from app.bridge.record_buffer import Poll, RecordBuffer
 from app.bridge.synthetic_record import SyntheticRecord
@@ -42,6 +43,7 @@ from app.table.location import TableLocation
 
 log = logging.getLogger(__name__)
 
+WARM_UP_WINDOW = DecisionWindow(3600.0, "warm-up window")  # nothing waits on the synthetic records
 TOPIC = "sharelake-warm-up"  # the synthetic records' topic (one per format: `-0`, `-1`, ...)
 
 
@@ -91,7 +93,9 @@ def warm_up(
             tables.append(dead)
             buffer = RecordBuffer(10**6)
             batch = BatchConfig(max_records=10**6, max_wait_ms=0, write_attempts=1)
-            sink = DeltaSink(buffer, destinations, DeltaDeadLetters(dead), batch, max_delivery_count, 3600.0, job_name)
+            sink = DeltaSink(
+                buffer, destinations, DeltaDeadLetters(dead), batch, max_delivery_count, WARM_UP_WINDOW, job_name
+            )
             commands: queue.Queue[AckCommand] = queue.Queue()
             polled: Any = records
             buffer.put(Poll(PollBatch(-1, polled, commands), poll_rows(polled)), timeout_s=1)
