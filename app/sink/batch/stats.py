@@ -67,7 +67,9 @@ class SinkStats:
     dead_lettered_by_class: Counter[str] = counter(
         "records written to the dead-letter table, by error class", label="error_class", default=Counter
     )
-    record_lock_seconds: float = gauge("the record lock duration (seconds); a consumer group's max.poll.interval.ms", default=0.0)
+    record_lock_seconds: float = gauge(
+        "the record lock duration (seconds); a consumer group's max.poll.interval.ms", default=0.0
+    )
     cycles_near_lock: int = counter("micro-batches whose oldest poll took over half the record lock to be decided")
     # the same per Spark batch id, for the recent batches (the progress line reads them), with the
     # records each drained (the line's `in`: exact, where a counter's delta read later is not)
