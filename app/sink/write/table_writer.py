@@ -161,8 +161,7 @@ class TableWriter:
         with timed(self.stats, "write"):
             done = self.mode.write(table, Batch(kept, read, ROW, claim, batch_id, stamp, fmt.merge_schema))
             appended = done.appended
-            self.stats.upsert_superseded += done.superseded
-            self.stats.upsert_split_keys += done.split_keys
+            self.stats.add(done.counts)  # the mode's own counters
         with timed(self.stats, "diagnose"):
             unreadable: dict[int, BadRecord] = {}
             filtered: list[int] = []  # the rows the write left out
