@@ -119,54 +119,12 @@ class Upsert(WriteMode):
         return f"{self.key}.keys names {name}, not a column of the table ({shown}): name the payload's key column(s)"
 
     def write(self, table: DedupTable, batch: Batch) -> ModeWrite:
-        kept = batch.kept.withColumn(DELETED, F.col("value").isNull() if self.deletes else F.lit(False))
-        rows = batch.read.main_rows(kept, carry=(batch.row, DELETED))
-        no_row = F.lit(False)  # a Debezium op that carries no row of the table
-        if self.envelope:
-            rows, no_row = self._unwrap(rows, batch.row)
-        schema = rows.schema
-        unknown = [k for k in self.keys if k not in schema.names]
-        if unknown:  # a format whose columns come from the registry: found at its first batch
-            raise ConfigError(self._unknown(unknown[0], [c for c in schema.names if c not in (batch.row, _OP)]))
-        if self.deletes:
-            named = [k for k in self.keys if k != KEY]
-            whole = len(named) == 1  # a text key can fill one key column, not several
-            rows = rows.withColumns(
-                {k: F.when(F.col(DELETED), tombstone_key(k, schema, whole)).otherwise(F.col(k)) for k in named}
-            )
-        missing = functools.reduce(operator.or_, (F.col(k).isNull() for k in self.keys))
-        error = F.when(no_row, F.lit("unsupported_op")).when(missing, F.lit("missing_key"))
+        rows, no_row, columns = self._rows(batch)
         observed = Observation()
-        flagged = rows.withColumn(_ERROR, error).observe(
-            observed,
-            F.collect_list(
-                F.when(F.col(_ERROR).isNotNull(), F.struct(batch.row, _ERROR, _OP if self.envelope else F.lit(None)))
-            ).alias("bad"),
-        )
-        columns = [c for c in schema.names if c not in (batch.row, _OP)]
-        newest = (
-            flagged.where(F.col(_ERROR).isNull())
-            .groupBy(*self.keys)
-            .agg(
-                F.max_by(F.struct(*columns), F.struct("partition", "offset")).alias(_NEWEST),
-                F.count(F.lit(1)).alias(_VERSIONS),
-                (F.min("partition") != F.max("partition")).alias(_SPLIT),
-            )
-            .select(f"{_NEWEST}.*", _VERSIONS, _SPLIT)
-        )
+        newest = self._newest(self._flagged(rows, no_row, batch.row, observed), columns)
         source = newest.toArrow()  # the job: parse, observations, newest per key
         bad = {int(r[0]): self._bad(int(r[0]), r[1], r[2]) for r in observed.get["bad"]}
-        superseded = int(pc.sum(source.column(_VERSIONS)).as_py() or 0) - source.num_rows
-        split = int(pc.sum(source.column(_SPLIT).cast(pa.int64())).as_py() or 0)
-        if split:
-            log.warning(
-                "%s: %d keys had records from several partitions in batch %d: their order is by partition, "
-                "then offset, not the producer's (docs/upserts.md)",
-                table.table_path,
-                split,
-                batch.batch_id,
-            )
-        counts = {"upsert_superseded": superseded, "upsert_split_keys": split}
+        counts = self._counted(source, table, batch.batch_id)
         if source.num_rows == 0:
             return ModeWrite(None, bad, counts)
         source = source.drop_columns([_VERSIONS, _SPLIT])
@@ -181,6 +139,68 @@ class Upsert(WriteMode):
             merge_schema=batch.merge_schema,
         )
         return ModeWrite(appended, bad, counts)
+
+    def _rows(self, batch: Batch) -> tuple[DataFrame, Column, list[str]]:
+        """The kept rows as the table's rows (deletes flagged, a tombstone's key columns from its record
+        key), with the row numbers (and a Debezium event's op); whether a row is an op that carries no
+        row of the table; and the table's columns among them."""
+        kept = batch.kept.withColumn(DELETED, F.col("value").isNull() if self.deletes else F.lit(False))
+        rows = batch.read.main_rows(kept, carry=(batch.row, DELETED))
+        no_row = F.lit(False)  # a Debezium op that carries no row of the table
+        if self.envelope:
+            rows, no_row = self._unwrap(rows, batch.row)
+        schema = rows.schema
+        columns = [c for c in schema.names if c not in (batch.row, _OP)]
+        unknown = [k for k in self.keys if k not in schema.names]
+        if unknown:  # a format whose columns come from the registry: found at its first batch
+            raise ConfigError(self._unknown(unknown[0], columns))
+        if self.deletes:
+            named = [k for k in self.keys if k != KEY]
+            whole = len(named) == 1  # a text key can fill one key column, not several
+            rows = rows.withColumns(
+                {k: F.when(F.col(DELETED), tombstone_key(k, schema, whole)).otherwise(F.col(k)) for k in named}
+            )
+        return rows, no_row, columns
+
+    def _flagged(self, rows: DataFrame, no_row: Column, row: str, observed: Observation) -> DataFrame:
+        """`rows` with each one's dead-letter class (`_ERROR`: null for a row to merge); `observed`
+        collects the flagged rows' (row number, class, Debezium op)."""
+        missing = functools.reduce(operator.or_, (F.col(k).isNull() for k in self.keys))
+        error = F.when(no_row, F.lit("unsupported_op")).when(missing, F.lit("missing_key"))
+        return rows.withColumn(_ERROR, error).observe(
+            observed,
+            F.collect_list(
+                F.when(F.col(_ERROR).isNotNull(), F.struct(row, _ERROR, _OP if self.envelope else F.lit(None)))
+            ).alias("bad"),
+        )
+
+    def _newest(self, flagged: DataFrame, columns: list[str]) -> DataFrame:
+        """Per key, the newest of the rows to merge (its `columns`), with how many records of the key
+        the batch had (`_VERSIONS`) and whether they came from several partitions (`_SPLIT`)."""
+        return (
+            flagged.where(F.col(_ERROR).isNull())
+            .groupBy(*self.keys)
+            .agg(
+                F.max_by(F.struct(*columns), F.struct("partition", "offset")).alias(_NEWEST),
+                F.count(F.lit(1)).alias(_VERSIONS),
+                (F.min("partition") != F.max("partition")).alias(_SPLIT),
+            )
+            .select(f"{_NEWEST}.*", _VERSIONS, _SPLIT)
+        )
+
+    def _counted(self, source: pa.Table, table: DedupTable, batch_id: int) -> dict[str, int]:
+        """The batch's superseded records and split keys (`counters`); split keys are logged."""
+        superseded = int(pc.sum(source.column(_VERSIONS)).as_py() or 0) - source.num_rows
+        split = int(pc.sum(source.column(_SPLIT).cast(pa.int64())).as_py() or 0)
+        if split:
+            log.warning(
+                "%s: %d keys had records from several partitions in batch %d: their order is by partition, "
+                "then offset, not the producer's (docs/upserts.md)",
+                table.table_path,
+                split,
+                batch_id,
+            )
+        return {"upsert_superseded": superseded, "upsert_split_keys": split}
 
     def _unwrap(self, rows: DataFrame, row: str) -> tuple[DataFrame, Column]:
         """A Debezium event's columns -> the row it carries (its fields as columns; a delete's are its
