@@ -22,14 +22,16 @@ from app.acknowledge.window import DecisionWindow
 from app.bridge.arrow_rows import poll_rows
 from app.bridge.record_buffer import Poll, RecordBuffer
 from app.bridge.synthetic_record import SyntheticRecord
-from app.config.settings import BatchConfig
+from app.config.settings import BatchConfig, load_config
 from app.failures.errors import ConfigError
 from app.formats import payload_format
 from app.formats.json import JsonSettings
 from app.sink.batch.delta_sink import DeltaSink
+from app.sink.batch.stats import SinkStats
 from app.sink.dead_letter.sinks import DeltaDeadLetters
 from app.sink.write.destinations import Destination, dead_letter_table, main_table
 from app.sink.write.mode import Append
+from app.sink.write.modes import write_mode
 from app.sink.write.upsert import Upsert
 from app.table.layout import TableLayout
 from app.table.location import TableLocation
@@ -184,9 +186,27 @@ def test_a_table_keeps_the_mode_it_was_created_in(spark: SparkSession, tmp_path:
     fmt = payload_format(JsonSettings(format="json", schema=SCHEMA))
     fmt.start(spark, where)
     with pytest.raises(ConfigError, match=r"is an upserted table .* write.mode = 'append'"):
-        Append().check(spark, where, fmt)
+        Append(others=[Upsert]).check(spark, where, fmt)
     with pytest.raises(ConfigError, match=r"write.keys names account_id, not a column of the table \(topic, partition"):
         Upsert(("account_id",), False).check(spark, where, fmt)
+
+
+def test_each_route_gets_the_mode_its_write_keys_ask_for(spark: SparkSession) -> None:
+    """Built from the route's config, knowing the other modes (whose tables it refuses); a mode's
+    counters are the sink's."""
+    required = ["kafka.bootstrap_servers=h:1", "kafka.topic=t", "kafka.group_id=g", "delta.table_path=/tmp/x"]
+    appended = write_mode(load_config(None, required).routes()[0])
+    upsert = ["write.mode=upsert", 'write.keys=["id"]', "write.delete_on_tombstone=true"]
+    upserted = write_mode(load_config(None, [*required, *upsert]).routes()[0])
+    assert isinstance(appended, Append) and appended.others == (Upsert,)
+    assert isinstance(upserted, Upsert) and upserted.others == (Append,)
+    assert (upserted.keys, upserted.deletes, upserted.envelope, upserted.key) == (("id",), True, False, "write")
+    assert upserted.merges_by_key and not appended.merges_by_key
+    stats = SinkStats()
+    stats.add(dict.fromkeys(upserted.counters, 2))
+    assert (stats.upsert_superseded, stats.upsert_split_keys) == (2, 2)
+    with pytest.raises(ValueError, match="not a counter"):
+        stats.add({"upsert_renamed": 1})
 
 
 def event(op: str, before: dict[str, Any] | None, after: dict[str, Any] | None, wrapped: bool = False) -> bytes:

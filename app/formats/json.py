@@ -9,7 +9,7 @@ records pay for their class and message (`errors`): `invalid_utf8`; `malformed_j
 in the message) and `missing_required_field`.
 
 A JSON object with a key twice is read as `from_json` reads it (the last value wins), as Spark's own
-JSON sources do. Called through the format seam by the Delta sink.
+JSON sources do. A `PayloadFormat` (`app.formats.base`): `JsonFormat`, its settings and its read.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -111,80 +112,124 @@ def parse_schema(ddl: str, required_fields: list[str]) -> StructType:
     return parsed
 
 
+@dataclass(frozen=True)
+class _Checks:
+    """The column expressions over a value and its parse (`PARSED`) that say whether, and why, it
+    cannot land: shared by the parse's cheap `BAD` column and the bad records' diagnosis."""
+
+    text: Column  # the value as a string
+    valid_utf8: Column
+    unreadable: Column  # no parse, or a corrupt record: not readable as the schema
+    missing: Column  # the required fields null or absent, named ("" when none)
+    variant: Column  # the diagnosis's parse: null when the value is not JSON at all
+    first: Column  # the value's first character, which says what kind of JSON value it is
+
+    @classmethod
+    def of(cls, required_fields: list[str]) -> _Checks:
+        text = F.col("value").cast("string")
+        parsed = F.col(PARSED)
+        return cls(
+            text=text,
+            valid_utf8=F.expr("is_valid_utf8(cast(value as string))"),
+            unreadable=parsed.isNull() | parsed[_CORRUPT].isNotNull(),
+            missing=F.concat_ws(", ", *(F.when(parsed[name].isNull(), F.lit(name)) for name in required_fields)),
+            # the diagnosis of bad records only: the variant parse tells malformed JSON from a mismatch
+            variant=F.expr("try_parse_json(cast(value as string))"),
+            # the kind of a parsed value, from its first character: `schema_of_variant` recurses once per
+            # nesting level, and a value nested some 900 deep (a few KB) overflowed the task thread's stack;
+            # a StackOverflowError kills the executor (in local mode the driver's JVM) and failed the batch
+            # on every retry, so that one record blocked the stream
+            first=F.regexp_extract(text, r"^\s*(.)", 1),
+        )
+
+
 class _JsonRead(ColumnRead):
     """The parse and diagnosis of one schema; built once, reused for every batch."""
 
     def __init__(self, schema: StructType, required_fields: list[str], envelope: bool = False):
-        row = schema
-        if envelope:  # a Debezium event of such rows, plain or as {schema, payload}: its fields are parsed
-            schema = debezium_event(row)
-        text = F.col("value").cast("string")
-        valid_utf8 = F.expr("is_valid_utf8(cast(value as string))")
-        kept_null = F.col("value").isNull()  # only reaches Spark when payload.allow_null_value is set
-        with_corrupt = StructType([*schema.fields]).add(_CORRUPT, "string")
-        parsed = F.col(PARSED)
-        missing = F.concat_ws(", ", *(F.when(parsed[name].isNull(), F.lit(name)) for name in required_fields))
-        unreadable = parsed.isNull() | parsed[_CORRUPT].isNotNull()
-        absent = F.lit(False)
-        for name in required_fields:
-            absent = absent | parsed[name].isNull()
-        parse = {
-            PARSED: F.from_json(text, with_corrupt, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}),
-            BAD: ~kept_null & (~valid_utf8 | unreadable | absent),
-        }
-        # the diagnosis of bad records only: the variant parse tells malformed JSON from a mismatch
-        variant = F.expr("try_parse_json(cast(value as string))")
-        # the kind of a parsed value, from its first character: `schema_of_variant` recurses once per
-        # nesting level, and a value nested some 900 deep (a few KB) overflowed the task thread's stack;
-        # a StackOverflowError kills the executor (in local mode the driver's JVM) and failed the batch
-        # on every retry, so that one record blocked the stream
-        first = F.regexp_extract(text, r"^\s*(.)", 1)
-        not_object = first != "{"
-        kind = (
-            F.when(first == "[", F.lit("an array"))
-            .when(first == '"', F.lit("a string"))
-            .when(first.isin("t", "f"), F.lit("a boolean"))
-            .when(first == "n", F.lit("null"))
-            .otherwise(F.lit("a number"))
+        # a Debezium event of such rows, plain or as {schema, payload}: its fields are parsed
+        read_as = debezium_event(schema) if envelope else schema
+        checks = _Checks.of(required_fields)
+        super().__init__(
+            _parse(read_as, required_fields, checks),
+            _error_class(checks),
+            _message(read_as, checks),
+            _main_columns(schema, envelope),
         )
-        shown = F.substring(text, 1, SHOWN_CHARS)
-        mismatched = F.concat_ws(", ", *(_mismatch(f.name, f.dataType.simpleString()) for f in schema.fields))
-        error_class = (
-            F.when(~F.col(BAD), F.lit(None).cast("string"))
-            .when(~valid_utf8, F.lit("invalid_utf8"))
-            .when(variant.isNull(), F.lit("malformed_json"))
-            .when(not_object, F.lit("schema_mismatch"))
-            .when(unreadable, F.lit("schema_mismatch"))
-            .when(missing != "", F.lit("missing_required_field"))
-            .otherwise(F.lit("schema_mismatch"))
+
+
+def _parse(schema: StructType, required_fields: list[str], checks: _Checks) -> dict[str, Column]:
+    """The parse's columns: the value read as `schema` (PERMISSIVE, with a corrupt-record column),
+    and whether it cannot land (`BAD`): invalid UTF-8, unreadable, or a required field null or absent."""
+    kept_null = F.col("value").isNull()  # only reaches Spark when payload.allow_null_value is set
+    with_corrupt = StructType([*schema.fields]).add(_CORRUPT, "string")
+    parsed = F.col(PARSED)
+    absent = F.lit(False)
+    for name in required_fields:
+        absent = absent | parsed[name].isNull()
+    return {
+        PARSED: F.from_json(checks.text, with_corrupt, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}),
+        BAD: ~kept_null & (~checks.valid_utf8 | checks.unreadable | absent),
+    }
+
+
+def _error_class(checks: _Checks) -> Column:
+    """A bad record's dead-letter class (null for a good one)."""
+    return (
+        F.when(~F.col(BAD), F.lit(None).cast("string"))
+        .when(~checks.valid_utf8, F.lit("invalid_utf8"))
+        .when(checks.variant.isNull(), F.lit("malformed_json"))
+        .when(checks.first != "{", F.lit("schema_mismatch"))
+        .when(checks.unreadable, F.lit("schema_mismatch"))
+        .when(checks.missing != "", F.lit("missing_required_field"))
+        .otherwise(F.lit("schema_mismatch"))
+    )
+
+
+def _message(schema: StructType, checks: _Checks) -> Column:
+    """A bad record's message (null for a good one): what is wrong, with the value's start."""
+    first = checks.first
+    kind = (
+        F.when(first == "[", F.lit("an array"))
+        .when(first == '"', F.lit("a string"))
+        .when(first.isin("t", "f"), F.lit("a boolean"))
+        .when(first == "n", F.lit("null"))
+        .otherwise(F.lit("a number"))
+    )
+    shown = F.substring(checks.text, 1, SHOWN_CHARS)
+    mismatched = F.concat_ws(", ", *(_mismatch(f.name, f.dataType.simpleString()) for f in schema.fields))
+    return (
+        F.when(~F.col(BAD), F.lit(None).cast("string"))
+        .when(~checks.valid_utf8, F.lit("the value is not valid UTF-8"))
+        .when(checks.variant.isNull(), F.concat(F.lit("not valid JSON: "), shown))
+        .when(
+            first != "{",
+            F.concat(F.lit("the JSON value is "), kind, F.lit(", payload.schema describes an object: "), shown),
         )
-        message = (
-            F.when(~F.col(BAD), F.lit(None).cast("string"))
-            .when(~valid_utf8, F.lit("the value is not valid UTF-8"))
-            .when(variant.isNull(), F.concat(F.lit("not valid JSON: "), shown))
-            .when(
-                not_object,
-                F.concat(F.lit("the JSON value is "), kind, F.lit(", payload.schema describes an object: "), shown),
-            )
-            .when(
-                unreadable,
-                F.concat(
-                    F.lit("fields not matching payload.schema: "),
-                    F.when(mismatched != "", mismatched).otherwise(F.lit("(unknown)")),
-                    F.lit(": "),
-                    shown,
-                ),
-            )
-            .when(missing != "", F.concat(F.lit("required fields null or absent: "), missing))
-            .otherwise(F.concat(F.lit("not readable as payload.schema: "), shown))
+        .when(
+            checks.unreadable,
+            F.concat(
+                F.lit("fields not matching payload.schema: "),
+                F.when(mismatched != "", mismatched).otherwise(F.lit("(unknown)")),
+                F.lit(": "),
+                shown,
+            ),
         )
-        metadata = [F.col(c) for c in METADATA_COLUMNS if c != "value"]
-        if envelope:  # the event's fields, from the converter's `payload` when it wrapped them
-            fields = [F.coalesce(parsed[PAYLOAD][n], parsed[n]).alias(n) for n in EVENT_FIELDS]
-        else:
-            fields = [parsed[f.name].alias(f.name) for f in row.fields]
-        main = [*metadata, *fields]
-        super().__init__(parse, error_class, message, main)
+        .when(checks.missing != "", F.concat(F.lit("required fields null or absent: "), checks.missing))
+        .otherwise(F.concat(F.lit("not readable as payload.schema: "), shown))
+    )
+
+
+def _main_columns(row: StructType, envelope: bool) -> list[Column]:
+    """The main table's columns: the metadata's but the value, and the value's fields (a Debezium
+    event's fields, from the converter's `payload` when it wrapped them)."""
+    metadata = [F.col(c) for c in METADATA_COLUMNS if c != "value"]
+    parsed = F.col(PARSED)
+    if envelope:
+        fields = [F.coalesce(parsed[PAYLOAD][n], parsed[n]).alias(n) for n in EVENT_FIELDS]
+    else:
+        fields = [parsed[f.name].alias(f.name) for f in row.fields]
+    return [*metadata, *fields]
 
 
 def _mismatch(name: str, type_name: str) -> Column:

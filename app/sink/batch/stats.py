@@ -1,9 +1,10 @@
 """What the Delta sink counts, and the timing of an attempt's steps.
 
 `SinkStats` is owned by the foreachBatch sink (`app.sink.batch.delta_sink.DeltaSink.stats`) and shared
-with its per-table writers (`app.sink.write.table_writer`), which add their steps' times (`timed`) and
-their dedup hits from the tables' threads. Read by `app.run.pipeline` (the run's summary), the progress
-line and Prometheus (`app.observe.metrics`, through `app.observe.counters.collect`).
+with its per-table writers (`app.sink.write.table_writer`), which add their steps' times (`timed`),
+their dedup hits and their write modes' counts (`add`) from the tables' threads. Read by
+`app.run.pipeline` (the run's summary), the progress line and Prometheus (`app.observe.metrics`,
+through `app.observe.counters.collect`).
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from app.observe.counters import counter, gauge
 
@@ -84,13 +85,22 @@ class SinkStats:
             self.recent_in.pop(next(iter(self.recent)), None)
             del self.recent[next(iter(self.recent))]
 
+    def add(self, counts: Mapping[str, int]) -> None:
+        """Add a write's counts (a write mode's `counters`, by name) to those counters."""
+        with _SUMMING:
+            for name, count in counts.items():
+                if name not in _COUNTERS:
+                    raise ValueError(f"{name} is not a counter SinkStats declares")
+                setattr(self, name, getattr(self, name) + count)
+
     def batch_report(self, batch_id: int) -> tuple[int, dict[str, float]] | None:
         """(records drained, seconds per step) of a recent Spark batch id, for the progress line."""
         steps = self.recent.get(batch_id)
         return None if steps is None else (self.recent_in.get(batch_id, 0), steps)
 
 
-_TIMING = threading.Lock()  # tables are written in parallel threads: their step times add up here
+_COUNTERS = frozenset(f.name for f in fields(SinkStats) if f.metadata.get("kind") == "counter")
+_SUMMING = threading.Lock()  # tables are written in parallel threads: their step times and counts add up here
 
 
 @contextmanager
@@ -100,6 +110,6 @@ def timed(stats: SinkStats, phase: str) -> Iterator[None]:
         yield
     finally:
         spent = time.perf_counter() - start
-        with _TIMING:
+        with _SUMMING:
             stats.phase_s[phase] += spent
             stats.cycle[phase] += spent

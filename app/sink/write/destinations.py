@@ -30,7 +30,7 @@ from app.sink.dead_letter.rows import STAMP_COLUMN as DEAD_LETTER_STAMP
 from app.sink.dead_letter.rows import STATS_COLUMNS as DEAD_LETTER_STATS
 from app.sink.dedup.dedup_table import DedupTable
 from app.sink.write.mode import Append, WriteMode
-from app.sink.write.upsert import Upsert
+from app.sink.write.modes import write_mode
 from app.table.layout import TableLayout
 from app.table.location import TableLocation
 
@@ -80,15 +80,6 @@ def main_table(
         layout=layout,
         upserted=upserted,
     )
-
-
-def write_mode(route: Route) -> WriteMode:
-    """The write mode a route's `write` keys ask for (its payload says whether values are Debezium events)."""
-    settings = route.write
-    if settings.mode == "upsert":
-        debezium = route.payload.envelope == "debezium"
-        return Upsert(tuple(settings.keys), settings.delete_on_tombstone, route.write_key, envelope=debezium)
-    return Append()
 
 
 def dead_letter_table(
@@ -151,7 +142,7 @@ def open_destinations(
             log_retention=cfg.delta.log_retention,
             before_commit=checks.get(route.location),
             layout=route.layout,
-            upserted=isinstance(mode, Upsert),
+            upserted=mode.merges_by_key,
         )
         destinations.append(Destination(route.topics, table, fmt, mode))
     dead = dead_letter_table(

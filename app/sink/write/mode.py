@@ -1,25 +1,38 @@
-"""How a main table takes its records (`write.mode`): the seam, and its default, the append.
+"""The write-mode seam (`write.mode`: how a main table takes its records), and its default, the append.
 
-A `WriteMode` is built once per destination by `write_mode` (called by
-`app.sink.write.destinations.open_destinations`, from the route's `WriteConfig`) and used by the table's
-writer (`app.sink.write.table_writer.TableWriter`) for each micro-batch: `check` at start (one line, exit 2,
-when the table was made in another mode), then `write` with the rows the parse kept. The modes:
+A `WriteMode` commits the rows the parse kept of one micro-batch to its table (`write`: at most one
+commit), and declares what the rest of the sink needs to know of it, so that no code outside the
+mode's own module asks which mode it is:
 
-- `Append` (here, the default): every record is a row, one append per batch (`DedupTable.append`);
-- `Upsert` (`app.sink.write.upsert`): one row per key, a conditional MERGE per batch.
+- `name`: its `write.mode` value; `of_route`: the mode, from its route's config;
+- `reserved_columns`: the columns only a table made in this mode has. `check`, at start, refuses a
+  table holding one of another mode's (`others`: the modes it is given when built; the line is that
+  mode's `refusal`), then runs the mode's own check of the table (`check_table`);
+- `merges_by_key`: its commits are MERGEs by key, so a record merged twice changed the table once
+  and its dedup table has no duplicate rows to repair (`DedupTable`'s `upserted`);
+- `counters`: the sink's counters (`app.sink.batch.stats.SinkStats`) its writes add to: a write
+  returns what it adds to each (`ModeWrite.counts`);
+- `error_classes`: the dead-letter classes of the rows it leaves out; `splits_batches`: whether its
+  batches' cost grows enough to need splitting within the record lock (`app.sink.batch.budget`).
 
 `write` returns what the commit holds and the rows the mode itself left out, with their class
-(`ModeWrite`); the table writer decides the records from it as from any write.
+(`ModeWrite`); the table writer decides the records from it as from any write. `Append` (here,
+the default): every record is a row, one append per batch (`DedupTable.append`). The modes by name,
+and the one place a route's mode is built: `app.sink.write.modes`.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import ClassVar, Self
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
 
+from app.config.settings import Route
 from app.failures.errors import ConfigError
 from app.formats.base import BadRecord, BatchRead, PayloadFormat
 from app.formats.shape import table_schema
@@ -27,18 +40,15 @@ from app.sink.dedup.dedup_table import Appended, DedupTable
 from app.sink.dedup.offset_ranges import BatchOffsets
 from app.table.location import TableLocation
 
-DELETED = "__deleted"  # an upserted table's flag of a key deleted by a tombstone (app.sink.write.upsert)
-
 
 @dataclass
 class ModeWrite:
     """What a mode's write did: its commit (None: none was made), the rows it left out (by row of
-    the batch's candidates, with their class), what it counted."""
+    the batch's candidates, with their class), and what it adds to its counters (by name)."""
 
     appended: Appended | None
     bad: dict[int, BadRecord] = field(default_factory=dict)
-    superseded: int = 0  # records replaced by a newer one of their key in the same batch
-    split_keys: int = 0  # keys whose records in the batch came from more than one partition
+    counts: dict[str, int] = field(default_factory=dict)  # of the mode's `counters`
 
 
 @dataclass(frozen=True)
@@ -56,19 +66,46 @@ class Batch:
 
 
 class WriteMode(ABC):
-    name: str
-    error_classes: tuple[str, ...] = ()  # the dead-letter classes of the rows it leaves out
+    name: ClassVar[str]
+    reserved_columns: ClassVar[tuple[str, ...]] = ()  # only a table made in this mode has them
+    # its commits are MERGEs by key: a record merged twice changed the table once (nothing to repair)
+    merges_by_key: ClassVar[bool] = False
+    counters: ClassVar[tuple[str, ...]] = ()  # the SinkStats counters its writes add to (`ModeWrite.counts`)
+    error_classes: ClassVar[tuple[str, ...]] = ()  # the dead-letter classes of the rows it leaves out
     # whether its batches' cost grows enough to need splitting within the record lock (app.sink.batch.budget)
-    splits_batches: bool = False
+    splits_batches: ClassVar[bool] = False
+
+    def __init__(self, others: Sequence[type[WriteMode]] = ()):
+        self.others = tuple(others)  # the other modes: a table holding their reserved columns is refused
+
+    @classmethod
+    @abstractmethod
+    def of_route(cls, route: Route, others: Sequence[type[WriteMode]]) -> Self:
+        """The mode a route's config asks for (its `write` keys, and its payload's)."""
+
+    @classmethod
+    def refusal(cls, location: TableLocation, column: str, mode: str) -> str:
+        """The line that refuses writing a table made in this mode (it has `column`) in `mode`."""
+        return (
+            f"{location} was written with write.mode = {cls.name!r} (it has a {column} column), but write.mode = "
+            f"{mode!r}: set write.mode = {cls.name!r}, or write to a new table"
+        )
 
     def check(self, spark: SparkSession, location: TableLocation, fmt: PayloadFormat) -> None:
-        """At start: ConfigError (one line) when the table cannot be written in this mode."""
+        """At start: ConfigError (one line) when the table cannot be written in this mode: it was made
+        in another (it holds that mode's reserved columns), or the mode's own check refuses it."""
         schema = table_schema(spark, location)
-        if schema is not None and DELETED in schema.names:
-            raise ConfigError(
-                f"{location} is an upserted table (it has a {DELETED} column), but write.mode = {self.name!r}: "
-                'set write.mode = "upsert" with its write.keys, or write to a new table'
-            )
+        names = () if schema is None else schema.names
+        for other in self.others:
+            theirs = [c for c in other.reserved_columns if c in names and c not in self.reserved_columns]
+            if theirs:
+                raise ConfigError(other.refusal(location, theirs[0], self.name))
+        self.check_table(schema, location, fmt)
+
+    def check_table(  # noqa: B027 - the append writes any table no other mode made
+        self, schema: StructType | None, location: TableLocation, fmt: PayloadFormat
+    ) -> None:
+        """The mode's own start-up check of the table (`schema`: None while it does not exist)."""
 
     @abstractmethod
     def write(self, table: DedupTable, batch: Batch) -> ModeWrite:
@@ -77,6 +114,10 @@ class WriteMode(ABC):
 
 class Append(WriteMode):
     name = "append"
+
+    @classmethod
+    def of_route(cls, route: Route, others: Sequence[type[WriteMode]]) -> Self:
+        return cls(others)
 
     def write(self, table: DedupTable, batch: Batch) -> ModeWrite:
         rows = batch.read.main_rows(batch.kept)

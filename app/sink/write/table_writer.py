@@ -1,17 +1,17 @@
 """One destination's part of a micro-batch: write its candidates, diagnose its bad records, say what to decide.
 
-Built by the foreachBatch sink (`app.sink.batch.delta_sink.DeltaSink`), one per destination
-(`app.sink.write.destinations.Destination`: its topics, its `DedupTable`, its payload format), and run by
-it once per attempt, in a thread of its own when a job writes several tables. `land` decides
-nothing: it returns a `Landed` (the `Verdict`s for its rows, its bad records for the dead-letter
-sink, the error that stopped it), and the sink decides them in one place. Its steps:
+A `TableWriter` is one destination's (`app.sink.write.destinations.Destination`: its topics, its
+`DedupTable`, its payload format, its write mode), given the sink's counters; it runs once per
+attempt, in a thread of its own when a job writes several tables. `land` decides nothing: it
+returns a `Landed` (the `Verdict`s for its rows, its bad records for the dead-letter sink, the
+error that stopped it), and the sink decides them in one place. Its steps:
 
 1. the candidates' rows (Arrow), the checks every format shares (`app.formats.base.precheck`:
    no value, too large, delivery cap), then the payload format's own (`PayloadFormat.read`);
 2. the rest stamped (`app.table.columns.stamped`) and claimed (their offsets), one Spark job:
    the frame is parsed once by the format, the rows that cannot land are filtered out and collected
-   (`DataFrame.observe`), the rest committed by the destination's write mode (`app.sink.write.mode`:
-   appended, `DedupTable.append`, or upserted by key, `app.sink.write.upsert`). When the table's
+   (`DataFrame.observe`), the rest committed by the destination's write mode (`app.sink.write.mode`),
+   which also says what it adds to its own counters (`ModeWrite.counts`). When the table's
    last write left rows out (a stream carrying poison tends to keep carrying it), the same job
    collects their error class and message too (`BatchRead.bad_row`); otherwise only which rows
    they are: the class and message make a larger plan, which costs every batch some planning;
@@ -42,6 +42,7 @@ from app.acknowledge.proof import CommitProof, Decision
 from app.formats.base import BAD, BadRecord, BatchRead, precheck
 from app.sink.batch.plan import PRESENT, BatchPlan, Indices, Verdict
 from app.sink.batch.stats import SinkStats, timed
+from app.sink.dedup.dedup_table import Appended
 from app.sink.dedup.offset_ranges import BatchOffsets, partition_groups
 from app.sink.delta.writer import ClaimHeld
 from app.sink.write.destinations import Destination
@@ -71,6 +72,16 @@ class _Written:
     accepted: Indices = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
     bad: dict[int, BadRecord] = field(default_factory=dict)  # to the dead-letter table
     unsure: Indices = field(default_factory=lambda: np.zeros(0, dtype=np.intp))  # neither: RELEASEd
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    """The parse of the rows to write: the rows that can land and, when the read judges rows in Spark,
+    the observation collecting the bad ones (their class and message too when `named`)."""
+
+    kept: DataFrame
+    observed: Observation | None = None
+    named: bool = False
 
 
 class TableWriter:
@@ -130,62 +141,83 @@ class TableWriter:
     def _write(self, plan: BatchPlan, candidates: Indices, batch_id: int) -> _Written:
         """Check, stamp and append the candidates; which of them the commit holds, and the bad ones."""
         stamp = datetime.now(UTC)
-        fmt, table = self.format, self.table
+        rows, bad, read = self._read(plan, candidates)
         with timed(self.stats, "arrow"):
-            rows = plan.rows.take(pa.array(candidates, pa.int64()))
-            bad = {b.index: b for b in precheck(rows, fmt.settings, self.max_delivery_count)}
-        with timed(self.stats, "read"):
-            found, read = fmt.read(rows)  # DependencyUnavailable: nothing written, all RELEASEd
-            bad = {**{b.index: b for b in found}, **bad}  # a shared check's class wins
-        with timed(self.stats, "arrow"):
-            keep = np.ones(rows.num_rows, dtype=np.bool_)
-            keep[list(bad)] = False
-            kept = np.flatnonzero(keep)
-            to_write = stamped(
-                rows.filter(pa.array(keep)).append_column(ROW, pa.array(kept, pa.int64())), batch_id, stamp
-            )
+            to_write = _stamped(rows, bad, batch_id, stamp)
             claim = BatchOffsets.of_rows(to_write)
         if to_write.num_rows == 0:
             return _Written(bad=bad)
         with timed(self.stats, "frame"):
-            frame = table.frame(to_write)
-        observed, named = (Observation(), self._had_bad) if read.needs_spark else (None, False)
-        if observed is None:
-            kept = read.parse(frame)
-        else:  # the bad rows filtered out, and which they are (named too, in a stream carrying poison)
-            bad_rows = read.bad_row(ROW) if named else F.when(F.col(BAD), F.col(ROW))
-            parsed = read.parse(frame).observe(observed, F.collect_list(bad_rows).alias("bad"))
-            kept = parsed.where(~F.col(BAD))
+            frame = self.table.frame(to_write)
+        parsed = self._parse(read, frame)
         with timed(self.stats, "wait"):
-            table.wait_for_room()
+            self.table.wait_for_room()
         with timed(self.stats, "write"):
-            done = self.mode.write(table, Batch(kept, read, ROW, claim, batch_id, stamp, fmt.merge_schema))
-            appended = done.appended
-            self.stats.upsert_superseded += done.superseded
-            self.stats.upsert_split_keys += done.split_keys
+            done = self.mode.write(
+                self.table, Batch(parsed.kept, read, ROW, claim, batch_id, stamp, self.format.merge_schema)
+            )
+            self.stats.add(done.counts)  # the mode's own counters
         with timed(self.stats, "diagnose"):
-            unreadable: dict[int, BadRecord] = {}
-            filtered: list[int] = []  # the rows the write left out
-            if observed is None:
-                pass  # nothing judged in Spark
-            elif appended is None:  # no commit (maybe every row was bad): the job may not have run
-                unreadable = self._diagnose(read, frame)
-            elif named:
-                unreadable = {int(r[0]): BadRecord(int(r[0]), r[1], r[2]) for r in observed.get["bad"]}
-                filtered = list(unreadable)
-            elif filtered := [int(r) for r in observed.get["bad"]]:  # named by a job over those rows only
-                left_out = np.isin(to_write.column(ROW).to_numpy(), filtered)
-                unreadable = self._diagnose(read, table.frame(to_write.filter(pa.array(left_out))))
+            unreadable, filtered = self._left_out(parsed, read, frame, to_write, done.appended)
             self._had_bad = bool(filtered or unreadable)
         bad |= unreadable | done.bad  # the mode's own (an upsert's missing keys): never in its commit
         filtered += list(done.bad)
+        return self._settle(rows, claim, done.appended, bad, filtered)
+
+    def _read(self, plan: BatchPlan, candidates: Indices) -> tuple[pa.Table, dict[int, BadRecord], BatchRead]:
+        """The candidates' rows, the bad ones the driver finds (the shared checks', then the format's),
+        and how the format reads the rest."""
+        with timed(self.stats, "arrow"):
+            rows = plan.rows.take(pa.array(candidates, pa.int64()))
+            bad = {b.index: b for b in precheck(rows, self.format.settings, self.max_delivery_count)}
+        with timed(self.stats, "read"):
+            found, read = self.format.read(rows)  # DependencyUnavailable: nothing written, all RELEASEd
+            bad = {**{b.index: b for b in found}, **bad}  # a shared check's class wins
+        return rows, bad, read
+
+    def _parse(self, read: BatchRead, frame: DataFrame) -> _Parsed:
+        """The rows of `frame` that can land, parsed; when the read judges rows in Spark, the bad ones
+        filtered out and which they are observed (named too, in a stream carrying poison)."""
+        if not read.needs_spark:
+            return _Parsed(read.parse(frame))
+        observed, named = Observation(), self._had_bad
+        bad_rows = read.bad_row(ROW) if named else F.when(F.col(BAD), F.col(ROW))
+        parsed = read.parse(frame).observe(observed, F.collect_list(bad_rows).alias("bad"))
+        return _Parsed(parsed.where(~F.col(BAD)), observed, named)
+
+    def _left_out(
+        self, parsed: _Parsed, read: BatchRead, frame: DataFrame, to_write: pa.Table, appended: Appended | None
+    ) -> tuple[dict[int, BadRecord], list[int]]:
+        """The bad rows the Spark parse found, named (class and message), and the rows the write left out."""
+        if parsed.observed is None:
+            return {}, []  # nothing judged in Spark
+        if appended is None:  # no commit (maybe every row was bad): the job may not have run
+            return self._diagnose(read, frame), []
+        if parsed.named:
+            unreadable = {int(r[0]): BadRecord(int(r[0]), r[1], r[2]) for r in parsed.observed.get["bad"]}
+            return unreadable, list(unreadable)
+        filtered = [int(r) for r in parsed.observed.get["bad"]]
+        if not filtered:
+            return {}, []
+        left_out = np.isin(to_write.column(ROW).to_numpy(), filtered)  # named by a job over those rows only
+        return self._diagnose(read, self.table.frame(to_write.filter(pa.array(left_out)))), filtered
+
+    def _settle(
+        self,
+        rows: pa.Table,
+        claim: BatchOffsets,
+        appended: Appended | None,
+        bad: dict[int, BadRecord],
+        filtered: list[int],
+    ) -> _Written:
+        """Fold the commit (the claim, but the rows it left out) and say which rows it holds."""
         written = claim
         if appended is None:
             written = BatchOffsets()  # no commit: nothing was written
         elif filtered:  # a left-out row the diagnosis does not name is RELEASEd below
             written = claim.difference(BatchOffsets.of_rows(rows.take(pa.array(sorted(filtered), pa.int64()))))
         with timed(self.stats, "fold"):
-            proof = table.settle(appended, written) if appended is not None else None
+            proof = self.table.settle(appended, written) if appended is not None else None
         holds = held(rows, written)
         accepted = np.flatnonzero(holds)
         unsure = np.flatnonzero(~holds & ~np.isin(np.arange(rows.num_rows), list(bad)))
@@ -197,6 +229,14 @@ class TableWriter:
         """The bad records with their error class and message, in a Spark job of their own."""
         verdicts = read.parse(frame).where(F.col(BAD)).select(read.bad_row(ROW).alias("bad")).collect()
         return {int(r.bad[0]): BadRecord(int(r.bad[0]), r.bad[1], r.bad[2]) for r in verdicts}
+
+
+def _stamped(rows: pa.Table, bad: dict[int, BadRecord], batch_id: int, stamp: datetime) -> pa.Table:
+    """The rows but the bad ones, with their row number (`ROW`) and the write's stamp."""
+    keep = np.ones(rows.num_rows, dtype=np.bool_)
+    keep[list(bad)] = False
+    kept = np.flatnonzero(keep)
+    return stamped(rows.filter(pa.array(keep)).append_column(ROW, pa.array(kept, pa.int64())), batch_id, stamp)
 
 
 def held(rows: pa.Table, written: BatchOffsets) -> npt.NDArray[np.bool_]:

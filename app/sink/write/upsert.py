@@ -1,8 +1,10 @@
 """`write.mode = "upsert"`: one row per key, the version of the record with the highest (partition, offset).
 
-A `WriteMode` (`app.sink.write.mode`), built by `app.sink.write.destinations` from `[write]` (or a routed
-topic's `[topics.<name>.write]`) and run by the table's writer (`app.sink.write.table_writer`) once per
-micro-batch. `docs/upserts.md` is the user's account. A batch's write:
+A `WriteMode` (`app.sink.write.mode`) of its own: its keys from `[write]` (or a routed topic's
+`[topics.<name>.write]`, `Upsert.of_route`); its reserved column, `__deleted` (a table without it
+was written by appends, one with it is refused by the other modes, `Upsert.refusal`); its commits
+MERGEs by key (`merges_by_key`); its counters (`upsert_superseded`, `upsert_split_keys`).
+`docs/upserts.md` is the user's account. A batch's write:
 
 1. the rows the parse kept, as the main table's columns; with `delete_on_tombstone`, a record without
    a value is a tombstone: its row is flagged `__deleted`, its payload columns null and its key
@@ -31,25 +33,27 @@ from __future__ import annotations
 import functools
 import logging
 import operator
+from collections.abc import Sequence
 from datetime import date, datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, Self
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, DataType, StringType, StructType
 
+from app.config.settings import Route
 from app.failures.errors import ConfigError
 from app.formats.base import METADATA_COLUMNS, BadRecord, PayloadFormat, pc
 from app.formats.debezium import AFTER, EVENT_FIELDS, OP, event_row, no_row_of
-from app.formats.shape import table_schema
 from app.sink.dedup.dedup_table import DedupTable
-from app.sink.write.mode import DELETED, Batch, ModeWrite, WriteMode
+from app.sink.write.mode import Batch, ModeWrite, WriteMode
 from app.table.location import TableLocation
 
 log = logging.getLogger(__name__)
 
+DELETED = "__deleted"  # an upserted table's flag of a key deleted by a tombstone: its reserved column
 KEY = "key"  # the record key's column (app.formats.keys)
 _ERROR = "_upsert_error"  # a row's dead-letter class, set by this mode
 _OP = "_op"  # a Debezium event's op
@@ -62,10 +66,21 @@ ORDERED = (int, float, str, date, datetime, Decimal)  # key values a MERGE can p
 class Upsert(WriteMode):
     name = "upsert"
 
+    reserved_columns = (DELETED,)
+    merges_by_key = True  # a record merged twice changed the table once: its table has nothing to repair
+    counters = ("upsert_superseded", "upsert_split_keys")
     error_classes = ("missing_key", "unsupported_op")
     splits_batches = True  # a MERGE's cost grows with the batch and the table
 
-    def __init__(self, keys: tuple[str, ...], delete_on_tombstone: bool, key: str = "write", envelope: bool = False):
+    def __init__(
+        self,
+        keys: tuple[str, ...],
+        delete_on_tombstone: bool,
+        key: str = "write",
+        envelope: bool = False,
+        others: Sequence[type[WriteMode]] = (),
+    ):
+        super().__init__(others)
         self.keys = keys
         self.envelope = envelope  # values are Debezium change events (app.formats.debezium)
         self.deletes = delete_on_tombstone or envelope  # Debezium's tombstone follows its delete
@@ -74,8 +89,21 @@ class Upsert(WriteMode):
             (F.col("s.partition") == F.col("t.partition")) & (F.col("s.offset") > F.col("t.offset"))
         )
 
-    def check(self, spark: SparkSession, location: TableLocation, fmt: PayloadFormat) -> None:
-        schema = table_schema(spark, location)
+    @classmethod
+    def of_route(cls, route: Route, others: Sequence[type[WriteMode]]) -> Self:
+        """Its keys from the route's `write` section; its values are Debezium events when its payload says so."""
+        settings = route.write
+        debezium = route.payload.envelope == "debezium"
+        return cls(tuple(settings.keys), settings.delete_on_tombstone, route.write_key, debezium, others)
+
+    @classmethod
+    def refusal(cls, location: TableLocation, column: str, mode: str) -> str:
+        return (
+            f"{location} is an upserted table (it has a {column} column), but write.mode = {mode!r}: "
+            'set write.mode = "upsert" with its write.keys, or write to a new table'
+        )
+
+    def check_table(self, schema: StructType | None, location: TableLocation, fmt: PayloadFormat) -> None:
         if schema is not None and DELETED not in schema.names:
             raise ConfigError(
                 f'{self.key}.mode = "upsert", but {location} was written by appends (it has no {DELETED} column): '
@@ -91,55 +119,14 @@ class Upsert(WriteMode):
         return f"{self.key}.keys names {name}, not a column of the table ({shown}): name the payload's key column(s)"
 
     def write(self, table: DedupTable, batch: Batch) -> ModeWrite:
-        kept = batch.kept.withColumn(DELETED, F.col("value").isNull() if self.deletes else F.lit(False))
-        rows = batch.read.main_rows(kept, carry=(batch.row, DELETED))
-        no_row = F.lit(False)  # a Debezium op that carries no row of the table
-        if self.envelope:
-            rows, no_row = self._unwrap(rows, batch.row)
-        schema = rows.schema
-        unknown = [k for k in self.keys if k not in schema.names]
-        if unknown:  # a format whose columns come from the registry: found at its first batch
-            raise ConfigError(self._unknown(unknown[0], [c for c in schema.names if c not in (batch.row, _OP)]))
-        if self.deletes:
-            named = [k for k in self.keys if k != KEY]
-            whole = len(named) == 1  # a text key can fill one key column, not several
-            rows = rows.withColumns(
-                {k: F.when(F.col(DELETED), tombstone_key(k, schema, whole)).otherwise(F.col(k)) for k in named}
-            )
-        missing = functools.reduce(operator.or_, (F.col(k).isNull() for k in self.keys))
-        error = F.when(no_row, F.lit("unsupported_op")).when(missing, F.lit("missing_key"))
+        rows, no_row, columns = self._rows(batch)
         observed = Observation()
-        flagged = rows.withColumn(_ERROR, error).observe(
-            observed,
-            F.collect_list(
-                F.when(F.col(_ERROR).isNotNull(), F.struct(batch.row, _ERROR, _OP if self.envelope else F.lit(None)))
-            ).alias("bad"),
-        )
-        columns = [c for c in schema.names if c not in (batch.row, _OP)]
-        newest = (
-            flagged.where(F.col(_ERROR).isNull())
-            .groupBy(*self.keys)
-            .agg(
-                F.max_by(F.struct(*columns), F.struct("partition", "offset")).alias(_NEWEST),
-                F.count(F.lit(1)).alias(_VERSIONS),
-                (F.min("partition") != F.max("partition")).alias(_SPLIT),
-            )
-            .select(f"{_NEWEST}.*", _VERSIONS, _SPLIT)
-        )
+        newest = self._newest(self._flagged(rows, no_row, batch.row, observed), columns)
         source = newest.toArrow()  # the job: parse, observations, newest per key
         bad = {int(r[0]): self._bad(int(r[0]), r[1], r[2]) for r in observed.get["bad"]}
-        superseded = int(pc.sum(source.column(_VERSIONS)).as_py() or 0) - source.num_rows
-        split = int(pc.sum(source.column(_SPLIT).cast(pa.int64())).as_py() or 0)
-        if split:
-            log.warning(
-                "%s: %d keys had records from several partitions in batch %d: their order is by partition, "
-                "then offset, not the producer's (docs/upserts.md)",
-                table.table_path,
-                split,
-                batch.batch_id,
-            )
+        counts = self._counted(source, table, batch.batch_id)
         if source.num_rows == 0:
-            return ModeWrite(None, bad, superseded, split)
+            return ModeWrite(None, bad, counts)
         source = source.drop_columns([_VERSIONS, _SPLIT])
         frame = table.frame(source, release=False)  # beside the batch's rows, which a diagnosis may read
         appended = table.merge(
@@ -151,7 +138,69 @@ class Upsert(WriteMode):
             batch.stamp,
             merge_schema=batch.merge_schema,
         )
-        return ModeWrite(appended, bad, superseded, split)
+        return ModeWrite(appended, bad, counts)
+
+    def _rows(self, batch: Batch) -> tuple[DataFrame, Column, list[str]]:
+        """The kept rows as the table's rows (deletes flagged, a tombstone's key columns from its record
+        key), with the row numbers (and a Debezium event's op); whether a row is an op that carries no
+        row of the table; and the table's columns among them."""
+        kept = batch.kept.withColumn(DELETED, F.col("value").isNull() if self.deletes else F.lit(False))
+        rows = batch.read.main_rows(kept, carry=(batch.row, DELETED))
+        no_row = F.lit(False)  # a Debezium op that carries no row of the table
+        if self.envelope:
+            rows, no_row = self._unwrap(rows, batch.row)
+        schema = rows.schema
+        columns = [c for c in schema.names if c not in (batch.row, _OP)]
+        unknown = [k for k in self.keys if k not in schema.names]
+        if unknown:  # a format whose columns come from the registry: found at its first batch
+            raise ConfigError(self._unknown(unknown[0], columns))
+        if self.deletes:
+            named = [k for k in self.keys if k != KEY]
+            whole = len(named) == 1  # a text key can fill one key column, not several
+            rows = rows.withColumns(
+                {k: F.when(F.col(DELETED), tombstone_key(k, schema, whole)).otherwise(F.col(k)) for k in named}
+            )
+        return rows, no_row, columns
+
+    def _flagged(self, rows: DataFrame, no_row: Column, row: str, observed: Observation) -> DataFrame:
+        """`rows` with each one's dead-letter class (`_ERROR`: null for a row to merge); `observed`
+        collects the flagged rows' (row number, class, Debezium op)."""
+        missing = functools.reduce(operator.or_, (F.col(k).isNull() for k in self.keys))
+        error = F.when(no_row, F.lit("unsupported_op")).when(missing, F.lit("missing_key"))
+        return rows.withColumn(_ERROR, error).observe(
+            observed,
+            F.collect_list(
+                F.when(F.col(_ERROR).isNotNull(), F.struct(row, _ERROR, _OP if self.envelope else F.lit(None)))
+            ).alias("bad"),
+        )
+
+    def _newest(self, flagged: DataFrame, columns: list[str]) -> DataFrame:
+        """Per key, the newest of the rows to merge (its `columns`), with how many records of the key
+        the batch had (`_VERSIONS`) and whether they came from several partitions (`_SPLIT`)."""
+        return (
+            flagged.where(F.col(_ERROR).isNull())
+            .groupBy(*self.keys)
+            .agg(
+                F.max_by(F.struct(*columns), F.struct("partition", "offset")).alias(_NEWEST),
+                F.count(F.lit(1)).alias(_VERSIONS),
+                (F.min("partition") != F.max("partition")).alias(_SPLIT),
+            )
+            .select(f"{_NEWEST}.*", _VERSIONS, _SPLIT)
+        )
+
+    def _counted(self, source: pa.Table, table: DedupTable, batch_id: int) -> dict[str, int]:
+        """The batch's superseded records and split keys (`counters`); split keys are logged."""
+        superseded = int(pc.sum(source.column(_VERSIONS)).as_py() or 0) - source.num_rows
+        split = int(pc.sum(source.column(_SPLIT).cast(pa.int64())).as_py() or 0)
+        if split:
+            log.warning(
+                "%s: %d keys had records from several partitions in batch %d: their order is by partition, "
+                "then offset, not the producer's (docs/upserts.md)",
+                table.table_path,
+                split,
+                batch_id,
+            )
+        return {"upsert_superseded": superseded, "upsert_split_keys": split}
 
     def _unwrap(self, rows: DataFrame, row: str) -> tuple[DataFrame, Column]:
         """A Debezium event's columns -> the row it carries (its fields as columns; a delete's are its
