@@ -1,14 +1,15 @@
 """The `sharelake` command: one entry point, a subcommand per task (ingest, replay-dead-letters,
 maintain, check, status, version).
 
-Installed as a console script by the package (`pip install sharelake-*.whl` gives `sharelake`), and
-called by the thin spark-submit entry points in `jobs/` (`jobs/sharelake.py ingest ...`), so a
-subcommand runs the same from a terminal, a scheduler or spark-submit on YARN and Kubernetes. Each
-subcommand is one module of `app.commands` (its arguments and its `run`). Every subcommand that
-reads a config takes `--config` and `--set`; a bad config (any `ConfigError`) ends it with one line
-on stderr, `sharelake: <the key and the fix>`, and exit code 2. A dependency still down when the
-start's wait for it ran out (`DependencyOutage`) ends it with one line and exit code 3. Any other
-failure prints its traceback, then one line `sharelake: <subcommand> failed: <cause>`, and exit code 1.
+`main` is the one entry point: the package's `sharelake` console script (`exit_with_code`; `pip install
+sharelake-*.whl` gives `sharelake`) and the thin spark-submit entry points in `jobs/` (`jobs/sharelake.py ingest
+...`) both run it, so a subcommand runs the same from a terminal, a scheduler or spark-submit on YARN and
+Kubernetes. Each subcommand is one module of `app.commands` (its arguments and its `run`), imported only when
+chosen (`sharelake version` starts no JVM). A bad config (any `ConfigError`) ends a subcommand with one line on
+stderr, `sharelake: <the key and the fix>`, and exit code 2. A dependency still down when the start's wait for it
+ran out (`DependencyOutage`) ends it with one line and exit code 3. Any other failure prints its traceback, then
+one line `sharelake: <subcommand> failed: <cause>`, and exit code 1. `exit_with_code` ends the process with that
+code, which a caller running the entry point as a function (a Databricks wheel task) would otherwise drop.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Secret references in the config: `env:NAME` and `file:/path` values, read at start.
 
-Called by the config's validators (`app.config.settings` for `kafka.client`, the Avro format's registry
-settings in `app.formats.base`), so a password never has to be on a command line, where `ps`
-and cluster UIs show it. Errors name the key and the fix, never the secret.
+`resolve_secret` replaces such a value, when the config is validated, by the environment variable's value or the
+file's content (stripped), so a password never has to be on a command line, where `ps` and cluster UIs show it.
+Errors name the key and the fix, never the secret. `is_secret_key` tells the keys whose values are never shown,
+in an error line or a log (`SECRET_WORDS`).
 """
 
 from __future__ import annotations

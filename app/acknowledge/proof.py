@@ -1,8 +1,9 @@
 """The decision types and the commit proof: what a record's decision is, and what it rests on.
 
-Imported by the record lifecycle (`app.acknowledge.lifecycle`), the Delta writer (which alone mints
-a `CommitProof`, `app.sink.delta.writer`), the batch plan and the sink. Nothing here imports Kafka
-or Arrow, so the sink's side and the consumer's side meet in these types without importing each other.
+A `CommitProof` is minted by a table's Delta writer only (`DeltaWriter.append` for its commit, `proof_of_presence`
+for records an earlier commit holds): constructing one directly raises and a proof cannot be changed, so an ACCEPT
+or a REJECT always rests on a commit (INVARIANT 1, `app.acknowledge.lifecycle`). Nothing here imports Kafka or
+Arrow, so the sink's side and the consumer's side meet in these types without importing each other.
 """
 
 from __future__ import annotations

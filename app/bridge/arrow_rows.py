@@ -1,15 +1,11 @@
 """A polled record's row layout, declared once, and polled Kafka records -> Arrow rows in that layout.
 
-`RECORD_SCHEMA` is a Kafka record as a row (the identity, key, value, headers, timestamp and
-delivery count). The columns a write adds (`ingested_at`, `batch_id`: `ROW_SCHEMA`) and the
-stamping belong to the sink (`app.table.columns`). The main table's metadata columns
-(`app.formats.base`) and the dead-letter table's record columns (`app.sink.dead_letter.rows`) are
-derived from these.
-
-`poll_rows` is called by each group member (`app.consume.member`) right after its poll, in
-the member's own thread, so the Arrow build of the next batch runs while the current one writes;
-the Delta sink only concatenates the polls' tables and stamps them. Columns are built as whole
-lists and handed to Arrow in one go (no per-row Python objects reach Spark).
+`RECORD_SCHEMA` is a Kafka record as a row (the identity, key, value, headers, timestamp and delivery count); the
+columns a write adds (`ingested_at`, `batch_id`) and their stamping are `app.table.columns`'s. `poll_rows` builds
+one poll's rows, in poll order, from the parts of a `confluent_kafka.Message` that become a row (`PolledRecord`),
+so each poll can carry its rows from the thread that polled it: the Arrow build of the next batch runs while the
+current one writes. Columns are built as whole lists and handed to Arrow in one go (no per-row Python objects
+reach Spark).
 """
 
 from __future__ import annotations

@@ -1,16 +1,14 @@
 """The trigger clock: a `rate-micro-batch` stream whose only job is to make Spark run foreachBatch.
 
-Used by `app.run.pipeline` to start the streaming query. Its rows are never read; each micro-batch
-drains the RecordBuffer instead. `rate-micro-batch` (not `rate`, which yields at most one batch a
-second) lets Spark start the next batch as soon as the previous one returns.
+Its rows are never read; each micro-batch drains the RecordBuffer instead. `rate-micro-batch` (not `rate`, which
+yields at most one batch a second) lets Spark start the next batch as soon as the previous one returns.
 
-The clock runs in a SparkSession of its own (`clock_session`). Spark writes its offset log and
-commit log once per micro-batch; by default through Hadoop's FileContext, whose rename on the
-local file system runs `readlink` in a forked process (no native Hadoop library in a pip
-pyspark): measured here, 30 ms per log write idle and 75 ms with the cores busy, twice per
-micro-batch. When the checkpoint is the default temporary local one (it holds nothing but the
-rate source's offsets), the clock's session writes it through the FileSystem API instead: 8 / 17
-ms. A checkpoint path the user configured keeps Spark's default manager.
+The clock runs in a SparkSession of its own (`clock_session`). Spark writes its offset log and commit log once per
+micro-batch each, by default through Hadoop's FileContext, whose rename on the local file system runs `readlink`
+in a forked process (no native Hadoop library in a pip pyspark). When the checkpoint is the default temporary
+local one (it holds nothing but the rate source's offsets), the clock's session writes it through the FileSystem
+API instead (`FILE_SYSTEM_MANAGER`), whose rename needs no `readlink`. A checkpoint path the user configured keeps
+Spark's default manager.
 """
 
 from __future__ import annotations

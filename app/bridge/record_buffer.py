@@ -1,11 +1,12 @@
-"""The bounded RecordBuffer between the share members (producers) and foreachBatch (consumer).
+"""The bounded RecordBuffer between the group members (producers) and foreachBatch (consumer).
 
-Share members `put()` whole polls (`Poll`: the poll's `PollBatch`, whose records the sink decides,
-and the Arrow rows the member built from them right after its poll); the Delta sink `drain()`s
-whole polls inside foreachBatch. Whole polls move together because a poll is the unit a member must finish deciding
-before it may poll again. The bound is on records, so the driver's memory follows the config, not
-the backlog: a member whose put would overflow the buffer waits (backpressure), except that an
-empty buffer always takes one poll so a poll larger than the bound cannot deadlock.
+Members `put()` whole polls (`Poll`: the poll's `PollBatch`, whose records the sink decides, and the Arrow rows
+the member built from them right after its poll); a micro-batch `drain()`s whole polls. Whole polls move together
+because a poll is the unit a member must finish deciding before it may poll again. The bound is on records, so
+the driver's memory follows the config, not the backlog: a member whose put would overflow the buffer waits
+(backpressure), except that an empty buffer always takes one poll so a poll larger than the bound cannot
+deadlock. A drain that found a poll may linger for others (`linger_s`: fewer, larger commits); `take_all` empties
+the buffer at shutdown.
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
 """The share group's broker-side dead-letter topic (KIP-1191, Kafka 4.4): its start-up check and its records' form.
 
-Called by `app.run.preflight.check_kafka` before the group settings are applied (when
-`kafka.broker_dead_letter_topic` is set), and by `app.ops.replay_broker_topic` to read where each
-record came from. The broker writes to the topic on its own and, when it cannot (no such topic,
-the topic does not accept dead letters, the name lacks the broker's required prefix), it logs an
-error and archives the record anyway: a client never hears of it. So each of those is checked here
-at start and stops the job with one line naming the fix.
+The broker writes to the topic on its own and, when it cannot (no such topic, the topic does not accept dead
+letters, the name lacks the broker's required prefix), it logs an error and archives the record anyway: a client
+never hears of it. So `check_broker_dead_letter_topic` checks each of those at start and stops the job with one
+line naming the fix (`ConfigError`). It reads the group's settings as they were before the job changes them (a
+broker before 4.4 lists no `DLQ_TOPIC`, and would refuse it), so it runs before the group's settings are applied.
+A missing topic is created as the broker would create it, accepting dead letters (`TOPIC_ACCEPTS`), unless the
+broker creates such topics itself or the check must change nothing (`create=False`). `ArchivedRecord.from_headers`
+reads where a record of the topic came from, and why the broker archived it, from its `__dlq.errors.*` headers.
 """
 
 from __future__ import annotations

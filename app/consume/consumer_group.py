@@ -1,29 +1,28 @@
 """The consumer group type (`kafka.group_type = "consumer"`): offsets committed after the Delta commit.
 
-Behind `app.consume.group_client`'s seam (chosen by `app.consume.group_types.group_type`), for
-brokers before share groups (4.2), for order per partition, and for teams moving a topic between the
-two types with one table. Each member's `ConsumerGroupClient` holds one classic `Consumer`
-(cooperative-sticky assignment, no auto-commit). A poll's decisions become offsets: ACCEPT and
+Behind `app.consume.group_client`'s seam, for brokers before share groups (4.2), for order per partition, and for
+teams moving a topic between the two types with one table. Each member's `ConsumerGroupClient` holds one classic
+`Consumer` (cooperative-sticky assignment, no auto-commit). A poll's decisions become offsets: ACCEPT and
 REJECT (after the dead-letter table's commit) let a partition's committed offset move past the
 record; RELEASE rewinds the partition to the record, so it and the records after it are read again
 (the dedup recognises those the table already holds). The offsets are committed to Kafka once every
 record of the poll is decided, so only after the Delta commit that holds them. A member polls again
 only then, so a rebalance, which the client runs inside a poll, never finds a member holding
 records: the group pauses while a member's poll is written (the trade-off), and a revoked
-partition's records are never lost nor written twice.
+partition's records are never lost nor written twice. Its decision window is `max.poll.interval.ms`: a poll not
+decided by then, librdkafka takes its member out of the group.
 
 At assignment the member starts each partition at the later of the offset this group committed and
 the tables' (`TablePositions`, handed to `client` as a value once the tables are open: the offset
 after the highest one the main and dead-letter tables hold, from their commit metadata): after a
 crash between the Delta commit and the Kafka commit the table is ahead, and is the source of truth.
 A partition without a committed offset starts at `auto.offset.reset`, and the dedup recognises what
-the table holds. No group configs are set; members beyond the partition count would idle, so the
-pool is capped at it.
+the table holds. No group configs are set (a share group's `kafka.broker_dead_letter_topic` is refused); members
+beyond the partition count would idle, so the pool is capped at it.
 
-`ConsumerGroupType.read_state` gives `sharelake status` (`app.ops.group_status`) and the lag gauge
-(`app.observe.group_lag`) the group's members and their partitions (librdkafka's `describe_consumer_groups`)
-and, per partition of the subscribed topics, the committed offset and the lag: the end offset
-(read-committed) minus it. No JVM is needed.
+`ConsumerGroupType.read_state` reads the group's members and their partitions (librdkafka's
+`describe_consumer_groups`) and, per partition of the subscribed topics, the committed offset and the lag: the end
+offset (read-committed) minus it. No JVM is needed.
 """
 
 from __future__ import annotations

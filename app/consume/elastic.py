@@ -1,24 +1,26 @@
 """Elastic members: sizes the member pool between `pump.min_members` and `pump.max_members`.
 
-Ticked once per turn of the run's main loop. It grows and shrinks the pool inside one driver,
+Each `ElasticSizer.tick` samples the members and may grow or shrink the pool inside one driver, by one member,
 driven by what the pool and the sink measure:
 
 - shrink when the buffer is over 75% full (the sink is the bottleneck: more members would only
-  hold record locks longer), when the last batch cycle took over half the record lock, or when
+  hold their records longer), when the last batch cycle took over half the group's decision window
+  (`DecisionWindow`: a share group's record lock, a consumer group's `max.poll.interval.ms`), or when
   the members' busy time over the last window would fit in one member fewer at half its time
   (the topic is quiet);
 - grow when the buffer is under 25% full and every member was busy (holding records, not waiting
   in poll) for at least 80% of the last window (the members are the bottleneck: each holds a poll
   until the sink decides it, so records wait on the broker).
 
-Busy and idle are measured over a window (each member's seconds waiting in poll, sampled once a
-second), not read off the members at one instant: at a bursty rate every member can be between
-records at the moment of a tick, and a snapshot then shrinks a pool the load had just grown. The
-gap between the two thresholds keeps a resize from undoing itself: after a shrink for idleness
-the remaining members are at most half busy, far from the 80% a grow needs.
+Busy and idle are measured over a window (each member's seconds waiting in poll, sampled every `SAMPLE_S`), not
+read off the members at one instant: at a bursty rate every member can be between records at the moment of a
+tick, and a snapshot then shrinks a pool the load had just grown. The gap between the two thresholds keeps a
+resize from undoing itself: after a shrink for idleness the remaining members are at most half busy, far from the
+80% a grow needs.
 
 One step at a time, at most one per cooldown, each measured over a window that starts after the
-last change. Nothing changes while the pool is paused (a dependency of the sink is down).
+last change. Nothing changes while the pool is paused (a dependency of the sink is down), nor when the two
+bounds are equal.
 """
 
 from __future__ import annotations

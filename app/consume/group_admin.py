@@ -1,4 +1,4 @@
-"""One admin interface over the job's two Kafka admin clients, each made on first use.
+"""One admin interface over the Kafka clients a group's state is read with, each made on first use.
 
 - `GroupAdmin.client`: confluent-kafka's `AdminClient` (librdkafka, the job's `kafka.client`
   settings as they are): metadata, end offsets, a consumer group's members.
@@ -10,13 +10,12 @@
   maps the settings), for what librdkafka has no admin call for: a share group's members and
   offsets (`describeShareGroups`, `listShareGroupOffsets`; confluent-kafka 2.16 has neither).
 
-A group type's `read_state` (`app.consume.group_client`) takes a `GroupAdmin` and uses the client
-it needs, so a consumer group's state needs no JVM and a share group's never opens the librdkafka
-client. Called by `app.ops.group_status` (`sharelake status`) and `app.observe.group_lag` (the lag gauge's
-thread owns one for the run); `close()` closes whichever clients were made.
+A group type's `read_state` (`app.consume.group_client`) takes a `GroupAdmin` and uses the client it needs, so a
+consumer group's state needs no JVM and a share group's never opens the librdkafka client. A `GroupAdmin` is not
+thread-safe: one per reading thread. `close()` closes whichever clients were made.
 
-The start-up checks (`app.run.preflight`, a group type's `prepare`) keep using an `AdminClient` of
-their own, made with the client-error callback they read security failures from.
+The start-up checks do not use it: they need an `AdminClient` made with the client-error callback they read
+security failures from.
 """
 
 from __future__ import annotations

@@ -2,14 +2,15 @@
 
 Only abstractions live here; each implementation is one module that imports this one, and
 `app.consume.group_types.group_type` (the only module importing both) chooses between them, so the
-import graph has no cycle. Callers of the seam:
+import graph has no cycle. The seam:
 
-- `app.run.preflight` at start (`GroupType.prepare`: the group's settings), `app.commands.check` and
-  `app.run.pipeline` (which build the type with `group_types.group_type`);
-- `app.consume.member_pool` (`GroupType.client`, `GroupType.member_cap`) and each member thread
-  (`app.consume.member`), which only ever talks to its `GroupClient`;
-- `app.ops.group_status` (`sharelake status`) and `app.observe.group_lag` (the Prometheus lag gauge), through
-  `GroupType.read_state` and the admin clients of `app.consume.group_admin.GroupAdmin`.
+- `GroupType`: at start `prepare` (the group's settings and their checks; `apply=False` changes nothing), one
+  `client` per member, `member_cap` (how many members can hold records at once), the `decision_window` (how long
+  a poll may wait for its decisions), the banner's `describe`, and `read_state` (the group's members and
+  partitions, read with the admin clients of `app.consume.group_admin.GroupAdmin`);
+- `GroupClient`: one member's client, used by its member thread only (the clients are not thread-safe);
+- the state as values (`GroupState`, `GroupMember`, `PartitionState`), and where the tables are
+  (`TablePositions`, `table_positions`), handed to the clients.
 
 Two types, each one module:
 

@@ -1,11 +1,16 @@
 """Share-group settings the job owns: applied on the GROUP resource before any member polls.
 
-Called once by `app.run.pipeline` at start. The group's `share.auto.offset.reset` defaults to `latest`
-on the broker, which would silently skip every record produced before the group first existed, so
-the job sets it (unless configured `unchanged`). The in-flight record cap per partition bounds the
-throughput on few partitions (locks x partitions per batch cycle): by default the job raises it to
-what the broker allows (`broker_lock_cap`). The record lock duration can be set the same way,
-and the group's broker-side dead-letter topic (checked first by `app.consume.broker_dead_letter_topic`).
+The group's `share.auto.offset.reset` defaults to `latest` on the broker, which would silently skip every record
+produced before the group first existed, so the job sets it (unless configured `unchanged`). The in-flight record
+cap per partition (`GROUP_LOCKS`) bounds the throughput on few partitions (locks x partitions per batch cycle): by
+default the job raises it to what the broker allows (`broker_lock_cap`, at most `MAX_RECORD_LOCKS`). The record
+lock duration can be set the same way, and the group's broker-side dead-letter topic (`DLQ_TOPIC`; its start-up
+check is `app.consume.broker_dead_letter_topic`'s).
+
+An accepted alter is applied by each broker when it replays the cluster's metadata log, so
+`settled_group_settings` reads the group back until the broker serves the applied values (bounded: then the values
+as applied, with a warning). On brokers before 4.3 the delivery limit and the in-flight cap are broker configs
+only (`BROKER_DEFAULTS`): `with_broker_defaults` fills them in from the broker's.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""Chooses the job's group type (`kafka.group_type`): the one module that imports both implementations.
+"""The choice of the job's group type (`kafka.group_type`): the one module that imports both implementations.
 
-Called by `app.run.pipeline` (`sharelake ingest`, with the tests' share-consumer factory when one is
-given), `app.commands.check` and `app.ops.group_status` (`sharelake status`). The seam's abstractions
-are in `app.consume.group_client`; `app.consume.share_group` and `app.consume.consumer_group` import
-only those, so nothing imports back here and the graph has no cycle.
+`group_type` gives a consumer group's type or a share group's; a share group's consumers are made by the factory
+it is given (a test's provokes faults with it). The seam's abstractions are in `app.consume.group_client`;
+`app.consume.share_group` and `app.consume.consumer_group` import those, never each other nor this module, so
+nothing imports back here and the graph has no cycle.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """The Kafka Java client's Admin, made in the Spark driver's JVM from the job's librdkafka settings.
 
-Called by `app.consume.group_admin.GroupAdmin` (its `java` client, for a share group's members and offsets:
-confluent-kafka 2.16 has no share-group admin calls, the Java Admin has `describeShareGroups` and
-`listShareGroupOffsets`, used by `app.consume.share_group.ShareGroupType.read_state`).
-The jar comes with the Spark jars (`conf/maven/spark-jars.pom.xml`). `java_admin_config` maps the
-common librdkafka keys of `kafka.client` to the Java client's: the broker, the security protocol,
-SASL PLAIN / SCRAM user and password (as a JAAS line), a PEM CA file; the names of keys it cannot
-map are logged, their values never are.
+It is there for what confluent-kafka 2.16 has no admin call for: a share group's members and offsets (the Java
+Admin has `describeShareGroups` and `listShareGroupOffsets`). The jar comes with the Spark jars
+(`conf/maven/spark-jars.pom.xml`). `java_admin_config` maps the common librdkafka keys of `kafka.client` to the
+Java client's: the broker, the security protocol, SASL PLAIN / SCRAM user and password (as a JAAS line), a PEM CA
+file; the names of keys it cannot map are logged, their values never are. Its requests time out after
+`ADMIN_TIMEOUT_MS` unless `kafka.client` sets `request.timeout.ms`. An admin `create_admin` made is closed with
+`close_admin`.
 """
 
 from __future__ import annotations

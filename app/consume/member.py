@@ -1,14 +1,15 @@
 """One group member: a thread that exclusively owns one Kafka client of the job's group type.
 
-Started and stopped by `app.consume.member_pool.MemberPool`. The client (`GroupClient`, from
-`app.consume.group_client`'s seam: a share consumer or a classic consumer) is made in the thread.
-A started member subscribes at once (it joins the group while the job warms up) and polls only
-after `start_polling`: records are acquired in poll(), never before. Its loop is the explicit cycle:
-poll -> wrap the records in a `PollBatch`, build their Arrow rows (here, so that the next batch's
-rows are ready while the sink writes the current one) and put it in the RecordBuffer -> apply the AckCommands
-that deciders (the Delta sink, or shutdown) send for that batch -> once every record is
-decided, commit -> poll again. The client is never touched from another thread (it is not
-thread-safe); other threads only talk to the member through its command queue and flags.
+The client (`GroupClient`, from `app.consume.group_client`'s seam: a share consumer or a classic consumer) is made
+in the thread. A started member subscribes at once (it joins the group) and polls only after `start_polling`:
+records are acquired in poll(), never before. Its loop is the explicit cycle: poll -> wrap the records in a
+`PollBatch`, build their Arrow rows (here, so that the next batch's rows are ready while the sink writes the
+current one) and put it in the RecordBuffer -> apply the AckCommands that deciders (the Delta sink, or shutdown)
+send for that batch -> once every record is decided, commit -> poll again. The client is never touched from
+another thread (it is not thread-safe); other threads only talk to the member through its command queue and
+flags (`start_polling`, `pause_polling`, `stop_polling`, `abandon`). A member that fails while it holds records
+RELEASEs the undecided ones and commits before it closes; `abandon` (a stop past its bound) RELEASEs them too.
+Its counters (`MemberStats`) are written by its thread only.
 """
 
 from __future__ import annotations

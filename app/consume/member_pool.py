@@ -1,15 +1,17 @@
 """The pool of group members in the driver: M threads, each owning one Kafka client of the group type.
 
-Built and driven by `app.run.pipeline`. More members keep more polls in flight: while the records of
-one member are being written by the running micro-batch, the others keep polling and fill the
-RecordBuffer for the next one. The pool also answers "is the backlog drained?" for the
-until-drained run mode, and runs the graceful stop (stop polling, let the sink decide, release
-the rest, commit, close).
+More members keep more polls in flight: while the records of one member are being written by the running
+micro-batch, the others keep polling and fill the RecordBuffer for the next one. The members may join the group
+(`join_group`) before any of them polls (`start`). The pool also answers "is the backlog drained?" for the
+until-drained run mode, pauses and resumes polling while a dependency of the sink is down (no member leaves the
+group), and runs the graceful stop (stop polling, let the sink decide, release the rest, commit, close).
 
-The pool is elastic: `resize(n)` starts new members or retires the newest ones while the stream
-runs. A share group needs no stop-the-world rebalance for either: a new member joins and polls,
-and a retiring member stops polling, lets the sink decide its last poll, commits and closes; the
-others never pause. `app.consume.elastic` decides the size from measured buffer fill.
+The pool is elastic: `resize(n)` starts new members or retires the newest ones while the stream runs, never
+beyond the group type's cap (a consumer group's: its partition count). A share group needs no stop-the-world
+rebalance for either: a new member joins and polls, and a retiring member stops polling, lets the sink decide its
+last poll, commits and closes; the others never pause. A consumer group rebalances instead
+(`app.consume.consumer_group`). The pool's counters are its members' (`member_stats`, retired members' included)
+and its gauges (`PoolGauges`).
 """
 
 from __future__ import annotations

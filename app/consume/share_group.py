@@ -1,9 +1,10 @@
 """The share group type (`kafka.group_type = "share"`, the default): per-record acknowledgements.
 
-Behind `app.consume.group_client`'s seam, chosen by `app.consume.group_types.group_type` (to which
-`app.run.pipeline` passes the tests' share-consumer factory, typed `ShareConsumerFactory` here). At
-start, `ShareGroupType.prepare` sets the group configs the job owns (app.consume.group_settings)
-after checking the broker-side dead-letter topic (app.consume.broker_dead_letter_topic). Each
+Behind `app.consume.group_client`'s seam; its consumers are made by a `ShareConsumerFactory` (confluent-kafka's
+`ShareConsumer`, or a test's that provokes faults). At start, `ShareGroupType.prepare` sets the group configs the
+job owns (`app.consume.group_settings`) after checking the broker-side dead-letter topic
+(`app.consume.broker_dead_letter_topic`), since an old broker would refuse the settings. Its decision window is the
+group's record lock (`share.record.lock.duration.ms`); members beyond the partition count share the partitions. Each
 member's `ShareGroupClient` holds one `ShareConsumer` in explicit mode: every record of a poll must
 be acknowledged before the next poll; `acknowledge` applies one AckCommand (each of its records with
 the command's ACCEPT, RELEASE or REJECT), `commit` sends the poll's acknowledgements with
@@ -12,11 +13,10 @@ the command's ACCEPT, RELEASE or REJECT), `commit` sends the poll's acknowledgem
 back inside a later poll, to the commit callback (a refused partition is an ack error: its records
 come back and are deduplicated).
 
-`ShareGroupType.read_state` reads the group's members and each share partition's start offset and
-lag through the Java Admin (`GroupAdmin.java`: `describeShareGroups`, `listShareGroupOffsets`), for
-`sharelake status` (`app.ops.group_status`) and the lag gauge (`app.observe.group_lag`). The lag is the broker's:
-records at or after the start offset not yet delivered to completion (available or in flight); how
-many are in flight now is not in the admin API.
+`ShareGroupType.read_state` reads the group's members and each share partition's start offset and lag through the
+Java Admin (`GroupAdmin.java`: `describeShareGroups`, `listShareGroupOffsets`). The lag is the broker's: records at
+or after the start offset not yet delivered to completion (available or in flight); how many are in flight now is
+not in the admin API.
 """
 
 from __future__ import annotations

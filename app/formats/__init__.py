@@ -1,12 +1,10 @@
 """The payload formats: one module each, behind the seam of `app.formats.base`.
 
-`FORMATS` (the readers by name, for `app.config.settings`'s messages and `payload_format`) and
-`PayloadSettings` (the `[payload]` section: the settings model of the format its `format` key names,
-a pydantic discriminated union validated by `app.config.settings`; its order is the config reference's,
-`devkit.config_reference`) are both built from `READERS`. `payload_format` builds a format's reader
-(called by `app.run.pipeline`'s sinks and `app.commands.check`), wrapped in a `KeyedFormat`
-(`app.formats.keys`) when `key_format` is not raw. Adding a format: a module with its settings
-and its `PayloadFormat` (naming its settings in `settings_model`), and one line in `READERS`.
+`READERS` lists every format, one line each; `FORMATS` (the readers by name) and `PayloadSettings` (the
+`[payload]` section: the settings model of the format its `format` key names, a pydantic discriminated union; its
+order is the config reference's) are both built from it. `payload_format` builds a format's reader from its
+settings, wrapped in a `KeyedFormat` (`app.formats.keys`) when `key_format` is not raw. Adding a format: a module
+with its settings and its `PayloadFormat` (naming its settings in `settings_model`), and one line in `READERS`.
 """
 
 from __future__ import annotations

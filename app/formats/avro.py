@@ -1,30 +1,36 @@
 """`payload.format = "avro"`: Avro records, in the Confluent wire format with a schema registry, or plain.
 
-Called through the format seam by the Delta sink (`read` per batch, on the driver), by the job's
-start-up (`start`) and, after a registry outage, by the sink's retry (`probe`).
+Through the format seam (`app.formats.base`): `start` reaches the registry and reads the table's columns, `read`
+gives a batch's verdicts on the driver and its Spark read, `probe` asks the registry again after an outage.
 
 **With `[payload.registry]`** a value is laid out as magic byte 0, a 4-byte big-endian schema id,
 then the Avro binary body. Per batch, on the driver (numpy over the Arrow value column, no per-record
 Python): the header of each value (`not_wire_format` when shorter than 5 bytes or the magic byte is
 not 0) and its schema id; each id not seen before is fetched from the registry once for the life of
 the job (`unknown_schema_id` on a 404) and admitted to the table's shape, or not
-(`schema_incompatible`, naming the field and both types). A registry that does not answer, or
-refuses us (timeout, 5xx, 401/403), raises `RegistryUnavailableError`: never the record's fault.
+(`schema_incompatible`, naming the field and both types; a schema with references is refused too). A registry
+that does not answer, or refuses us (timeout, 5xx, 401/403), raises `RegistryUnavailableError`: never the
+record's fault.
 
 **The header** is read by `app.formats.wire`, as for every wire format.
 
 **The table's shape** (the reader schema, `AvroShape`) grows with the writer schemas: a field a new
 writer adds joins it as a nullable column (`mergeSchema` adds it to the table), a field a writer
-lacks reads null (or its default), a narrower type Avro promotes (int -> long, float -> double,
-string <-> bytes) reads as the table's type. A writer whose field would need a column of the table
-to change type is refused. Avro's own `SchemaCompatibility` (Java, in Spark's JVM) has the last word
-on every admission. With `avro_schema` set the shape is fixed: each writer must resolve into it.
+lacks reads null (or its default), a narrower type Avro promotes (int -> long, float or double; long -> float or
+double; float -> double; string <-> bytes: `AVRO_PROMOTIONS`) reads as the table's type. A writer whose field
+would need a column of the table to change type is refused. Avro's own `SchemaCompatibility` (Java, in Spark's
+JVM) has the last word on every admission. With `avro_schema` set the shape is fixed: each writer must resolve
+into it.
 
 **In Spark**, inside the one write job: `from_avro(body, writer schema of the id, {avroSchema:
 the shape})` per schema id of the batch, in PERMISSIVE mode. The reader schema given to Spark carries
 one extra field with a default (`__sharelake_decoded`): Avro's resolution fills it for every body that
 decodes, and PERMISSIVE mode leaves it null for one that does not (`avro_decode_failed`), which tells
-a bad body from a record whose fields are all null.
+a bad body from a record whose fields are all null. A record whose `required_fields` are null or absent is
+`missing_required_field`. Avro's decoder allocates what a length declares before it reads it, so its limits
+(`AVRO_LIMITS`) are set to the job's largest `payload.max_value_bytes` (in the driver's JVM; a cluster's executors
+take them from `spark.executor.extraJavaOptions`): a longer declaration fails its decode instead of running the
+JVM out of heap.
 
 **Without a registry** (`avro_schema` only) a value is the plain Avro binary body of that schema.
 """

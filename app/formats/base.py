@@ -7,16 +7,16 @@ A format is one module of `app.formats` with two classes:
 - its **reader** (a subclass of `PayloadFormat`): the start-up check (`start`), the driver-side
   verdicts of one batch (`read`), and the Spark parse that runs inside the one write job
   (`BatchRead.parse`), with the class and message of a record it could not read (`BatchRead.errors`)
-  and the main table's columns (`BatchRead.main_rows`); its error classes (`error_classes`).
+  and the main table's columns (`BatchRead.main_rows`); its error classes (`error_classes`); the warm-up's
+  values (`sample_values`, `warm_up_twin`).
 
-The Delta sink (`app.sink.batch.delta_sink`) calls, per batch: `precheck` (the checks every format
-shares, on Arrow: no value, too large, the delivery cap), then the format's `read` on the same
-rows, then one Spark job that parses, filters the rows flagged `BAD`, collects them (with their
-class and message, `BatchRead.bad_row`, while a stream carries poison) and appends the rest.
-Every error class is permanent:
-the record goes to the dead-letter table and is REJECTed. A format whose dependency is down (a
-schema registry) raises `DependencyUnavailable` from `read`: never the record's fault, so the sink
-RELEASEs the batch and retries it.
+`FormatSettings` holds the `[payload]` keys every format has, `RegistrySettings` the `[payload.registry]`
+section. A batch is read in this order: `precheck` (the checks every format shares, on Arrow: no value, too
+large, the delivery cap), then the format's `read` on the same rows, then one Spark job that parses, filters the
+rows flagged `BAD`, collects them (with their class and message, `BatchRead.bad_row`, while a stream carries
+poison) and writes the rest. Every error class is permanent: the record goes to the dead-letter table and is
+REJECTed. A format whose dependency is down (a schema registry) raises `DependencyUnavailable` from `read`: never
+the record's fault, so the batch is RELEASEd and retried once `probe` passes.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Record keys: `payload.key_format` = raw (bytes, the default) | text | avro.
 
-`payload_format` (`app.formats`) wraps the value format's reader in a `KeyedFormat` when a
-topic's keys are not raw; the Delta sink sees one `PayloadFormat` as before. The key lands in the
-main table's `key` column:
+A `KeyedFormat` wraps the value format's reader when a topic's keys are not raw, so a keyed topic's format is
+still one `PayloadFormat`. The key lands in the main table's `key` column:
 
 - `raw`: the bytes as Kafka holds them (binary);
 - `text`: a UTF-8 string; a key that is not valid UTF-8 is dead-lettered as `key_invalid_utf8`;

@@ -1,8 +1,7 @@
-"""`payload.format = "protobuf"`: Protobuf messages in the Confluent wire format, with a schema
-registry.
+"""`payload.format = "protobuf"`: Protobuf messages in the Confluent wire format, with a schema registry.
 
-Called through the format seam by the Delta sink (`read` per batch, on the driver), by the job's
-start-up (`start`) and, after a registry outage, by the sink's retry (`probe`).
+Through the format seam (`app.formats.base`): `start` reaches the registry and reads the table's columns, `read`
+gives a batch's verdicts on the driver and its Spark read, `probe` asks the registry again after an outage.
 
 A value is magic byte 0, a 4-byte big-endian schema id, the message indexes (which message of the
 schema's file), then the Protobuf body (read by `app.formats.wire`). Per batch, on the driver
@@ -18,7 +17,8 @@ the life of the job (`unknown_schema_id` on a 404) and turned into descriptors
 name: a field a new writer adds joins it as a nullable column (`mergeSchema` adds it to the table),
 a field a writer lacks reads null, an int32 reads into a table's bigint and a float into a double. A
 field whose type would change a column's type is refused, nested messages included (a nested message
-that gains a field is a new type of its column).
+that gains a field is a new type of its column). Arrow types Spark lacks are replaced: unsigned integers by wider
+signed ones (uint64 by decimal(20, 0)), any timestamp by microseconds UTC.
 
 **In Spark**, inside the one write job: a scalar Arrow UDF over the value column
 (`app.formats.protobuf_decode`) decodes each body with ptars (Rust, into Arrow columns) and

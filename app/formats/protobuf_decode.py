@@ -1,16 +1,17 @@
 """The Protobuf decode that runs inside Spark: wire-format values in, the parsed struct and verdicts out.
 
-Called by Spark's Python workers as a scalar Arrow UDF over the `value` column (the read of one
-batch is built by `app.formats.protobuf`; only the values travel to Python). Per Arrow batch:
-the wire headers (`app.formats.wire`, vectorised), then per (schema id, message indexes) one call to
-ptars, which parses the bodies straight into Arrow columns in Rust (no per-record Python). A body
-that does not parse fails the whole call, so the bodies of a failed call are halved until each bad
-one stands alone (`protobuf_decode_failed`); the good ones are decoded in as few calls as that
-allows. Each writer's columns are then laid into the table's shape: a field the writer lacks reads
-null, a narrower number is widened.
+`decode_values` runs in Spark's Python workers as a scalar Arrow UDF over the `value` column: only the values
+travel to Python, with the batch's `DecodePlan` from the driver (the writer of each (schema id, message indexes),
+and the table's shape). Per Arrow batch: the wire headers (`app.formats.wire`, vectorised), then per (schema id,
+message indexes) one call to ptars, which parses the bodies straight into Arrow columns in Rust (no per-record
+Python; one converter per writer, built once per worker process). A body that does not parse fails the whole call,
+so the bodies of a failed call are halved until each bad one stands alone (`protobuf_decode_failed`); the good ones
+are decoded in as few calls as that allows. A value without a readable header, or of a message the driver refused,
+is flagged too (`not_wire_format`, `bad_message_index`). Each writer's columns are then laid into the table's
+shape: a field the writer lacks reads null, a narrower number is widened.
 
-Spark has no Protobuf reader of its own here: `spark-protobuf` (`from_protobuf`) is not served for
-Spark 4.2 from Maven Central.
+Spark has no Protobuf reader of its own here: `spark-protobuf` (`from_protobuf`) is not served for Spark 4.2 from
+Maven Central.
 """
 
 from __future__ import annotations

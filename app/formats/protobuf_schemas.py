@@ -1,13 +1,13 @@
 """Protobuf writer schemas from the registry: the descriptor files of a schema id, its messages.
 
-Called by the Protobuf format (`app.formats.protobuf`) on the driver, once per schema id. A
-registry serves a Protobuf schema either as a base64 `FileDescriptorProto` (what confluent-kafka's
-`ProtobufSerializer` registers, and what Confluent's registry serves for `?format=serialized`) or as
-`.proto` text (what Java's serializer registers; Apicurio's ccompat API serves it as it was
-registered whatever the format asked). Text is compiled by protoc (grpcio-tools' bundled one, in a
-child process, so its errors can be read). Imports of Protobuf's well-known types
-(`google/protobuf/*.proto`) are resolved from the protobuf package; any other import would need the
-registry's schema references, which are not resolved: such a schema is refused (`SchemaProblem`).
+`schema_files` turns a registry's schema into its files, dependencies first. A registry serves a Protobuf schema
+either as a base64 `FileDescriptorProto` (what confluent-kafka's `ProtobufSerializer` registers, and what
+Confluent's registry serves for `?format=serialized`) or as `.proto` text (what Java's serializer registers;
+Apicurio's ccompat API serves it as it was registered whatever the format asked). Text is compiled by protoc
+(grpcio-tools' bundled one, in a child process, so its errors can be read). Imports of Protobuf's well-known types
+(`google/protobuf/*.proto`) are resolved from the bundled files; any other import would need the registry's schema
+references, which are not resolved: such a schema is refused (`SchemaProblem`). `message_at` names the message a
+value's message indexes point at; `writer_schema` gives the Arrow columns its bodies decode into.
 """
 
 from __future__ import annotations

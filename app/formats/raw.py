@@ -1,7 +1,8 @@
 """`payload.format = "raw"`: the value as bytes, as Kafka holds it.
 
 No Spark check: the shared driver checks (`app.formats.base.precheck`) are all a raw value
-can fail. Called through the format seam by the Delta sink.
+can fail. The main table's columns are the record's and the write's (`METADATA_COLUMNS`), known before the
+first batch.
 """
 
 from __future__ import annotations

@@ -1,15 +1,14 @@
-"""The schema registry client: writer schemas by id over the Confluent REST API (Apicurio's ccompat
-too).
+"""The schema registry client: writer schemas by id over the Confluent REST API (Apicurio's ccompat too).
 
-Used by every format whose values carry a schema id (`app.formats.avro`, `protobuf`, ...) and
-by the key reader for Avro keys (`app.formats.keys`): `check` at start, `writer_schema` per new
-id, `probe` after an outage. A registry that does not answer, or refuses us (timeout, 5xx, 401/403),
-raises `RegistryUnavailableError`: never the record's fault. At start a refusal (401/403) or an
-address that does not resolve is a wrong setting (ConfigError, one line); no answer, a refused
-connection or a 5xx is an outage the start waits out (`app.failures.dependency_wait`). Its settings (`RegistrySettings`,
-`[payload.registry]`) live in `app.formats.base`, beside the other keys every format has.
-`WarmUpRegistry` stands in for it in the warm-up (`app.sink.batch.warm_up`): each wire format's
-`warm_up_twin` reads one built-in schema under `WARM_UP_ID`, with no network."""
+`SchemaRegistry` offers `check` at start, `writer_schema` per new id (None for an id the registry does not have;
+a schema with references comes back marked `"references"`, not resolved) and `probe` after an outage. A registry
+that does not answer, or refuses us (timeout, 5xx, 401/403), raises `RegistryUnavailableError`: never the
+record's fault. At start a refusal (401/403), a 404 (the URL's path is not a registry's) or an address that does
+not resolve is a wrong setting (`ConfigError`, one line); no answer, a refused connection or a 5xx is an outage
+the start waits out (`app.failures.dependency_wait`). Its settings (`RegistrySettings`, `[payload.registry]`)
+live in `app.formats.base`, beside the other keys every format has. `WarmUpRegistry` stands in for it in the
+warm-up: it serves one built-in schema under `WARM_UP_ID`, with no network.
+"""
 
 from __future__ import annotations
 

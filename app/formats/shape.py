@@ -1,18 +1,18 @@
 """The table's shape: the payload columns a format with writer schemas reads its records into.
 
-Called by the formats whose columns follow writer schemas (`app.formats.avro`, `protobuf`,
-...) and by the key reader (`app.formats.keys`) at start: `table_schema` and `field_types` give
-the columns earlier runs wrote. `Shape` is the union of the admitted writers' fields by name (for
-formats whose bodies are read by field name, such as Protobuf); Avro keeps
-its own reader schema (`avro.AvroShape`), resolved by Avro's rules, on the same `PROMOTIONS`.
+`table_schema` and `field_types` give the columns earlier runs wrote (a table exists once it has a commit).
+`Shape` is the union of the admitted writers' fields by name (for formats whose bodies are read by field name,
+such as Protobuf); Avro keeps its own reader schema (`avro.AvroShape`), resolved by Avro's rules, on `PROMOTIONS`
+and those Avro's resolution adds.
 
-A field a new writer adds joins the shape as a nullable column (the format writes with `mergeSchema`,
-so Delta adds it to the table); a field a writer lacks reads null; a narrower number reads into the
-table's wider column (`PROMOTIONS`). A writer whose field would change a column's type is refused,
-naming the field and both types: the table's columns are never rewritten because of one producer.
+A field a new writer adds joins the shape as a nullable column (the format writes with `mergeSchema`, so Delta
+adds it to the table); a field a writer lacks reads null; a narrower number reads into the table's wider column
+(`PROMOTIONS`). A writer whose field would change a column's type is refused, naming the field and both types:
+the table's columns are never rewritten because of one producer. So is a writer with a field named like one of
+Sharelake's own columns, or starting with `_` (`clashing`).
 
-`ShapedFormat` is the start-up such a format shares (JSON Schema and Protobuf subclass it): the
-registry reached, the table's columns read into its `Shape`.
+`ShapedFormat` is the start-up such a format shares (JSON Schema and Protobuf subclass it): the registry reached,
+the table's columns read into its `Shape`.
 """
 
 from __future__ import annotations

@@ -1,16 +1,16 @@
 """The Confluent wire format, read once for every format that uses it: the header of every value.
 
-Called on the driver by every wire format (`app.formats.avro` for values and, through it,
-`app.formats.keys` for Avro keys; `app.formats.protobuf`; ...) for the verdicts of a
-batch, and inside Spark by the Protobuf decode (`app.formats.protobuf_decode`) to find each
-body. A value is laid out as the magic byte 0, a 4-byte big-endian schema id, for Protobuf only the
+A value is laid out as the magic byte 0, a 4-byte big-endian schema id, for Protobuf only the
 message indexes (a zigzag varint count, then that many zigzag varints: the path to the message type
 in the schema's file, e.g. [1] for its second top-level message, [1, 0] for the first message nested
 in it; [0] alone is written as the single byte 0), then the body.
 
-Everything runs in numpy over the Arrow buffers of the value column: the loops go over byte
-positions (at most ten per varint) and index depth, never over records. `schema_id_column` and
-`body_column` read the same header in Spark, where a format's decode needs it per row.
+`schema_ids` reads each value's magic byte and schema id; `message_headers` the message indexes too (deeper than
+`MAX_DEPTH` is refused) and where each body starts. Both need no Spark: they give a batch's verdicts on the
+driver, and `message_headers` finds each body in a Python worker too. Everything runs in numpy over the Arrow buffers
+of the value column: the loops go over byte positions (at most ten per varint) and index depth, never over
+records. A null value counts as framed (it is judged elsewhere). `schema_id_column` and `body_column` read the
+same header in Spark, where a format's decode needs it per row; `header` writes one.
 """
 
 from __future__ import annotations

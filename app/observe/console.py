@@ -1,7 +1,7 @@
 """The console a person reads: the jobs' log set-up, repeated client lines folded, the demo's progress bar.
 
-Called by `app.cli` (every subcommand's `start_logging`, and the one `sharelake:` line of a refused
-start, which comes last) and by `devkit/demo.py` (`follow_job`: the ingest job's output under a bar).
+`start_logging` sets up the jobs' logging (INFO on stderr, chatty libraries at WARNING, client repeats folded);
+`print_cause` prints the one `sharelake:` line that says why a job stopped, last of all.
 
 - **Folding.** librdkafka logs into Python logging (`app.config.settings.KafkaConfig.client_config` gives
   every client the `sharelake.kafka.client` logger). A broker that refuses the TLS handshake makes

@@ -1,12 +1,12 @@
 """What a run counts, declared once: each counter's name, meaning and kind, next to where it is kept.
 
-Counters are kept where the work happens, by their owners: each share member (`MemberStats`,
-written by its own thread), the Delta sink (`SinkStats`) and each Delta table (`TableStats`). Every
+Counters are kept where the work happens, by their owners: each group member (`MemberStats`, written by its own
+thread), the Delta sink (`SinkStats`), each Delta table (`TableStats`) and the member pool (its gauges). Every
 field that is a counter or gauge is declared with `counter()` or `gauge()` from here, with its doc.
 `collect()` reads every declared field of the owners into one flat dict (a name kept by several
 owners is summed: the members' counts, both tables' duplicates), and the three places that show
-counters read that dict only: the progress line and the Prometheus endpoint (`app.observe.metrics`) and
-the run summary (`app.run.pipeline.RunSummary`). A counter added to an owner shows in all three.
+counters read that dict only: the progress line, the Prometheus endpoint and the run summary. A counter added to
+an owner shows in all three. `summed` adds up owners of one kind into a fresh one (the members' totals).
 
 Names: a field's name, or `name=` (with `{prefix}` for the table's role: "" for the main table,
 "dead_letter_" for the dead-letter table). `prometheus=` renames it there (kept for dashboards),

@@ -1,17 +1,18 @@
 """Progress and metrics: one log line per micro-batch, and the same counters for Prometheus.
 
-Wired by `app.run.pipeline`. The counters are kept where the work happens (members, sink, tables) and
-declared once with `app.observe.counters`; this module reads them through a function that returns their
-owners (`Owners`), and `app.observe.counters.collect` / `catalogue`:
+The counters are kept where the work happens (members, sink, tables, the pool) and declared once with
+`app.observe.counters`; this module reads them through a function that returns their owners (`Owners`), and
+`app.observe.counters.collect` / `catalogue`:
 
 - `ProgressListener`, a Spark `StreamingQueryListener`: Spark calls it in the driver after each
   micro-batch has been committed to the streaming checkpoint. It logs what changed since the last
-  batch, with that batch's step times. It is for observing only: acknowledgements never depend on
-  it (the sink decides records inside foreachBatch, right after the Delta commit).
+  batch, with that batch's step times (an empty tick of the trigger clock logs nothing). It is for observing
+  only: acknowledgements never depend on it (the sink decides records inside foreachBatch, right after the Delta
+  commit).
 - `serve_metrics`: an optional Prometheus endpoint (prometheus_client) whose collector reads the
   owners at every scrape, so a scrape is never stale and never double counts. Every declared
-  counter is `sharelake_<name>_total`, every gauge `sharelake_<name>`, a counter of seconds per
-  sink step one labelled family.
+  counter is `sharelake_<name>_total`, every gauge `sharelake_<name>`, a dict-valued counter (seconds per sink
+  step, dead letters per error class) one labelled family; more collectors (the group's lag) are served beside.
 """
 
 from __future__ import annotations

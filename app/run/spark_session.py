@@ -1,9 +1,9 @@
 """The Spark settings Sharelake needs, in one place, and the SparkSession built with them.
 
-Called by the `sharelake` subcommands, the test fixture and the bench; `spark-submit.sh` asks this
-module (`python -m app.run.spark_session --submit-args`) for what must be set before the driver JVM starts.
-So a job behaves the same whether it is started as the installed `sharelake` command (plain Python:
-this module launches the JVM) or through `./spark-submit.sh` (spark-submit launched it).
+`build_spark` builds the session; `python -m app.run.spark_session --submit-args` prints what must be set before
+the driver JVM starts (the log configuration, the class archive's JVM options), for `spark-submit.sh`. So a job
+behaves the same whether it is started as the installed `sharelake` command (plain Python: this module launches
+the JVM) or through `./spark-submit.sh` (spark-submit launched it).
 
 Precedence, lowest first: `SHARELAKE_CONF` (Delta, Arrow, a quiet console, sizes for a local driver),
 what spark-submit was given (`--conf`, a profile's properties file), the job's `[spark_conf]`.

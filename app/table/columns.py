@@ -1,10 +1,9 @@
 """The columns a write adds to a polled record's row, and the stamping that adds them.
 
-`ROW_SCHEMA` is a Kafka record's row (`app.bridge.arrow_rows.RECORD_SCHEMA`, built by the members)
-plus what the write stamps on it: `ingested_at` (the write's stamp, one value per append, that the
-dedup table's repair keys on) and `batch_id` (the Spark micro-batch id). Only the sink writes them:
-`stamped` is called by the per-table writer (`app.sink.write.table_writer`) on the candidates of one
-append; the main table's metadata columns (`app.formats.base`) derive from `ROW_SCHEMA`.
+`ROW_SCHEMA` is a Kafka record's row (`app.bridge.arrow_rows.RECORD_SCHEMA`) plus what the write stamps on it:
+`ingested_at` (the write's stamp, one value per append, that the dedup table's repair keys on) and `batch_id`
+(the Spark micro-batch id). `stamped` adds them to the rows of one append, after the record's columns and before
+any other column the rows carry. Only a write stamps them: a polled record's row never carries them.
 """
 
 from __future__ import annotations

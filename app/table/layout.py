@@ -1,17 +1,16 @@
 """A main table's layout: its partition columns or its liquid clustering, and the generated columns they use.
 
-Read from the config (`delta.partition_by`, `delta.cluster_by`, `delta.generated_columns`, and the
-same keys in a routed topic's `[topics.<name>]` section) into one `TableLayout` per table
-(`app.config.settings.Route.layout`), normalised there. Used by the table's Delta writer
-(`app.sink.delta.writer.DeltaWriter`, given it when built):
+One `TableLayout` per table, from the config (`delta.partition_by`, `delta.cluster_by`, `delta.generated_columns`,
+and the same keys in a routed topic's `[topics.<name>]` section), which checks and normalises the keys. A layout
+that asks for nothing (`chosen` false) leaves a table as it is.
 
 - `create`: a table with a layout is created before its first append, with Delta's table builder
   (the append's own columns, the generated columns with their type, the partitioning or the
   clustering); its appends then compute the generated columns themselves (Delta's transactional
   write fills them in). A table without a layout is still created by its first append.
 - `of_table`: the layout an existing table has (its Delta log's partition columns, clustering
-  columns and generation expressions), which the writer compares with the configured one at start:
-  a job whose config asks for another layout stops there (`mismatch`).
+  columns and generation expressions), compared at start with the configured one: a job whose config
+  asks for another layout stops there (`mismatch`; expressions compare with spaces collapsed, case folded).
 
 Partitioned tables are written with Delta's optimized write (one shuffle by the partition values
 before the files are written): a batch spanning 30 days then writes one file per day, not one per

@@ -1,17 +1,17 @@
 """When a micro-batch is tried again, and when the members pause, resume or stop polling.
 
-Used by the foreachBatch sink (`app.sink.batch.delta_sink.DeltaSink`), which asks it around each attempt;
-the callbacks it is given come from `app.run.pipeline.run_ingest` (the member pool's
-`stop_polling` / `pause_polling` / `resume_polling`). It decides nothing about records: a failed
-attempt's records are RELEASEd by the sink before the policy's retry (or the error) follows.
+The sink asks it around each attempt; it is given the formats' probes and three callbacks (`on_fatal`, `on_pause`,
+`on_resume`: stop, pause and resume the members' polling). It decides nothing about records: a failed attempt's
+records are RELEASEd by the sink before the policy's retry (or the error) follows.
 
 - **Retries.** A failed attempt is retried with exponential backoff and jitter (tenacity) on
   whatever the buffer holds then; after `batch.write_attempts` failures in a row the error
-  propagates and the query (and job) fails. A lost writer lease (`LeaseLostError`) is never retried:
-  it does not come back, and each retry would cost the released records a delivery.
-- **Stopping the members.** When the job is about to fail (the last attempt failed, or the lease
-  is lost) the members stop polling first (`on_fatal`), or they would poll the released records
-  again at once, each poll costing a delivery.
+  propagates and the query (and job) fails. A lost writer lease (`LeaseLostError`) and a config a batch
+  found wrong (`ConfigError`: a key column the registry's schemas lack) are never retried: neither passes
+  with time, and each retry would cost the released records a delivery.
+- **Stopping the members.** When the job is about to fail (the last attempt failed, the lease is lost,
+  the config is wrong) the members stop polling first (`on_fatal`), or they would poll the released
+  records again at once, each poll costing a delivery.
 - **Pausing for a dependency.** A payload format's dependency that is down (`DependencyUnavailable`:
   the schema registry) is never the record's fault: the members stop polling (`on_pause`), so the
   RELEASEd records are not delivered again meanwhile and spend no delivery attempt; each retry

@@ -1,14 +1,14 @@
-"""How many records a micro-batch may take so its write stays well inside the record lock.
+"""How many records a micro-batch may take so its write stays well inside the group's decision window.
 
-Used by the Delta sink (`app.sink.batch.delta_sink.DeltaSink`) when a destination's write mode asks for it
-(`WriteMode.splits_batches`: an upsert's MERGE costs a time per batch that grows with the table and
-the batch, where an append's stays small). After each batch the sink reports how many records it
-drained and how long the batch took from its drain to its decisions; before the next drain it asks
-how many records it may take. The answer comes from a straight line fitted to the recent batches
-(numpy's least squares: a fixed cost per batch plus a cost per record), solved for half the record
-lock: a batch that would take longer is split, the polls left over staying in the buffer for the
-next batch. Never fewer than one poll (a poll is decided whole); never more than
-`batch.max_records`.
+The window is the group type's (`DecisionWindow`: a share group's record lock, a consumer group's
+`max.poll.interval.ms`). A job needs one when a destination's write mode asks for it (`WriteMode.splits_batches`:
+an upsert's MERGE costs a time per batch that grows with the table and the batch, where an append's stays small).
+After each batch the sink reports how many records it drained and how long the batch took from its drain to its
+decisions (`observe`); before the next drain it asks how many records it may take (`records`). The answer comes
+from a straight line fitted to the `RECENT` batches (numpy's least squares: a fixed cost per batch plus a cost per
+record), solved for half the window (`SHARE_OF_LOCK`): a batch that would take longer is split, the polls left
+over staying in the buffer for the next batch. Never fewer than one poll (a poll is decided whole); never more
+than `batch.max_records`.
 """
 
 from __future__ import annotations

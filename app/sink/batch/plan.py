@@ -1,9 +1,8 @@
 """How one micro-batch decides each drained record, computed over the batch's Arrow rows at once.
 
-Called by the Delta sink (`app.sink.batch.delta_sink`) after it drained whole polls from the buffer.
-Every row of the drained polls (concatenated in poll order) is one of:
+`plan_batch` sorts every row of the drained polls (concatenated in poll order) into one of:
 
-- PRESENT: the main table already holds its offset (a redelivery after a crash or an expired
+- PRESENT: its topic's main table already holds its offset (a redelivery after a crash or an expired
   lock): ACCEPTed with the cache's proof, not written;
 - PARKED: the dead-letter table holds it: REJECTed again, not written;
 - COPY: a second copy of a record inside this batch (redelivered to another member after its
@@ -12,9 +11,9 @@ Every row of the drained polls (concatenated in poll order) is one of:
 
 Membership and copies are numpy operations per topic-partition (partitions are few, records
 many); no per-record Python loop. What becomes of the rows is said as `Verdict`s (a mask over the
-batch's rows, a decision, the proof): the per-table writers (`app.sink.write.table_writer`) return them,
-and the sink's one decision point (`DeltaSink._decide`) has the plan decide them
-(`BatchPlan.decide`): the plan alone knows which poll and index each row came from.
+batch's rows, a decision, the proof), and `BatchPlan.decide` carries each out as one command per poll: the plan
+alone knows which poll and index each row came from. ACCEPT and REJECT need the proof of the commit that holds
+the rows (INVARIANT 1).
 """
 
 from __future__ import annotations

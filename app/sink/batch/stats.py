@@ -1,10 +1,10 @@
 """What the Delta sink counts, and the timing of an attempt's steps.
 
-`SinkStats` is owned by the foreachBatch sink (`app.sink.batch.delta_sink.DeltaSink.stats`) and shared
-with its per-table writers (`app.sink.write.table_writer`), which add their steps' times (`timed`),
-their dedup hits and their write modes' counts (`add`) from the tables' threads. Read by
-`app.run.pipeline` (the run's summary), the progress line and Prometheus (`app.observe.metrics`,
-through `app.observe.counters.collect`).
+One `SinkStats` per sink, shared with its per-table writers, which add their steps' times (`timed`, summed under
+one lock: tables are written in parallel threads), their dedup hits and their write modes' counts (`add`) from the
+tables' threads. Its fields are declared with `app.observe.counters`, so the run's summary, the progress line and
+Prometheus show them. `PHASES` are an attempt's steps, in order; the step times of the last `RECENT_CYCLES`
+batches are kept by Spark batch id, with the records each drained, for the progress line.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """The dead-letter table's row layout: each record that cannot land, raw, with why and when.
 
-Built by the Delta dead-letter sink (`app.sink.dead_letter.sinks.DeltaDeadLetters`) for the records
-the foreachBatch sink is about to REJECT, and read by the replay job (`app.ops.replay`). One row per
-record, deduplicated by (topic, partition, offset) like the main table (appended through a
-`DedupTable`). `last_seen` is the time of the write (and the stamp its duplicate repair keys on);
-`first_seen` is when this job first saw the record, which is earlier when a failed attempt RELEASEd
-it before (deliveries to other processes are not known); `replayed_at` / `replayed_to` are set by
-the replay job.
+`DEAD_LETTER_SCHEMA` is the record's columns as the members built them (`RECORD_SCHEMA`), then the error class and
+message, when the record was seen, the job and batch that parked it, and its replay. One row per record,
+deduplicated by (topic, partition, offset) like the main table (appended through a `DedupTable`). `last_seen` is
+the time of the write (and the stamp its duplicate repair keys on, `STAMP_COLUMN`); `first_seen` is when this job
+first saw the record, which is earlier when a failed attempt RELEASEd it before (deliveries to other processes
+are not known); `replayed_at` / `replayed_to` stay null until the replay job sets them. Delta keeps file
+statistics on every column but the raw key, value and headers and the message (`STATS_COLUMNS`).
 """
 
 from __future__ import annotations

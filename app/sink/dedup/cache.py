@@ -1,23 +1,23 @@
 """DedupCache: which (topic, partition, offset) the Delta table already holds, as offset ranges.
 
-Owned by its table's `DedupTable` (`app.sink.dedup.dedup_table`), which alone reaches it; the table's
-writer reads it during an append's transaction only through the `Claim` the append hands it. Loaded
-at start from the last `lookback_commits` commits' userMetadata (Delta's history API, no data
-scan), then kept current every micro-batch by reading the commit files after the last version it
-knows: our own commit and any other writer's (another job in the same share group writing the same
-table).
+Nothing reaches it but its table's `DedupTable`, and the table's writer during an append's transaction, through
+the `Claim` the append hands it. Loaded at start from the last `lookback_commits` commits' userMetadata (Delta's
+history API, no data scan), then kept current every micro-batch by reading the commit files after the last
+version it knows: our own commit and any other writer's (another job in the same group writing the same table).
+`next_offsets` says, per partition, where the table is.
 
 Why it reaches far enough: a record is committed but not yet ACCEPTed only between a Delta commit
 and the ACCEPT that follows it, so a redelivered record that is already in the table was written
 by one of the last commits before a crash or a lock expiry. `lookback_commits` (default 1000)
-must cover the commits made during one record-lock duration plus a restart, by a wide margin.
-Memory: adjacent ranges merge, so a partition written contiguously costs one range; every hole
+must cover the commits made during one decision window (a share group's record lock) plus a restart, by a wide
+margin. Memory: adjacent ranges merge, so a partition written contiguously costs one range; every hole
 (an offset this table never received) costs one more.
 
 Duplicate detection: a Sharelake append that holds offsets an earlier commit already holds is a
-duplicate (two writers acquired the same record, one after the other's lock expired, and both
-wrote it before either saw the other's commit). The cache records such a commit as a pending
-`Repair` (which of its offsets to delete) until a repair commit for it is folded in.
+duplicate. The checked append transaction (`app.sink.delta.writer`) never makes one; blind appends could (a
+table's first commit, tables written by older Sharelake versions): two writers acquired the same record, one
+after the other's lock expired, and both wrote it before either saw the other's commit. The cache records such a
+commit as a pending `Repair` (which of its offsets to delete) until a repair commit for it is folded in.
 
 Partial commits (an append whose unreadable rows Spark filtered out, see `app.sink.dedup.commit_log`)
 are folded with the offsets they really hold: the writer knows them (`fold(commit, written)`),

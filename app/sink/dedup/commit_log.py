@@ -1,8 +1,8 @@
-"""Reads the offsets that Sharelake commits recorded in a Delta table's transaction log.
+"""Sharelake's commit metadata in a Delta table's log: its form, and the offsets the commits recorded, read back.
 
-Used by the dedup cache (`app.sink.dedup.cache`); the commit metadata is written and read here
-only (`user_metadata_json`, `repair_metadata_json`, `parse_user_metadata`). Ways in, none of them
-a scan of the data files in the common case:
+The metadata is written and parsed here only (`user_metadata_json`, `repair_metadata_json`,
+`parse_user_metadata`). `DeltaCommitLog` reads it back; ways in, none of them a scan of the data files in the
+common case:
 - `recent(limit)`: the last `limit` commits through Delta's own history API (at start);
 - `after(version, until)`: the commit files `_delta_log/<version>.json` after a known version, read
   one by one through the table's Hadoop FileSystem: other writers' commits (our own are known
