@@ -75,7 +75,7 @@ def main(records: int = 10_000, bad: int = 5, rounds: int = 6) -> None:
         DeltaDeadLetters(dead),
         config,
         10,
-        DecisionWindow(3600.0, "record lock"),
+        DecisionWindow.record_lock(3600.0),
         "bench",
         counts_deliveries=True,  # first deliveries of a share group, as a job reads them
     )

@@ -59,7 +59,7 @@ def json_sink(
         dead_letters,
         batch,
         5,
-        DecisionWindow(30.0, "record lock"),
+        DecisionWindow.record_lock(30.0),
         "t",
         counts_deliveries=counts_deliveries,
     )

@@ -80,7 +80,7 @@ class Writer:
             DeltaDeadLetters(dead),
             BatchConfig(max_wait_ms=0, write_attempts=attempts),
             max_delivery_count=4,
-            window=DecisionWindow(30.0, "record lock"),
+            window=DecisionWindow.record_lock(30.0),
             job_name="test",
         )
         self.polls: list[PollBatch] = []

@@ -16,10 +16,9 @@ def kafka(group_type: str, **client: object) -> KafkaConfig:
 
 def test_a_share_groups_window_is_its_record_lock() -> None:
     share = ShareGroupType()
-    assert share.decision_window(kafka("share"), {"share.record.lock.duration.ms": "15000"}) == DecisionWindow(
-        15.0, "record lock"
-    )
-    assert share.decision_window(kafka("share"), {}) == DecisionWindow(30.0, "record lock")  # the broker's default
+    window = share.decision_window(kafka("share"), {"share.record.lock.duration.ms": "15000"})
+    assert window == DecisionWindow(15.0, "record lock", "kafka.record_lock_duration_ms")
+    assert share.decision_window(kafka("share"), {}).seconds == 30.0  # the broker's default
 
 
 def test_a_consumer_groups_window_is_its_poll_interval_not_a_record_lock() -> None:
@@ -28,6 +27,7 @@ def test_a_consumer_groups_window_is_its_poll_interval_not_a_record_lock() -> No
     were against the share group's 30 s record lock, with record-lock warnings)."""
     consumer = ConsumerGroupType()
     settings = {"share.record.lock.duration.ms": "15000"}  # not a consumer group's
-    assert consumer.decision_window(kafka("consumer"), settings) == DecisionWindow(300.0, "max.poll.interval.ms")
+    window = consumer.decision_window(kafka("consumer"), settings)
+    assert window == DecisionWindow(300.0, "max.poll.interval.ms", 'kafka.client."max.poll.interval.ms"')
     tuned = kafka("consumer", **{"max.poll.interval.ms": 60000})
     assert str(consumer.decision_window(tuned, {})) == "60.0s max.poll.interval.ms"

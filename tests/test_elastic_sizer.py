@@ -15,7 +15,7 @@ from app.acknowledge.window import DecisionWindow
 from app.consume import elastic
 from app.consume.elastic import ElasticSizer
 
-LOCK = DecisionWindow(30.0, "record lock")
+LOCK = DecisionWindow.record_lock(30.0)
 
 
 @dataclass

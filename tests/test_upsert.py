@@ -84,7 +84,7 @@ class UpsertSink:
             DeltaDeadLetters(self.dead),
             BatchConfig(max_wait_ms=0),
             5,
-            DecisionWindow(lock_s, "record lock"),
+            DecisionWindow.record_lock(lock_s),
             "t",
         )
         self.spark = spark

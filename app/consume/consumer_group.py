@@ -97,7 +97,7 @@ class ConsumerGroupType(GroupType):
 
     def decision_window(self, k: KafkaConfig, settings: dict[str, str]) -> DecisionWindow:
         ms = int(k.client_config().get(MAX_POLL_INTERVAL, DEFAULT_MAX_POLL_INTERVAL_MS))
-        return DecisionWindow(ms / 1000, MAX_POLL_INTERVAL)
+        return DecisionWindow.poll_interval(ms / 1000)
 
     def describe(self, k: KafkaConfig, settings: dict[str, str], broker_lock_cap: int | None) -> str:
         return (

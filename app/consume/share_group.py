@@ -136,7 +136,7 @@ class ShareGroupType(GroupType):
         return None  # more members than partitions share them
 
     def decision_window(self, k: KafkaConfig, settings: dict[str, str]) -> DecisionWindow:
-        return DecisionWindow(int(settings.get(LOCK_DURATION) or DEFAULT_LOCK_MS) / 1000, "record lock")
+        return DecisionWindow.record_lock(int(settings.get(LOCK_DURATION) or DEFAULT_LOCK_MS) / 1000)
 
     def describe(self, k: KafkaConfig, settings: dict[str, str], broker_lock_cap: int | None) -> str:
         renew = "available" if RENEW_SUPPORTED else "not available: each poll must be decided within the lock"

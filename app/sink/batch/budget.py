@@ -18,15 +18,18 @@ from collections import deque
 
 import numpy as np
 
+from app.acknowledge.window import DecisionWindow
+
 log = logging.getLogger(__name__)
 
-SHARE_OF_LOCK = 0.5  # a batch's write may take this share of the record lock
+SHARE_OF_WINDOW = 0.5  # a batch's write may take this share of the decision window
 RECENT = 8  # batches the cost line is fitted to
 
 
 class BatchBudget:
-    def __init__(self, lock_s: float, share: float = SHARE_OF_LOCK, recent: int = RECENT):
-        self.target_s = lock_s * share
+    def __init__(self, window: DecisionWindow, share: float = SHARE_OF_WINDOW, recent: int = RECENT):
+        self.window = window
+        self.target_s = window.seconds * share
         self._seen: deque[tuple[int, float]] = deque(maxlen=recent)
         self._split_at: int | None = None  # the last limit logged
 
@@ -52,19 +55,20 @@ class BatchBudget:
             limit = max(1, min(ceiling, int((self.target_s - fixed) / per_record)))
         if limit != self._split_at and fixed > self.target_s:
             log.warning(
-                "a batch costs %.2fs before its first record, over half the record lock (%.1fs): each batch is "
-                "one poll now; raise kafka.record_lock_duration_ms",
+                "a batch costs %.2fs before its first record, over half the %s: each batch is one poll now; raise %s",
                 fixed,
-                self.target_s * 2,
+                self.window,
+                self.window.setting,
             )
         elif limit != self._split_at and limit < ceiling:
             log.info(
                 "batches split to at most %d records: a batch costs %.2fs + %.2fms a record, and its write must "
-                "stay within %.1fs (half the record lock)",
+                "stay within %.1fs (half the %s)",
                 limit,
                 fixed,
                 per_record * 1000,
                 self.target_s,
+                self.window.name,
             )
         self._split_at = limit
         return limit

@@ -93,7 +93,7 @@ class DeltaSink:
         self.job_name = job_name
         self.stats = SinkStats(record_lock_seconds=window.seconds)
         # the records a batch may take, when a destination's batches must be split to stay inside the lock
-        self._budget = BatchBudget(window.seconds) if any(d.mode.splits_batches for d in destinations) else None
+        self._budget = BatchBudget(window) if any(d.mode.splits_batches for d in destinations) else None
         self.config_error: ConfigError | None = None  # a batch found the config wrong: the run stops with it
         classes = {
             *SHARED_ERROR_CLASSES,

@@ -43,7 +43,7 @@ from app.table.location import TableLocation
 
 log = logging.getLogger(__name__)
 
-WARM_UP_WINDOW = DecisionWindow(3600.0, "warm-up window")  # nothing waits on the synthetic records
+WARM_UP_WINDOW = DecisionWindow.record_lock(3600.0)  # nothing waits on the synthetic records
 TOPIC = "sharelake-warm-up"  # the synthetic records' topic (one per format: `-0`, `-1`, ...)
 
 
