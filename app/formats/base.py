@@ -178,7 +178,7 @@ class BadRecord:
 
 
 def precheck(table: pa.Table, cfg: FormatSettings, max_delivery_count: int) -> list[BadRecord]:
-    """The rows of `table` (in `write_columns.ROW_SCHEMA`) that fail the checks every format shares."""
+    """The rows of `table` (in `app.table.columns.ROW_SCHEMA`) that fail the checks every format shares."""
     value = table.column("value")
     no_value = pc.and_(pc.is_null(value), not cfg.allow_null_value)
     lengths = pc.binary_length(value)
