@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from app.config.settings import ConfigError, load_config
+from app.config.loader import load_config
+from app.config.settings import ConfigError
 from app.table.location import TableLocation
 
 ROOT = Path(__file__).resolve().parent.parent

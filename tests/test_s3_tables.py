@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.config.settings import ConfigError, load_config
+from app.config.loader import load_config
+from app.config.settings import ConfigError
 from app.failures import faults
 from app.failures.errors import DependencyUnavailable
 from app.run import preflight

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config.settings import load_config
+from app.config.loader import load_config
 from app.table.location import TableLocation
 
 REQUIRED = ["kafka.bootstrap_servers=h:1", "kafka.topic=t", "kafka.group_id=g"]

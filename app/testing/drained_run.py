@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
-from app.config.settings import load_config
+from app.config.loader import load_config
 from app.run.pipeline import RunSummary, run_ingest
 from app.testing.tables import read_table
 
