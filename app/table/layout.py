@@ -2,7 +2,7 @@
 
 Read from the config (`delta.partition_by`, `delta.cluster_by`, `delta.generated_columns`, and the
 same keys in a routed topic's `[topics.<name>]` section) into one `TableLayout` per table
-(`app.config.settings.Route.layout`), normalised there. Used by the table's Delta writer
+(`app.config.routes.Route.layout`), normalised there. Used by the table's Delta writer
 (`app.sink.delta.writer.DeltaWriter`, given it when built):
 
 - `create`: a table with a layout is created before its first append, with Delta's table builder

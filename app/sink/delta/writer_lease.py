@@ -52,6 +52,7 @@ from app.failures.errors import ConfigError, one_line
 from app.table.location import TableLocation
 
 if TYPE_CHECKING:
+    from app.config.routes import Routes
     from app.config.settings import SharelakeConfig
 
 log = logging.getLogger(__name__)
@@ -266,11 +267,10 @@ def hold_leases(
     return leases
 
 
-def hold_writer_leases(spark: SparkSession, cfg: SharelakeConfig) -> list[WriterLease]:
+def hold_writer_leases(spark: SparkSession, cfg: SharelakeConfig, routes: Routes) -> list[WriterLease]:
     """The writer lease of each of the job's tables on a store without mutual exclusion (S3): every
     route's table and the dead-letter table; ConfigError when another live job holds one."""
-    tables = [(r.location, r.key) for r in cfg.routes()] + [(cfg.dead_letter_table, cfg.dead_letter_key)]
-    return hold_leases(spark, tables, cfg.delta.writer_lease_s, cfg.kafka.group_id)
+    return hold_leases(spark, routes.keyed_tables(), cfg.delta.writer_lease_s, cfg.kafka.group_id)
 
 
 def lease_checks(leases: Iterable[WriterLease]) -> dict[TableLocation, Callable[[], None]]:
