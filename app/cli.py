@@ -20,8 +20,7 @@ from collections.abc import Sequence
 from importlib import import_module
 from typing import Protocol
 
-from app.config.settings import ConfigError
-from app.failures.errors import DependencyOutage, one_line
+from app.failures.errors import ConfigError, DependencyOutage, one_line
 from app.observe import console
 
 CONFIG_ERROR_EXIT = 2

@@ -23,8 +23,7 @@ from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
 from app.config.routes import resolve_routes
-from app.config.settings import ConfigError
-from app.failures.errors import DependencyOutage
+from app.failures.errors import ConfigError, DependencyOutage
 from app.run.pipeline import run_ingest
 from app.testing.kafka_broker import EmbeddedKafka
 from app.testing.schema_registry import EmbeddedSchemaRegistry

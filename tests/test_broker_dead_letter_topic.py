@@ -20,8 +20,8 @@ from confluent_kafka.admin import ConfigResource, ResourceType
 from pyspark.sql import SparkSession
 
 from app.config.routes import resolve_routes
-from app.config.settings import ConfigError
 from app.consume.broker_dead_letter_topic import TOPIC_ACCEPTS, ArchivedRecord
+from app.failures.errors import ConfigError
 from app.ops.replay import REPLAY_HEADER
 from app.ops.replay_broker_topic import replay_broker_dead_letters
 from app.run.pipeline import run_ingest

@@ -8,7 +8,7 @@ import pytest
 
 from app.config.loader import load_config
 from app.config.routes import resolve_routes
-from app.config.settings import ConfigError
+from app.failures.errors import ConfigError
 from app.table.location import TableLocation
 
 ROOT = Path(__file__).resolve().parent.parent

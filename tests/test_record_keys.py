@@ -19,7 +19,8 @@ from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
 from app.config.loader import load_config
-from app.config.settings import ConfigError, SharelakeConfig
+from app.config.settings import SharelakeConfig
+from app.failures.errors import ConfigError
 from app.run.pipeline import run_ingest
 from app.testing.kafka_broker import EmbeddedKafka
 from app.testing.schema_registry import EmbeddedSchemaRegistry

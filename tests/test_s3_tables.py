@@ -20,9 +20,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from app.config.loader import load_config
-from app.config.settings import ConfigError
 from app.failures import faults
-from app.failures.errors import DependencyUnavailable
+from app.failures.errors import ConfigError, DependencyUnavailable
 from app.run import preflight
 from app.run.pipeline import run_ingest
 from app.sink.delta.writer_lease import LEASE_FILE, LeaseLostError, WriterLease

@@ -18,15 +18,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from app.config.routes import check_routes
-from app.failures.errors import ConfigError
 from app.formats import PayloadSettings
 from app.formats.base import FormatSettings
 from app.formats.raw import RawSettings
 from app.secrets import resolve_secret
 from app.table.columns import ROW_SCHEMA
 from app.table.layout import TableLayout
-
-__all__ = ["ConfigError", "SharelakeConfig"]  # ConfigError: its home is app.failures.errors
 
 RESERVED_COLUMNS = frozenset(ROW_SCHEMA.names)  # the record's and the write's columns in every main table
 MAX_RECORD_LOCKS = 10_000  # Kafka's bound on share.partition.max.record.locks, whatever the broker allows

@@ -6,9 +6,9 @@ their text; the line a user needs is, in order: the exception that names a stora
 full, permission), what the Python code raised (foreachBatch errors carry its traceback), the
 deepest `Caused by:`, the first Java exception line, else the first line.
 
-`ConfigError` lives here too: the one-line error a job prints before it exits with code 2. It is
-raised by the config's validation (`app.config.settings`), the payload formats' start-up checks
-(`app.formats`) and the start-up checks (`app.run.preflight`). So does `DependencyOutage`, the
+`ConfigError` lives here too, its one home: the one-line error a job prints before it exits with
+code 2. It is raised by the config's loading (`app.config.loader`), the payload formats' start-up
+checks (`app.formats`) and the start-up checks (`app.run.preflight`). So does `DependencyOutage`, the
 one line of a dependency still down when the start-up's wait for it ran out (exit code 3,
 `app.failures.dependency_wait`): an outage, not a setting to fix.
 """

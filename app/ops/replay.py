@@ -21,7 +21,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from tenacity import Retrying, stop_after_attempt, wait_exponential_jitter
 
-from app.config.settings import ConfigError, SharelakeConfig
+from app.config.settings import SharelakeConfig
+from app.failures.errors import ConfigError
 from app.sink.delta.catalog_tables import located_routes
 from app.sink.delta.commit_lock import commit_lock
 from app.table.location import TableLocation

@@ -24,10 +24,10 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
 from app.config.routes import Routes
-from app.config.settings import ConfigError, SharelakeConfig
+from app.config.settings import SharelakeConfig
 from app.consume.group_client import GroupType
 from app.consume.group_settings import AUTHORIZATION, DELIVERY_LIMIT, broker_lock_cap, read_broker_settings
-from app.failures.errors import DependencyUnavailable, one_line
+from app.failures.errors import ConfigError, DependencyUnavailable, one_line
 from app.sink.delta.catalog_tables import located_routes
 from app.sink.delta.writer_lease import LEASE_FILE
 from app.table.location import TableLocation
