@@ -6,7 +6,8 @@ called by the thin spark-submit entry points in `jobs/` (`jobs/sharelake.py inge
 subcommand runs the same from a terminal, a scheduler or spark-submit on YARN and Kubernetes. Each
 subcommand is one module of `app.commands` (its arguments and its `run`). Every subcommand that
 reads a config takes `--config` and `--set`; a bad config (any `ConfigError`) ends it with one line
-on stderr, `sharelake: <the key and the fix>`, and exit code 2. A dependency still down when the
+on stderr, `sharelake: <the key and the fix>`, and exit code 2, as does a table another live job
+writes (`TableInUseError`, S3's writer lease). A dependency still down when the
 start's wait for it ran out (`DependencyOutage`) ends it with one line and exit code 3. Any other
 failure prints its traceback, then one line `sharelake: <subcommand> failed: <cause>`, and exit code 1.
 """
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 from importlib import import_module
 from typing import Protocol
 
-from app.failures.errors import ConfigError, DependencyOutage, one_line
+from app.failures.errors import ConfigError, DependencyOutage, TableInUseError, one_line
 from app.observe import console
 
 CONFIG_ERROR_EXIT = 2
@@ -63,8 +64,9 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
-def config_failure(e: ConfigError) -> int:
-    """Report a ConfigError as the one line the user reads (the last line); the exit code to return."""
+def config_failure(e: ConfigError | TableInUseError) -> int:
+    """Report a ConfigError (or a table in use) as the one line the user reads (the last line); the exit
+    code to return."""
     console.print_cause(str(e))
     return CONFIG_ERROR_EXIT
 
@@ -78,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     start_logging()
     try:
         return command(args.command).run(args)
-    except ConfigError as e:
+    except (ConfigError, TableInUseError) as e:  # exit 2: a setting to fix, or a second job to stop
         return config_failure(e)
     except DependencyOutage as e:
         console.print_cause(str(e))

@@ -219,7 +219,8 @@ class IngestRun:
     # -- open ------------------------------------------------------------------------------------
 
     def open(self, apply: bool = True) -> Opened:
-        """Checks, formats, tables, leases; raises ConfigError (one line) on the first problem."""
+        """Checks, formats, tables, leases; raises ConfigError (one line) on the first problem, TableInUseError
+        when another live job writes one of the tables (S3)."""
         cfg, spark = self.cfg, self.spark
         client_errors = ClientErrors()
         admin = AdminClient({**cfg.kafka.client_config(), "error_cb": client_errors})  # type: ignore[dict-item]
@@ -227,7 +228,7 @@ class IngestRun:
         facts, routes = waiting_out_outages(
             lambda: check_start(spark, cfg, admin, group, client_errors, apply=apply), cfg.run.dependency_wait_s
         )
-        leases = hold_writer_leases(spark, cfg, routes) if apply else []  # S3: one job per table, else ConfigError
+        leases = hold_writer_leases(spark, cfg, routes) if apply else []  # S3: one job per table, else TableInUseError
         for lease in leases:
             self._closing.callback(lease.release)
         # formats started (a bad schema or registry setting raises ConfigError here; a registry that is
@@ -396,7 +397,8 @@ class IngestRun:
         )
 
     def run(self) -> RunSummary:
-        """open, join, warm, loop, close; raises the error that ended the run (IngestError, ConfigError)."""
+        """open, join, warm, loop, close; raises the error that ended the run (IngestError, ConfigError,
+        TableInUseError)."""
         with self._closing:
             self.open()
             self.join()
