@@ -6,7 +6,8 @@ sharelake-*.whl` gives `sharelake`) and the thin spark-submit entry points in `j
 ...`) both run it, so a subcommand runs the same from a terminal, a scheduler or spark-submit on YARN and
 Kubernetes. Each subcommand is one module of `app.commands` (its arguments and its `run`), imported only when
 chosen (`sharelake version` starts no JVM). A bad config (any `ConfigError`) ends a subcommand with one line on
-stderr, `sharelake: <the key and the fix>`, and exit code 2. A dependency still down when the start's wait for it
+stderr, `sharelake: <the key and the fix>`, and exit code 2, as does a table another live job writes
+(`TableInUseError`, S3's writer lease). A dependency still down when the start's wait for it
 ran out (`DependencyOutage`) ends it with one line and exit code 3. Any other failure prints its traceback, then
 one line `sharelake: <subcommand> failed: <cause>`, and exit code 1. `exit_with_code` ends the process with that
 code, which a caller running the entry point as a function (a Databricks wheel task) would otherwise drop.
@@ -21,8 +22,7 @@ from collections.abc import Sequence
 from importlib import import_module
 from typing import Protocol
 
-from app.config.settings import ConfigError
-from app.failures.errors import DependencyOutage, one_line
+from app.failures.errors import ConfigError, DependencyOutage, TableInUseError, one_line
 from app.observe import console
 
 CONFIG_ERROR_EXIT = 2
@@ -65,8 +65,9 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
-def config_failure(e: ConfigError) -> int:
-    """Report a ConfigError as the one line the user reads (the last line); the exit code to return."""
+def config_failure(e: ConfigError | TableInUseError) -> int:
+    """Report a ConfigError (or a table in use) as the one line the user reads (the last line); the exit
+    code to return."""
     console.print_cause(str(e))
     return CONFIG_ERROR_EXIT
 
@@ -80,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     start_logging()
     try:
         return command(args.command).run(args)
-    except ConfigError as e:
+    except (ConfigError, TableInUseError) as e:  # exit 2: a setting to fix, or a second job to stop
         return config_failure(e)
     except DependencyOutage as e:
         console.print_cause(str(e))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.config.settings import SharelakeConfig, load_config
+from app.config.loader import load_config
+from app.config.settings import SharelakeConfig
 from app.testing.kafka_broker import KafkaBrokers
 
 

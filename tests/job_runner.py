@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from app.config.settings import load_config
+from app.config.loader import load_config
 from app.failures import faults as fault_points
 from app.run.pipeline import run_ingest
 from app.testing.kafka_broker import KafkaBrokers

@@ -22,8 +22,8 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
-from app.config.settings import ConfigError
-from app.failures.errors import DependencyOutage
+from app.config.routes import resolve_routes
+from app.failures.errors import ConfigError, DependencyOutage
 from app.run.pipeline import run_ingest
 from app.testing.kafka_broker import EmbeddedKafka
 from app.testing.schema_registry import EmbeddedSchemaRegistry
@@ -119,7 +119,7 @@ def test_each_bad_avro_record_is_dead_lettered_once_with_its_class(
     assert actual.select("partition", "offset").distinct().count() == 4000
     assert sorted(r["id"] for r in actual.collect()) == list(range(4000))
 
-    by_key = dead_letters_by_key(spark, cfg.dead_letter_table.path)  # each once
+    by_key = dead_letters_by_key(spark, resolve_routes(cfg).dead_letter.path)  # each once
     assert len(by_key) == len(bad_values)
     classes = {name: by_key[name]["error_class"] for name in bad_values}
     assert classes == {
@@ -166,7 +166,7 @@ def test_plain_avro_bodies_read_with_a_fixed_schema(
     expected = spark.createDataFrame(expected_rows(good, range(500), region=False), f"{EVENT_COLUMNS}, region string")
     actual = spark.read.format("delta").load(str(tmp_path / "t")).select(*expected.columns[:-1])
     assert_df_equality(actual, expected.drop("region"), ignore_row_order=True, ignore_nullable=True)
-    parked = spark.read.format("delta").load(cfg.dead_letter_table.path).collect()
+    parked = spark.read.format("delta").load(resolve_routes(cfg).dead_letter.path).collect()
     assert [(r["key"], r["error_class"]) for r in parked] == [(b"broken", "avro_decode_failed")]
     assert "payload.avro_schema" in parked[0]["error_message"]
     assert summary.dead_lettered == 1

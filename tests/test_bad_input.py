@@ -16,6 +16,7 @@ from chispa import assert_df_equality
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
+from app.config.routes import resolve_routes
 from app.config.settings import SharelakeConfig
 from app.failures import faults
 from app.ops.replay import replay_dead_letters
@@ -38,7 +39,7 @@ pytestmark = pytest.mark.usefixtures("clean_faults")  # fault points reset befor
 
 
 def dead_letters(spark: SparkSession, cfg: SharelakeConfig) -> dict[tuple[int, int], dict[str, object]]:
-    rows = spark.read.format("delta").load(cfg.dead_letter_table.path).collect()
+    rows = spark.read.format("delta").load(resolve_routes(cfg).dead_letter.path).collect()
     out = {(r["partition"], r["offset"]): r.asDict() for r in rows}
     assert len(out) == len(rows), "a record is in the dead-letter table twice"
     return out

@@ -19,8 +19,9 @@ from confluent_kafka import AcknowledgeType, Consumer, Message, ShareConsumer
 from confluent_kafka.admin import ConfigResource, ResourceType
 from pyspark.sql import SparkSession
 
-from app.config.settings import ConfigError
+from app.config.routes import resolve_routes
 from app.consume.broker_dead_letter_topic import TOPIC_ACCEPTS, ArchivedRecord
+from app.failures.errors import ConfigError
 from app.ops.replay import REPLAY_HEADER
 from app.ops.replay_broker_topic import replay_broker_dead_letters
 from app.run.pipeline import run_ingest
@@ -133,7 +134,7 @@ def test_a_sharelake_reject_is_in_the_table_with_its_class_and_in_the_topic(
     summary = run_ingest(spark, cfg)
     assert summary.rejected == 1
 
-    parked = spark.read.format("delta").load(cfg.dead_letter_table.path).collect()
+    parked = spark.read.format("delta").load(resolve_routes(cfg).dead_letter.path).collect()
     assert [(r["offset"], r["error_class"], r["value"]) for r in parked] == [(bad.offset, "malformed_json", bad.value)]
     (archived,) = read_topic(broker, dlq, expect=1)
     origin = ArchivedRecord.from_headers(archived.headers())  # type: ignore[arg-type]

@@ -17,8 +17,8 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
-from app.config.settings import ConfigError
 from app.consume.group_settings import DELIVERY_LIMIT, read_group_settings
+from app.failures.errors import ConfigError
 from app.run.pipeline import run_ingest
 from app.testing.kafka_broker import EmbeddedKafka
 from devkit.paths import KAFKA_FLOOR_JARS

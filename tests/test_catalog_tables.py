@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.config.settings import ConfigError, load_config
+from app.config.loader import load_config
+from app.failures.errors import ConfigError
 from app.run.pipeline import run_ingest
 from app.testing.kafka_broker import EmbeddedKafka
 from devkit.sample_data import produce_json_events, produce_records

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from app.config.settings import ConfigError, load_config
+from app.config.loader import load_config
+from app.config.routes import resolve_routes
+from app.failures.errors import ConfigError
 from app.table.location import TableLocation
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -212,7 +214,7 @@ def test_a_routed_table_takes_its_topics_layout_else_the_default_one() -> None:
             'topics.clicks.cluster_by=["user", "kind"]',
         ],
     )
-    layouts = {r.topics: (r.layout.describe(), r.layout_key) for r in cfg.routes()}
+    layouts = {r.topics: (r.layout.describe(), r.layout_key) for r in resolve_routes(cfg).main}
     assert layouts == {
         ("orders",): ("partitioned by (day), day = CAST(kafka_timestamp AS DATE)", "delta"),
         ("clicks",): ("clustered by (user, kind)", "topics.clicks"),
@@ -229,13 +231,13 @@ def test_routed_topics_take_the_default_payload_and_their_own_keys(tmp_path: Pat
         "[topics.clicks]\ntable_path='/t/clicks'\n[topics.clicks.payload]\nformat='text'\n"
         "[topics.audit]\ntable_path='/t/orders'\n"  # shares the orders table (and its payload)
     )
-    routes = load_config(f).routes()
+    routes = resolve_routes(load_config(f)).main
     assert [(r.topics, r.location.path, r.payload.format) for r in routes] == [
         (("orders", "audit"), "/t/orders", "json"),
         (("clicks",), "/t/clicks", "text"),
     ]
     assert routes[1].payload.max_value_bytes == 2048  # a shared key of the default section
-    assert load_config(f).dead_letter_table == TableLocation.at("/t/dead")
+    assert resolve_routes(load_config(f)).dead_letter == TableLocation.at("/t/dead")
 
 
 @pytest.mark.parametrize(
@@ -276,5 +278,5 @@ def test_routing_on_the_command_line_replaces_the_files_one_topic() -> None:
         ROOT / "conf" / "local.toml",
         ['kafka.topics=["a"]', "topics.a.table_path=/a", "dead_letter.table_path=/d"],
     )
-    assert [(r.topics, r.location.path) for r in routed.routes()] == [(("a",), "/a")]
+    assert [(r.topics, r.location.path) for r in resolve_routes(routed).main] == [(("a",), "/a")]
     assert routed.kafka.topic is None and routed.delta.table_path is None

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.config.settings import ConfigError
+from app.failures.errors import ConfigError
 from app.run import preflight
 from app.run.pipeline import run_ingest
 from app.table.location import TableLocation

@@ -19,6 +19,7 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
+from app.config.routes import resolve_routes
 from app.run.pipeline import payload_note, run_ingest
 from app.testing.kafka_broker import EmbeddedKafka
 from app.testing.schema_registry import EmbeddedSchemaRegistry
@@ -82,7 +83,9 @@ def test_two_schema_versions_land_exactly_once_and_the_new_field_becomes_a_colum
     old = produce_events(broker, registry, topic, first)
     new = produce_events(broker, registry, topic, second, v2=True)  # adds `region`: a second schema id
     cfg = ingest_config(broker, topic, group, tmp_path / "t", *settings(registry))
-    assert payload_note(cfg.routes()[0].payload) == f"json_schema, writer schemas from registry {registry.url}"
+    assert (
+        payload_note(resolve_routes(cfg).main[0].payload) == f"json_schema, writer schemas from registry {registry.url}"
+    )
     summary = run_ingest(spark, cfg)
 
     table = spark.read.format("delta").load(str(tmp_path / "t"))
@@ -141,7 +144,7 @@ def test_each_bad_json_schema_record_is_dead_lettered_once_with_its_class(
     assert actual.count() == 2000
     assert sorted(r["id"] for r in actual.collect()) == list(range(2000))
 
-    by_key = dead_letters_by_key(spark, cfg.dead_letter_table.path)  # each once
+    by_key = dead_letters_by_key(spark, resolve_routes(cfg).dead_letter.path)  # each once
     assert len(by_key) == len(bad_values)
     assert {name: by_key[name]["error_class"] for name in bad_values} == {
         "not_wire_format": "not_wire_format",

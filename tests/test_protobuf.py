@@ -31,6 +31,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_type
 
+from app.config.routes import resolve_routes
 from app.failures.errors import DependencyUnavailable
 from app.formats.base import PARSED, RegistrySettings
 from app.formats.protobuf import ProtobufFormat, ProtobufSettings, spark_type
@@ -176,7 +177,7 @@ def test_protobuf_versions_and_bad_records_land_exactly_once_each_where_it_belon
         assert r["region"] == (f"r{i % 4}" if i in second else None)  # version 1 and the text schema: null
     assert sorted(r["id"] for r in rows) == list(range(3200))
 
-    by_key = dead_letters_by_key(spark, cfg.dead_letter_table.path)  # each once
+    by_key = dead_letters_by_key(spark, resolve_routes(cfg).dead_letter.path)  # each once
     assert len(by_key) == len(bad_values)
     assert {name: by_key[name]["error_class"] for name in bad_values} == {
         "not_wire_format": "not_wire_format",

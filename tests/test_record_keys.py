@@ -18,7 +18,9 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
-from app.config.settings import ConfigError, SharelakeConfig, load_config
+from app.config.loader import load_config
+from app.config.settings import SharelakeConfig
+from app.failures.errors import ConfigError
 from app.run.pipeline import run_ingest
 from app.testing.kafka_broker import EmbeddedKafka
 from app.testing.schema_registry import EmbeddedSchemaRegistry

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.config.settings import ConfigError, load_config
+from app.config.loader import load_config
 from app.failures import faults
-from app.failures.errors import DependencyUnavailable
+from app.failures.errors import ConfigError, DependencyUnavailable, TableInUseError
 from app.run import preflight
 from app.run.pipeline import run_ingest
 from app.sink.delta.writer_lease import LEASE_FILE, LeaseLostError, WriterLease
@@ -103,7 +103,7 @@ def test_a_second_job_on_the_same_s3_table_stops_at_start_and_a_taken_lease_stop
         )  # fmt: skip
 
         second = load_config(ROOT / "conf" / "local.toml", spec.sets("run.mode=until-drained"))
-        with pytest.raises(ConfigError) as refused:
+        with pytest.raises(TableInUseError) as refused:
             run_ingest(spark, second)
         assert str(refused.value).startswith(f"delta.table_path = {table!r} is written by another Sharelake job")
         assert "run one job per S3 table, or set Delta's S3DynamoDBLogStore" in str(refused.value)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.config.settings import load_config
+from app.config.loader import load_config
 from app.consume.group_admin import GroupAdmin
 from app.consume.group_types import group_type
 from app.testing.kafka_broker import EmbeddedKafka

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from app.config.settings import load_config
+from app.config.loader import load_config
+from app.config.routes import resolve_routes
 from app.table.location import TableLocation
 
 REQUIRED = ["kafka.bootstrap_servers=h:1", "kafka.topic=t", "kafka.group_id=g"]
@@ -73,31 +74,31 @@ def test_a_catalog_name_is_located_at_start() -> None:
 
 
 def test_the_config_gives_each_table_one_location() -> None:
-    cfg = load_config(None, [*REQUIRED, "delta.table_path=s3a://bucket/events/"])
-    assert [r.location for r in cfg.routes()] == [TableLocation.at("s3a://bucket/events")]
-    assert cfg.dead_letter_table == TableLocation.at("s3a://bucket/events_dead_letter")  # <path>_dead_letter
-    assert cfg.table_locations() == [TableLocation.at("s3a://bucket/events"), cfg.dead_letter_table]
-    given = load_config(None, [*REQUIRED, "delta.table_path=/t/e", "dead_letter.table_path=/t/dead/"])
-    assert given.dead_letter_table == TableLocation.at("/t/dead") and given.dead_letter_key == "dead_letter.table_path"
+    routes = resolve_routes(load_config(None, [*REQUIRED, "delta.table_path=s3a://bucket/events/"]))
+    assert [r.location for r in routes.main] == [TableLocation.at("s3a://bucket/events")]
+    assert routes.dead_letter == TableLocation.at("s3a://bucket/events_dead_letter")  # <path>_dead_letter
+    assert routes.tables() == [TableLocation.at("s3a://bucket/events"), routes.dead_letter]
+    given = resolve_routes(load_config(None, [*REQUIRED, "delta.table_path=/t/e", "dead_letter.table_path=/t/dead/"]))
+    assert given.dead_letter == TableLocation.at("/t/dead") and given.dead_letter_key == "dead_letter.table_path"
 
 
 def test_a_named_table_and_its_dead_letter_table_are_located_by_the_catalog() -> None:
     cfg = load_config(None, [*REQUIRED, "delta.table_name=db.events"])
-    assert cfg.routes()[0].location == TableLocation.named("db.events")
-    assert cfg.dead_letter_table == TableLocation.named("db.events_dead_letter")
-    assert cfg.dead_letter_key == "dead_letter.table_name"
     asked: list[tuple[str, str]] = []
 
     def locate(name: str, key: str) -> str:
         asked.append((name, key))
         return f"/warehouse/{name}/"
 
-    cfg.locate_tables(locate)
+    routes = resolve_routes(cfg, locate)
     assert asked == [("db.events", "delta.table_name"), ("db.events_dead_letter", "dead_letter.table_name")]
-    assert cfg.table_locations() == [
-        TableLocation("/warehouse/db.events", "db.events"),
-        TableLocation("/warehouse/db.events_dead_letter", "db.events_dead_letter"),
+    assert routes.keyed_tables() == [
+        (TableLocation("/warehouse/db.events", "db.events"), "delta.table_name"),
+        (TableLocation("/warehouse/db.events_dead_letter", "db.events_dead_letter"), "dead_letter.table_name"),
     ]
+    assert resolve_routes(cfg, locate) == routes  # the config is left as it was: resolved again, the same
+    with pytest.raises(ValueError, match=r"delta.table_name = 'db.events' names a table in the catalog"):
+        resolve_routes(cfg)  # no catalog to locate it in: never a table at an empty path
 
 
 def test_routed_topics_on_one_table_written_two_ways_share_it() -> None:
@@ -112,6 +113,6 @@ def test_routed_topics_on_one_table_written_two_ways_share_it() -> None:
             "dead_letter.table_path=s3a://bucket/dead",
         ],
     )
-    assert [(r.topics, r.location) for r in cfg.routes()] == [
+    assert [(r.topics, r.location) for r in resolve_routes(cfg).main] == [
         (("orders", "audit"), TableLocation.at("s3a://bucket/orders"))
     ]

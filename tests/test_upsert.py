@@ -22,7 +22,8 @@ from app.acknowledge.window import DecisionWindow
 from app.bridge.arrow_rows import poll_rows
 from app.bridge.record_buffer import Poll, RecordBuffer
 from app.bridge.synthetic_record import SyntheticRecord
-from app.config.settings import BatchConfig, load_config
+from app.config.loader import load_config
+from app.config.settings import BatchConfig
 from app.failures.errors import ConfigError
 from app.formats import payload_format
 from app.formats.json import JsonSettings

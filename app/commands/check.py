@@ -38,8 +38,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         run.close()
     facts, group = opened.facts, opened.group
-    tables = [r.location.name or r.location.path for r in cfg.routes()]
-    dead = cfg.dead_letter_table
+    tables = [r.location.name or r.location.path for r in opened.routes.main]
+    dead = opened.routes.dead_letter
     print(
         f"sharelake: check passed: {cfg.kafka.bootstrap_servers} ({', '.join(cfg.kafka.subscribed)}: "
         f"{facts.partitions} partitions), {group.noun} {cfg.kafka.group_id}, "

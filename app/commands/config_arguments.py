@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from app.config.settings import SharelakeConfig, load_config
+from app.config.loader import load_config
+from app.config.settings import SharelakeConfig
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:

@@ -14,7 +14,7 @@ import logging
 
 from app.commands.config_arguments import add_config_arguments, job_config
 from app.ops.table_summary import print_tables_summary
-from app.run.pipeline import IngestError, run_ingest
+from app.run.pipeline import IngestError, IngestRun
 from app.run.preflight import check_not_spark_connect
 from app.run.shutdown import GracefulShutdown
 from app.run.spark_session import build_spark
@@ -34,8 +34,9 @@ def run(args: argparse.Namespace) -> int:
     spark = build_spark(cfg.run.app_name, extra_conf=cfg.spark_conf)
     shutdown = GracefulShutdown(cfg.run.stop_timeout_s)
     shutdown.install(spark)
+    run = IngestRun(spark, cfg, shutdown.stop_requested)
     try:
-        summary = run_ingest(spark, cfg, shutdown.stop_requested)
+        summary = run.run()
         log.info("run ended: %s", summary.line())
     except IngestError as e:
         log.error("run failed: %s", e)
@@ -49,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     if shutdown.stop_requested.is_set():
         return 0
     if args.summary:
-        print_tables_summary(spark, [r.location.path for r in cfg.routes()], cfg.dead_letter_table.path)
+        routes = run.opened.routes  # each table located
+        print_tables_summary(spark, [r.location.path for r in routes.main], routes.dead_letter.path)
     spark.stop()
     return 0

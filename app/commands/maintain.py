@@ -16,7 +16,7 @@ from app.commands.config_arguments import add_config_arguments, job_config
 from app.failures.errors import one_line
 from app.ops.maintenance import maintain_table
 from app.run.spark_session import build_spark
-from app.sink.delta.catalog_tables import locate_tables
+from app.sink.delta.catalog_tables import located_routes
 
 HELP = "compact (OPTIMIZE) and VACUUM every table the config writes"
 log = logging.getLogger("sharelake.maintain")
@@ -29,9 +29,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     cfg = job_config(args)
     spark = build_spark(f"{cfg.run.app_name}-maintain", extra_conf=cfg.spark_conf)
-    locate_tables(spark, cfg)
+    routes = located_routes(spark, cfg)
     m, failed = cfg.maintenance, 0
-    for location in cfg.table_locations():
+    for location in routes.tables():
         try:
             result = maintain_table(
                 spark,

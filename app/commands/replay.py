@@ -16,7 +16,7 @@ import argparse
 import logging
 
 from app.commands.config_arguments import add_config_arguments, job_config
-from app.config.settings import ConfigError
+from app.failures.errors import ConfigError
 from app.ops.replay import ReplayError, replay_dead_letters
 from app.ops.replay_broker_topic import replay_broker_dead_letters
 from app.run.spark_session import build_spark

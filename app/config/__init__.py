@@ -1,1 +1,1 @@
-"""The config: its validated settings, its secrets, and an error as the one line shown."""
+"""The config: its models (settings), a file and its overrides read (loader), each topic's table (routes)."""

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic, ResourceType
 
-from app.config.settings import ConfigError, KafkaConfig
+from app.config.settings import KafkaConfig
 from app.consume.group_settings import DLQ_TOPIC
-from app.failures.errors import one_line
+from app.failures.errors import ConfigError, one_line
 
 TOPIC_ACCEPTS = "errors.deadletterqueue.group.enable"  # topic config: share groups may write dead letters here
 BROKER_PREFIX = "errors.deadletterqueue.topic.name.prefix"  # broker config: the name every such topic starts with

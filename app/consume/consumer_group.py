@@ -38,7 +38,7 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata, OffsetSpec
 from app.acknowledge.lifecycle import AckCommand
 from app.acknowledge.proof import Decision
 from app.acknowledge.window import DecisionWindow
-from app.config.settings import ConfigError, KafkaConfig, PumpConfig
+from app.config.settings import KafkaConfig, PumpConfig
 from app.consume.group_admin import ADMIN_TIMEOUT_S, GroupAdmin
 from app.consume.group_client import (
     NO_POSITIONS,
@@ -50,6 +50,7 @@ from app.consume.group_client import (
     PartitionState,
     TablePositions,
 )
+from app.failures.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

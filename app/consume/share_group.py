@@ -32,7 +32,7 @@ from py4j.protocol import Py4JJavaError
 from app.acknowledge.lifecycle import AckCommand
 from app.acknowledge.proof import Decision
 from app.acknowledge.window import DecisionWindow
-from app.config.settings import MAX_RECORD_LOCKS, ConfigError, KafkaConfig, PumpConfig
+from app.config.settings import MAX_RECORD_LOCKS, KafkaConfig, PumpConfig
 from app.consume.broker_dead_letter_topic import check_broker_dead_letter_topic
 from app.consume.group_admin import GroupAdmin
 from app.consume.group_client import (
@@ -58,7 +58,7 @@ from app.consume.group_settings import (
     with_broker_defaults,
 )
 from app.consume.java_admin import ADMIN_TIMEOUT_MS
-from app.failures.errors import one_line
+from app.failures.errors import ConfigError, one_line
 
 log = logging.getLogger(__name__)
 

@@ -6,10 +6,12 @@ their text; the line a user needs is, in order: the exception that names a stora
 full, permission), what the Python code raised (foreachBatch errors carry its traceback), the
 deepest `Caused by:`, the first Java exception line, else the first line.
 
-`ConfigError` lives here too: the one-line error a job prints before it exits with code 2. It is
-raised by the config's validation (`app.config.settings`), the payload formats' start-up checks
-(`app.formats`) and the start-up checks (`app.run.preflight`). So does `DependencyOutage`, the
-one line of a dependency still down when the start-up's wait for it ran out (exit code 3,
+`ConfigError` lives here too, its one home: the one-line error a job prints before it exits with
+code 2. It is raised by the config's loading (`app.config.loader`), the payload formats' start-up
+checks (`app.formats`) and the start-up checks (`app.run.preflight`). `TableInUseError` ends a job
+at start the same way (one line, exit code 2) when another live job writes one of its tables
+(`app.sink.delta.writer_lease`): the config is not at fault. `DependencyOutage` is the one line of
+a dependency still down when the start-up's wait for it ran out (exit code 3,
 `app.failures.dependency_wait`): an outage, not a setting to fix.
 """
 
@@ -26,6 +28,12 @@ JAVA_EXCEPTION = re.compile(r"[\w.$]+(?:Exception|Error): ")
 
 class ConfigError(ValueError):
     """A configuration problem, as one line naming the key and the fix."""
+
+
+class TableInUseError(RuntimeError):
+    """A table the job would write is written by another live Sharelake job (its S3 writer lease is
+    being renewed), as one line naming the holder. Not a setting to fix but a job to stop (or a
+    multi-writer log store to set); the job stops at start with exit code 2, as for a ConfigError."""
 
 
 class DependencyUnavailable(RuntimeError):

@@ -31,7 +31,7 @@ from app.consume.group_client import NO_SUCH_GROUP, GroupMember, GroupState, Par
 from app.consume.group_types import group_type
 from app.failures.errors import ConfigError, one_line
 from app.sink.dedup.commit_log import parse_user_metadata
-from app.sink.delta.catalog_tables import locate_tables
+from app.sink.delta.catalog_tables import located_routes
 
 __all__ = ["NO_SUCH_GROUP", "GroupStatus", "TableCommit", "last_sharelake_commit", "read_group_status"]
 
@@ -135,9 +135,9 @@ def read_group_status(spark: SparkSession, cfg: SharelakeConfig) -> GroupStatus:
             f"{k.bootstrap_servers} ({one_line(cause)}): check the broker answers and the kafka.client "
             "security settings"
         ) from None
-    locate_tables(spark, cfg)  # tables by catalog name
+    routes = located_routes(spark, cfg)  # tables by catalog name
     now = time.time()
-    tables = [last_sharelake_commit(spark, location.path, now) for location in cfg.table_locations()]
+    tables = [last_sharelake_commit(spark, location.path, now) for location in routes.tables()]
     return GroupStatus(
         state.group_id,
         state.state,

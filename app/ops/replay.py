@@ -21,8 +21,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from tenacity import Retrying, stop_after_attempt, wait_exponential_jitter
 
-from app.config.settings import ConfigError, SharelakeConfig
-from app.sink.delta.catalog_tables import locate_tables
+from app.config.settings import SharelakeConfig
+from app.failures.errors import ConfigError
+from app.sink.delta.catalog_tables import located_routes
 from app.sink.delta.commit_lock import commit_lock
 from app.table.location import TableLocation
 
@@ -45,11 +46,11 @@ class ReplayResult:
 def replay_dead_letters(
     spark: SparkSession, cfg: SharelakeConfig, where: str | None = None, to_topic: str | None = None
 ) -> ReplayResult:
-    locate_tables(spark, cfg)
-    path = cfg.dead_letter_table.path
+    routes = located_routes(spark, cfg)
+    path = routes.dead_letter.path
     if not DeltaTable.isDeltaTable(spark, path):
         raise ConfigError(
-            f"{cfg.dead_letter_key} = {cfg.dead_letter_table.describe()!r}: no dead-letter table there yet; point it "
+            f"{routes.dead_letter_key} = {routes.dead_letter.describe()!r}: no dead-letter table there yet; point it "
             "at the table the ingest job writes (default: the main table's + '_dead_letter')"
         )
     rows = spark.read.format("delta").load(path).where(F.col("replayed_at").isNull())

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from app.config.settings import ConfigError, SharelakeConfig
+from app.config.settings import SharelakeConfig
 from app.consume.broker_dead_letter_topic import HEADER_PREFIX, ArchivedRecord
+from app.failures.errors import ConfigError
 from app.ops.replay import ReplayError, ReplayResult, Republisher
 
 log = logging.getLogger(__name__)

@@ -8,8 +8,9 @@ A run blocks until it ends: in `until-drained` mode when the backlog is drained,
 mode when `stop_event` is set (SIGTERM/SIGINT in the job). It then stops gracefully: members stop
 polling, the running micro-batch finishes and ACCEPTs, polls never written are RELEASEd, every
 member commits and closes, and the streaming query stops. Before anything polls, `app.run.preflight`
-checks the broker, the topic, the share-group settings and the table path (ConfigError on a
-problem).
+checks the broker, the topic, the share-group settings and the table paths (ConfigError on a
+problem) and resolves the config's routes, each table named in the catalog located (`Opened.routes`:
+what every later stage is given).
 
 "Drained" is `MemberPool.drained`: every member has been polling and getting nothing for the
 idle timeout, and no polled record is still undecided.
@@ -40,7 +41,8 @@ from pyspark.sql.streaming import StreamingQuery
 from app.acknowledge.window import DecisionWindow
 from app.bridge.clock_stream import clock_session, clock_stream
 from app.bridge.record_buffer import RecordBuffer
-from app.config.settings import Route, SharelakeConfig
+from app.config.routes import Route, Routes
+from app.config.settings import SharelakeConfig
 from app.consume.elastic import ElasticSizer
 from app.consume.group_client import GroupType, TablePositions, table_positions
 from app.consume.group_state_reader import GroupStateReader
@@ -108,7 +110,7 @@ def payload_note(p: FormatSettings) -> str:
     return p.describe()
 
 
-def log_banner(cfg: SharelakeConfig, facts: KafkaFacts, group: GroupType, pool: MemberPool) -> None:
+def log_banner(cfg: SharelakeConfig, routes: Routes, facts: KafkaFacts, group: GroupType, pool: MemberPool) -> None:
     """One block at start: versions, what is read, where it goes, and how."""
     pump = cfg.pump
     members = pool.size
@@ -135,8 +137,8 @@ def log_banner(cfg: SharelakeConfig, facts: KafkaFacts, group: GroupType, pool: 
         ("topic " if len(cfg.kafka.subscribed) == 1 else "topics ") + ", ".join(cfg.kafka.subscribed),
         facts.partitions,
         group.describe(cfg.kafka, facts.group_settings, facts.broker_lock_cap),
-        "\n  ".join(route_note(r) for r in cfg.routes()),
-        cfg.dead_letter_table.describe(),
+        "\n  ".join(route_note(r) for r in routes.main),
+        routes.dead_letter.describe(),
         cfg.run.mode,
         sized,
         pump.max_poll_records,
@@ -153,10 +155,12 @@ QUERY_READY_TIMEOUT_S = 120.0
 
 @dataclass(frozen=True)
 class Opened:
-    """What the open stage found and opened: the broker's facts, the group, the tables and their leases."""
+    """What the open stage found and opened: the broker's facts, the group, the routes (each table
+    located), the tables and their leases."""
 
     facts: KafkaFacts
     group: GroupType
+    routes: Routes
     destinations: list[Destination]
     dead: DedupTable
     leases: list[WriterLease]
@@ -208,27 +212,28 @@ class IngestRun:
     # -- open ------------------------------------------------------------------------------------
 
     def open(self, apply: bool = True) -> Opened:
-        """Checks, formats, tables, leases; raises ConfigError (one line) on the first problem."""
+        """Checks, formats, tables, leases; raises ConfigError (one line) on the first problem, TableInUseError
+        when another live job writes one of the tables (S3)."""
         cfg, spark = self.cfg, self.spark
         client_errors = ClientErrors()
         admin = AdminClient({**cfg.kafka.client_config(), "error_cb": client_errors})  # type: ignore[dict-item]
         group = group_type(cfg.kafka, self._consumer_factory)
-        facts = waiting_out_outages(
+        facts, routes = waiting_out_outages(
             lambda: check_start(spark, cfg, admin, group, client_errors, apply=apply), cfg.run.dependency_wait_s
         )
-        leases = hold_writer_leases(spark, cfg) if apply else []  # S3: one job per table, else ConfigError
+        leases = hold_writer_leases(spark, cfg, routes) if apply else []  # S3: one job per table, else TableInUseError
         for lease in leases:
             self._closing.callback(lease.release)
         # formats started (a bad schema or registry setting raises ConfigError here; a registry that is
         # down is waited for), caches loaded;
         # each table's writer checks its lease before every commit
-        destinations, dead = open_destinations(spark, cfg, lease_checks(leases))
+        destinations, dead = open_destinations(spark, cfg, routes, lease_checks(leases))
         tables = [*(d.table for d in destinations), dead]
         for table in tables:
             self._closing.callback(table.close)
         positions = table_positions(t.next_offsets() for t in tables)  # a consumer group starts there
         window = group.decision_window(cfg.kafka, facts.group_settings)
-        self.opened = Opened(facts, group, destinations, dead, leases, positions, window)
+        self.opened = Opened(facts, group, routes, destinations, dead, leases, positions, window)
         return self.opened
 
     # -- join ------------------------------------------------------------------------------------
@@ -239,7 +244,7 @@ class IngestRun:
         buffer = RecordBuffer(cfg.pump.buffer_max_records)
         cap = o.group.member_cap(o.facts.partitions)
         self.pool = pool = MemberPool(cfg.kafka, cfg.pump, buffer, o.group, cap, o.positions)
-        log_banner(cfg, o.facts, o.group, pool)
+        log_banner(cfg, o.routes, o.facts, o.group, pool)
         self.job_name = f"{cfg.run.app_name}/{cfg.kafka.group_id}@{socket.gethostname()}:{os.getpid()}"
         self.sink = DeltaSink(
             buffer,
@@ -385,7 +390,8 @@ class IngestRun:
         )
 
     def run(self) -> RunSummary:
-        """open, join, warm, loop, close; raises the error that ended the run (IngestError, ConfigError)."""
+        """open, join, warm, loop, close; raises the error that ended the run (IngestError, ConfigError,
+        TableInUseError)."""
         with self._closing:
             self.open()
             self.join()

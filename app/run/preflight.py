@@ -23,11 +23,12 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
-from app.config.settings import ConfigError, SharelakeConfig
+from app.config.routes import Routes
+from app.config.settings import SharelakeConfig
 from app.consume.group_client import GroupType
 from app.consume.group_settings import AUTHORIZATION, DELIVERY_LIMIT, broker_lock_cap, read_broker_settings
-from app.failures.errors import DependencyUnavailable, one_line
-from app.sink.delta.catalog_tables import locate_tables
+from app.failures.errors import ConfigError, DependencyUnavailable, one_line
+from app.sink.delta.catalog_tables import located_routes
 from app.sink.delta.writer_lease import LEASE_FILE
 from app.table.location import TableLocation
 
@@ -266,14 +267,14 @@ def check_start(
     group: GroupType,
     errors: ClientErrors,
     apply: bool = True,
-) -> KafkaFacts:
+) -> tuple[KafkaFacts, Routes]:
     """Every start-up check but the formats' (`app.sink.write.destinations` starts those): the broker and the
-    group (`check_kafka`), the dead-letter cap, the tables by catalog name, each table path."""
+    group (`check_kafka`), the dead-letter cap, the tables by catalog name, each table path. The
+    broker's facts, and the routes with each table located."""
     check_not_spark_connect(spark)
     facts = check_kafka(admin, cfg, group, errors, apply)  # raises ConfigError: one line, exit code 2
     check_dead_letter_cap(cfg, facts.group_settings)
-    locate_tables(spark, cfg)  # tables by catalog name
-    for route in cfg.routes():
-        check_table_path(spark, route.location, key=route.key)
-    check_table_path(spark, cfg.dead_letter_table, key=cfg.dead_letter_key)
-    return facts
+    routes = located_routes(spark, cfg)  # tables by catalog name
+    for location, key in routes.keyed_tables():
+        check_table_path(spark, location, key=key)
+    return facts, routes

@@ -3,11 +3,11 @@ in the catalog, its catalog name. Normalised once, here, so every part of a job 
 or derives from a table's location (its writer, its writer lease, its `_delta_log`, its dead-letter
 table) sees the same value: `s3a://bucket/events/` is `s3a://bucket/events`.
 
-Built by the config when it is validated (`app.config.settings.SharelakeConfig`: one per route, and the
-dead-letter table's), and given its path at start for a table named in the catalog
-(`SharelakeConfig.locate_tables`, with `app.sink.delta.catalog_tables.locate_table`); the tests, the
-warm-up and the benchmarks build their own with `TableLocation.at(path)`. Everything below the
-config takes one; `str(location)` is its path, what Spark and Hadoop are given.
+Built when the config's routes are resolved (`app.config.routes.resolve_routes`: one per route, and
+the dead-letter table's), a table named in the catalog given its path there (at start, with
+`app.sink.delta.catalog_tables.locate_table`); the tests, the warm-up and the benchmarks build their
+own with `TableLocation.at(path)`. Everything below the config takes one; `str(location)` is its
+path, what Spark and Hadoop are given.
 """
 
 from __future__ import annotations

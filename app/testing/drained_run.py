@@ -15,8 +15,8 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
-from app.config.settings import load_config
-from app.run.pipeline import RunSummary, run_ingest
+from app.config.loader import load_config
+from app.run.pipeline import IngestRun, RunSummary
 from app.testing.tables import read_table
 
 
@@ -60,6 +60,8 @@ def run_until_drained(
         *overrides,
     ]
     cfg = load_config(config, sets)
-    summary = run_ingest(spark, cfg)
-    tables = {topic: route.location.path for route in cfg.routes() for topic in route.topics}
-    return DrainedRun(spark, tables, cfg.dead_letter_table.path, summary)
+    run = IngestRun(spark, cfg)
+    summary = run.run()
+    routes = run.opened.routes  # each table located
+    tables = {topic: route.location.path for route in routes.main for topic in route.topics}
+    return DrainedRun(spark, tables, routes.dead_letter.path, summary)

@@ -1,8 +1,10 @@
 """Tables addressed by catalog name (`delta.table_name = "db.events"`): their location, and their entry.
 
-Called at the job's start (`app.run.pipeline.run_ingest`, the replay job, the table summary) through
-`SharelakeConfig.locate_tables`, and by `DeltaWriter` after a commit. Everything below the config
-works on a table's location, as for a path table; a name only decides where that is:
+Called at the start of each job that writes or reads the config's tables (the ingest's start-up
+checks, the replay, the status, the maintenance) through `located_routes`, which resolves the
+config's routes (`app.config.routes.resolve_routes`) with `locate_table`, and by `DeltaWriter` after
+a commit. Everything below the config works on a table's location, as for a path table; a name only
+decides where that is:
 
 - a table the session's catalog knows: its location (`DESCRIBE DETAIL`), refused unless Delta;
 - a new one: the catalog's default location for it (the database's folder + the table's name, what
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import SparkSession
 
+from app.config.routes import Routes, resolve_routes
 from app.failures.errors import ConfigError, one_line
 
 if TYPE_CHECKING:
@@ -29,9 +32,10 @@ def quote(name: str) -> str:
     return ".".join(f"`{part.replace('`', '``')}`" for part in name.split("."))
 
 
-def locate_tables(spark: SparkSession, cfg: SharelakeConfig) -> None:
-    """Every table `cfg` names in the catalog gets its location (the start of each job)."""
-    cfg.locate_tables(lambda name, key: locate_table(spark, name, key))
+def located_routes(spark: SparkSession, cfg: SharelakeConfig) -> Routes:
+    """The routes of `cfg`, each table it names in the catalog located in `spark`'s (ConfigError, one
+    line, when one cannot be)."""
+    return resolve_routes(cfg, lambda name, key: locate_table(spark, name, key))
 
 
 def locate_table(spark: SparkSession, name: str, key: str) -> str:

@@ -13,7 +13,7 @@ lease on each table it writes, a small JSON file at `<table>/_sharelake/writer-l
 
 - **Taking it.** Absent: write ours, wait `SETTLE_S`, read it back (of two jobs starting together
   the later write wins, and the other sees it). Held by someone else: watch it for the holder's
-  TTL. If it is renewed meanwhile, another job is alive: refuse to start (`ConfigError`, exit 2,
+  TTL. If it is renewed meanwhile, another job is alive: refuse to start (`TableInUseError`, exit 2,
   one line naming the holder and the fix). If it is not, its holder died (a kill -9 of this same
   job, typically): take it over. A job that stops gracefully deletes its lease, so its successor
   starts at once; after a crash the successor waits one TTL.
@@ -48,10 +48,11 @@ from pyspark.sql import SparkSession
 from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
 from app.failures import faults
-from app.failures.errors import ConfigError, one_line
+from app.failures.errors import TableInUseError, one_line
 from app.table.location import TableLocation
 
 if TYPE_CHECKING:
+    from app.config.routes import Routes
     from app.config.settings import SharelakeConfig
 
 log = logging.getLogger(__name__)
@@ -140,7 +141,7 @@ class WriterLease:
     # -- start -------------------------------------------------------------------------------------------
 
     def acquire(self) -> None:
-        """Hold the lease, after waiting out a dead holder's; ConfigError if a live job holds it."""
+        """Hold the lease, after waiting out a dead holder's; TableInUseError if a live job holds it."""
         while True:
             current = self._read()
             if current is not None and current.get("holder") != self.holder:
@@ -177,7 +178,7 @@ class WriterLease:
             if now is None:
                 return  # released: its holder stopped gracefully
             if now != seen:
-                raise ConfigError(
+                raise TableInUseError(
                     f"{self.key} = {self.location.path!r} is written by another Sharelake job "
                     f"({now.get('host', '?')}, pid {now.get('pid', '?')}, group {now.get('group', '?')}): "
                     "S3 gives Delta no mutual exclusion, so a second writer could overwrite its commits; run one "
@@ -251,8 +252,8 @@ def hold_leases(
     spark: SparkSession, tables: Iterable[tuple[TableLocation, str]], ttl_s: float, group: str
 ) -> list[WriterLease]:
     """A held lease for each (location, config key) on a store that needs one, taken side by side
-    (a dead job's leases are waited out once, not once per table); ConfigError if a live job holds
-    one (then none is kept)."""
+    (a dead job's leases are waited out once, not once per table); TableInUseError if a live job
+    holds one (then none is kept)."""
     leases = [WriterLease(spark, loc, key, ttl_s, group) for loc, key in tables if needs_lease(spark, loc)]
     if not leases:
         return []
@@ -266,11 +267,10 @@ def hold_leases(
     return leases
 
 
-def hold_writer_leases(spark: SparkSession, cfg: SharelakeConfig) -> list[WriterLease]:
+def hold_writer_leases(spark: SparkSession, cfg: SharelakeConfig, routes: Routes) -> list[WriterLease]:
     """The writer lease of each of the job's tables on a store without mutual exclusion (S3): every
-    route's table and the dead-letter table; ConfigError when another live job holds one."""
-    tables = [(r.location, r.key) for r in cfg.routes()] + [(cfg.dead_letter_table, cfg.dead_letter_key)]
-    return hold_leases(spark, tables, cfg.delta.writer_lease_s, cfg.kafka.group_id)
+    route's table and the dead-letter table; TableInUseError when another live job holds one."""
+    return hold_leases(spark, routes.keyed_tables(), cfg.delta.writer_lease_s, cfg.kafka.group_id)
 
 
 def lease_checks(leases: Iterable[WriterLease]) -> dict[TableLocation, Callable[[], None]]:

@@ -1,8 +1,8 @@
 """Where a job's records land: one `Destination` per main table, and the one shared dead-letter table.
 
 Built once by `open_destinations` (after the writer leases are held:
-`app.sink.delta.writer_lease.hold_writer_leases`) from the config's routes
-(`SharelakeConfig.routes`): one route with `kafka.topic`, one per table with `kafka.topics`. A
+`app.sink.delta.writer_lease.hold_writer_leases`) from the config's routes, resolved at start
+(`app.config.routes.Routes`): one route with `kafka.topic`, one per table with `kafka.topics`. A
 destination holds its topics, its table (a `DedupTable`, its writer given its lease check, its
 catalog name and its layout when it is built; an existing table with another layout than the
 config's stops the job here, `check_layout`) and its payload format, started (its schema checked,
@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from app.config.settings import Route, SharelakeConfig
+from app.config.routes import Route, Routes
+from app.config.settings import SharelakeConfig
 from app.failures.dependency_wait import waiting_out_outages
 from app.failures.errors import ConfigError
 from app.formats import payload_format
@@ -113,9 +114,12 @@ def counter_prefix(topic: str) -> str:
 
 
 def open_destinations(
-    spark: SparkSession, cfg: SharelakeConfig, lease_checks: Mapping[TableLocation, LeaseCheck] | None = None
+    spark: SparkSession,
+    cfg: SharelakeConfig,
+    routes: Routes,
+    lease_checks: Mapping[TableLocation, LeaseCheck] | None = None,
 ) -> tuple[list[Destination], DedupTable]:
-    """Every destination (formats started: ConfigError on a bad schema or registry settings; a
+    """Every destination of `routes` (formats started: ConfigError on a bad schema or registry settings; a
     registry that is down waited for up to `run.dependency_wait_s`) and the dead-letter
     table, each with its dedup cache loaded from the table's recent commits. `lease_checks`: the
     writer lease check of each table that has one (`app.sink.delta.writer_lease.lease_checks`), run by
@@ -125,7 +129,7 @@ def open_destinations(
     lookback = cfg.delta.dedup_lookback_commits
     every = cfg.delta.checkpoint_interval
     destinations = []
-    for route in cfg.routes():
+    for route in routes.main:
         check_layout(spark, route)
         fmt = payload_format(route.payload)
         waiting_out_outages(lambda: fmt.start(spark, route.location), cfg.run.dependency_wait_s)  # noqa: B023
@@ -147,11 +151,11 @@ def open_destinations(
         destinations.append(Destination(route.topics, table, fmt, mode))
     dead = dead_letter_table(
         spark,
-        cfg.dead_letter_table,
+        routes.dead_letter,
         checkpoint_every=every,
         lookback_commits=lookback,
         log_retention=cfg.delta.log_retention,
-        before_commit=checks.get(cfg.dead_letter_table),
+        before_commit=checks.get(routes.dead_letter),
     )
     for table in [*(d.table for d in destinations), dead]:
         table.load()

@@ -32,7 +32,7 @@ from typing import ClassVar, Self
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from app.config.settings import Route
+from app.config.routes import Route
 from app.failures.errors import ConfigError
 from app.formats.base import BadRecord, BatchRead, PayloadFormat
 from app.formats.shape import table_schema

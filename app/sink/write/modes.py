@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from app.config.settings import Route
+from app.config.routes import Route
 from app.sink.write.mode import Append, WriteMode
 from app.sink.write.upsert import Upsert
 

@@ -43,7 +43,7 @@ from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, DataType, StringType, StructType
 
-from app.config.settings import Route
+from app.config.routes import Route
 from app.failures.errors import ConfigError
 from app.formats.base import METADATA_COLUMNS, BadRecord, PayloadFormat, pc
 from app.formats.debezium import AFTER, EVENT_FIELDS, OP, event_row, no_row_of
