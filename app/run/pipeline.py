@@ -161,6 +161,7 @@ class Opened:
     group: GroupType
     destinations: list[Destination]
     dead: DedupTable
+    dead_letters: DeltaDeadLetters  # the sink writing to `dead`
     leases: list[WriterLease]
     positions: TablePositions  # (topic, partition) -> the next offset the tables want
 
@@ -227,12 +228,12 @@ class IngestRun:
         # formats started (a bad schema or registry setting raises ConfigError here; a registry that is
         # down is waited for), caches loaded;
         # each table's writer checks its lease before every commit
-        destinations, dead = open_destinations(spark, cfg, lease_checks(leases))
+        destinations, dead, dead_letters = open_destinations(spark, cfg, lease_checks(leases))
         tables = [*(d.table for d in destinations), dead]
         for table in tables:
             self._closing.callback(table.close)
         positions = table_positions(t.next_offsets() for t in tables)  # a consumer group starts there
-        self.opened = Opened(facts, group, destinations, dead, leases, positions)
+        self.opened = Opened(facts, group, destinations, dead, dead_letters, leases, positions)
         return self.opened
 
     # -- join ------------------------------------------------------------------------------------
@@ -248,7 +249,7 @@ class IngestRun:
         self.sink = DeltaSink(
             buffer,
             o.destinations,
-            DeltaDeadLetters(o.dead),
+            o.dead_letters,
             cfg.batch,
             cfg.dead_letter.max_delivery_count,
             o.lock_ms / 1000,

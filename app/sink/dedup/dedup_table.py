@@ -42,7 +42,6 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import numpy.typing as npt
-import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from tenacity import Retrying, stop_after_attempt, wait_exponential_jitter
 
@@ -52,7 +51,8 @@ from app.observe.counters import counter, gauge
 from app.sink.dedup.cache import DedupCache, Repair
 from app.sink.dedup.commit_log import DeltaCommitLog, SharelakeCommit, repair_metadata_json, user_metadata_json
 from app.sink.dedup.offset_ranges import BatchOffsets, OffsetRanges, PartitionKey
-from app.sink.delta.writer import Claim, ClaimHeld, DeltaWriter
+from app.sink.delta.frames import FrameBuilder
+from app.sink.delta.writer import Claim, ClaimHeld, DeltaWriter, writer_session
 from app.table.layout import TableLayout
 from app.table.location import TableLocation
 
@@ -106,54 +106,25 @@ class TableStats:
 
 class DedupTable:
     def __init__(
-        self, writer: DeltaWriter, cache: DedupCache, stamp_column: str, stats: TableStats, upserted: bool = False
+        self,
+        location: TableLocation,
+        writer: DeltaWriter,
+        cache: DedupCache,
+        stamp_column: str,
+        stats: TableStats,
+        *,
+        frames: FrameBuilder,
+        upserted: bool = False,
     ):
+        """`frames`: the builder of the frames written to the table, whose broadcasts `close` destroys."""
         self._writer = writer
+        self._frames = frames
         self.upserted = upserted  # its commits are MERGEs by key (`merge`), not appends
-        self.location = writer.location
-        self.table_path = writer.table_path
+        self.location = location
+        self.table_path = location.path
         self._cache = cache
         self.stamp_column = stamp_column
         self.stats = stats  # the writer counts its commit conflicts in them too
-
-    @classmethod
-    def open(
-        cls,
-        spark: SparkSession,
-        location: TableLocation,
-        name: str,
-        stamp_column: str,
-        *,
-        checkpoint_every: int,
-        lookback_commits: int | None,
-        stats_columns: tuple[str, ...] = (),
-        prefix: str = "",
-        log_retention: str | None = None,
-        before_commit: Callable[[], None] | None = None,
-        register_as: str | None = None,
-        layout: TableLayout | None = None,
-        upserted: bool = False,
-    ) -> DedupTable:
-        """A table with its writer and its cache; `lookback_commits` None: a cache that reads no log
-        (a table this process alone writes, as the warm-up's). `before_commit` raises when this job
-        may not commit now (its writer lease); `register_as`: the table's catalog name; `layout`: the
-        partitioning or clustering the table is created with; `upserted`: its commits are MERGEs."""
-        log_reader = DeltaCommitLog(spark, location, stamp_column) if lookback_commits is not None else None
-        cache = DedupCache(log_reader, lookback_commits or 1)
-        stats = TableStats(prefix=prefix)
-        writer = DeltaWriter(
-            spark,
-            location,
-            name,
-            checkpoint_every,
-            stats_columns,
-            log_retention,
-            before_commit=before_commit,
-            register_as=register_as,
-            stats=stats,
-            layout=layout,
-        )
-        return cls(writer, cache, stamp_column, stats, upserted)
 
     def load(self) -> None:
         """At start: the recent commits' offsets into the cache."""
@@ -180,17 +151,13 @@ class DedupTable:
         """Duplicate commits an older Sharelake left, not repaired yet (oldest first)."""
         return self._cache.repairs()
 
-    def frame(self, rows: pa.Table, release: bool = True) -> DataFrame:
-        """`rows` as a data frame of the table's writer session (`release=False`: the batch's earlier
-        frames stay readable)."""
-        return self._writer.frame(rows, release)
-
     def wait_for_room(self) -> None:
         self._writer.wait_for_room()
 
     def close(self) -> None:
-        """The last commit's post-commit work and any checkpoint end."""
+        """The last commit's post-commit work and any checkpoint end; the frames' broadcasts are destroyed."""
         self._writer.close()
+        self._frames.release()
 
     def proof_of_presence(self) -> CommitProof:
         """For records the cache already holds: the table version the cache has read up to."""
@@ -316,6 +283,54 @@ class DedupTable:
         self.stats.duplicates_repaired += rows
         self._cache.repaired(commit.version)
         log.warning("repaired version %d of %s: deleted %d duplicate rows", commit.version, self.table_path, rows)
+
+
+@dataclass(frozen=True)
+class OpenedTable:
+    """One table as `open_table` builds it: the table (its appends, MERGEs and cache; closing it
+    ends its writer's work) and the builder of the frames written to it (on its writer's session)."""
+
+    table: DedupTable
+    frames: FrameBuilder
+
+
+def open_table(
+    spark: SparkSession,
+    location: TableLocation,
+    name: str,
+    stamp_column: str,
+    *,
+    checkpoint_every: int,
+    lookback_commits: int | None,
+    stats_columns: tuple[str, ...] = (),
+    prefix: str = "",
+    log_retention: str | None = None,
+    before_commit: Callable[[], None] | None = None,
+    register_as: str | None = None,
+    layout: TableLayout | None = None,
+    upserted: bool = False,
+) -> OpenedTable:
+    """A table with its writer, its cache and its frame builder; `lookback_commits` None: a cache
+    that reads no log (a table this process alone writes, as the warm-up's). `before_commit` raises
+    when this job may not commit now (its writer lease); `register_as`: the table's catalog name;
+    `layout`: the partitioning or clustering the table is created with; `upserted`: its commits are MERGEs."""
+    log_reader = DeltaCommitLog(spark, location, stamp_column) if lookback_commits is not None else None
+    cache = DedupCache(log_reader, lookback_commits or 1)
+    stats = TableStats(prefix=prefix)
+    session = writer_session(spark, checkpoint_every, stats_columns, log_retention, layout)
+    frames = FrameBuilder(session)
+    writer = DeltaWriter(
+        session,
+        location,
+        name,
+        checkpoint_every,
+        before_commit=before_commit,
+        register_as=register_as,
+        stats=stats,
+        layout=layout,
+    )
+    table = DedupTable(location, writer, cache, stamp_column, stats, frames=frames, upserted=upserted)
+    return OpenedTable(table, frames)
 
 
 def _where(offsets: Mapping[PartitionKey, OffsetRanges]) -> str:

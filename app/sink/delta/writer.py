@@ -22,9 +22,9 @@ new table in the catalog with CREATE TABLE.) It owns:
   records the version of a session's last commit in `spark.databricks.delta.lastCommitVersionInSession`,
   right after the commit file is written and before any post-commit work; with a session nobody
   else commits through, that value is this writer's commit, so the commit never has to be found
-  in the log again. The session also carries the writer's settings: new tables get their
-  properties (stats columns, checkpoint interval). Data frames from Arrow (`frame`) are read by
-  parallel tasks from broadcasts: never a driver-side `LocalRelation`, never the rows inside the tasks.
+  in the log again. The session (`writer_session`) also carries the writer's settings: new tables
+  get their properties (stats columns, checkpoint interval). The frames it appends are built on it
+  (`app.sink.delta.frames`).
 - **committer threads**. A commit runs Delta's post-commit work (the `.crc` checksum, and a
   checkpoint when the table's `delta.checkpointInterval` says so) synchronously after it.
   `append` commits in a committer thread and returns the version the moment it appears in the
@@ -59,22 +59,18 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import pyarrow as pa
 from delta import exceptions as delta_errors
 from delta.tables import DeltaTable
-from pyspark import Broadcast
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from app.acknowledge.proof import CommitProof
@@ -95,7 +91,6 @@ OPTIMIZE_WRITE = "spark.databricks.delta.optimizeWrite.enabled"  # a shuffle by 
 TABLE_DEFAULTS = "spark.databricks.delta.properties.defaults."
 BACKSTOP_FACTOR = 10  # Delta's in-commit checkpoint interval for new tables, in our checkpoint intervals
 DELTA_DELETED_FILE_RETENTION_S = 7 * 86400  # delta.deletedFileRetentionDuration by default
-ROWS_PER_TASK = 4096  # a data frame's rows are split over at most defaultParallelism tasks of at least this many
 # how often `append` looks for its commit's version while save() runs: each look is a py4j call (at
 # 5 ms they were a tenth of the driver's Python samples); 10 ms adds 5 ms to an ACCEPT on average
 DURABLE_POLL_S = 0.010
@@ -161,48 +156,64 @@ class _Refusal:
     first_at: float | None = None  # time.monotonic()
 
 
+def writer_session(
+    spark: SparkSession,
+    checkpoint_every: int,
+    stats_columns: tuple[str, ...] = (),
+    log_retention: str | None = None,
+    layout: TableLayout | None = None,
+) -> SparkSession:
+    """A session of its own for one table's writers (`newSession()`: same SparkContext, its own SQL
+    conf), with their settings: the frames' Arrow transfer, and what the tables they create get."""
+    session = spark.newSession()
+    conf = {
+        "spark.sql.session.timeZone": spark.conf.get("spark.sql.session.timeZone", "UTC") or "UTC",
+        # Arrow tables become RDD-backed frames in parallel tasks: below this threshold PySpark makes
+        # a LocalRelation, whose projections (the JSON parse) the optimizer evaluates in the driver
+        "spark.sql.execution.arrow.localRelationThreshold": "0",
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "10000000",  # `frame` chunks the table itself
+        "spark.databricks.delta.history.metricsEnabled": "true",  # numOutputRows: partial commits
+        TABLE_DEFAULTS + "checkpointInterval": str(BACKSTOP_FACTOR * checkpoint_every),
+    }
+    if stats_columns:
+        conf[TABLE_DEFAULTS + "dataSkippingStatsColumns"] = ",".join(stats_columns)
+    chosen = _chosen(layout)
+    if chosen is not None and chosen.partition_by:  # one file per partition value and batch,
+        conf[OPTIMIZE_WRITE] = "true"  # not one per partition value and task
+    if log_retention:  # the log files a table keeps (the append's listing cost; time travel's reach)
+        conf[TABLE_DEFAULTS + "logRetentionDuration"] = log_retention
+        if interval_s(log_retention) < DELTA_DELETED_FILE_RETENTION_S:  # Delta refuses a log retention
+            conf[TABLE_DEFAULTS + "deletedFileRetentionDuration"] = log_retention  # shorter than this
+    for key, value in conf.items():
+        session.conf.set(key, value)
+    return session
+
+
+def _chosen(layout: TableLayout | None) -> TableLayout | None:
+    """The partitioning or clustering a table the writer creates gets (None: a plain first append)."""
+    return layout if layout is not None and layout.chosen else None
+
+
 class DeltaWriter:
     def __init__(
         self,
-        spark: SparkSession,
+        session: SparkSession,
         location: TableLocation,
         name: str,
         checkpoint_every: int,
-        stats_columns: tuple[str, ...] = (),
-        log_retention: str | None = None,
         *,
         before_commit: Callable[[], None] | None = None,
         register_as: str | None = None,
         stats: ConflictCount | None = None,
         layout: TableLayout | None = None,
     ):
+        """`session`: the table's writer session (`writer_session`), which nobody else commits through."""
         self.location = location
         self.table_path = location.path
         self.name = name
         self.checkpoint_every = checkpoint_every
-        self.session = spark.newSession()
-        conf = {
-            "spark.sql.session.timeZone": spark.conf.get("spark.sql.session.timeZone", "UTC") or "UTC",
-            # Arrow tables become RDD-backed frames in parallel tasks: below this threshold PySpark makes
-            # a LocalRelation, whose projections (the JSON parse) the optimizer evaluates in the driver
-            "spark.sql.execution.arrow.localRelationThreshold": "0",
-            "spark.sql.execution.arrow.maxRecordsPerBatch": "10000000",  # `frame` chunks the table itself
-            "spark.databricks.delta.history.metricsEnabled": "true",  # numOutputRows: partial commits
-            TABLE_DEFAULTS + "checkpointInterval": str(BACKSTOP_FACTOR * checkpoint_every),
-        }
-        if stats_columns:
-            conf[TABLE_DEFAULTS + "dataSkippingStatsColumns"] = ",".join(stats_columns)
-        # the partitioning or clustering a table this writer creates gets (None: a plain first append)
-        self._layout = layout if layout is not None and layout.chosen else None
-        if self._layout is not None and self._layout.partition_by:  # one file per partition value and batch,
-            conf[OPTIMIZE_WRITE] = "true"  # not one per partition value and task
-        if log_retention:  # the log files a table keeps (the append's listing cost; time travel's reach)
-            conf[TABLE_DEFAULTS + "logRetentionDuration"] = log_retention
-            if interval_s(log_retention) < DELTA_DELETED_FILE_RETENTION_S:  # Delta refuses a log retention
-                conf[TABLE_DEFAULTS + "deletedFileRetentionDuration"] = log_retention  # shorter than this
-        for key, value in conf.items():
-            self.session.conf.set(key, value)
-        self._parallelism = max(1, int(self.session.sparkContext.defaultParallelism))
+        self.session = session
+        self._layout = _chosen(layout)
         self._committer = ThreadPoolExecutor(SAVES_IN_FLIGHT, thread_name_prefix=f"delta-commit-{name}")
         self._checkpointer = ThreadPoolExecutor(1, thread_name_prefix=f"delta-checkpoint-{name}")
         self._saves: list[Future[None]] = []  # save()s not finished: committing, or in post-commit work
@@ -214,7 +225,6 @@ class DeltaWriter:
         self._jvm = jvm
         self._none = jvm.scala.Option.empty()
         self._created = False  # the table has its first commit
-        self._shipped: list[Broadcast[bytes]] = []  # the rows of the frames made since the last release
         self._known_shape: str | None = None  # a frame schema the table is known to fit
         # commits another writer's concurrent commit sent back to check again are counted here
         self._stats: ConflictCount = stats if stats is not None else _NoCount()
@@ -224,36 +234,6 @@ class DeltaWriter:
         self._commit_lock = commit_lock(location)
         # a table addressed by catalog name: entered in the catalog after a commit, until that succeeds
         self._register_as = register_as
-
-    # -- data frames ---------------------------------------------------------------------------------
-
-    def frame(self, rows: pa.Table, release: bool = True) -> DataFrame:
-        """`rows` as a data frame of this writer's session, split over parallel tasks.
-
-        The rows travel as Spark broadcasts (one Arrow IPC stream per task) that each task reads
-        in a Python worker (`mapInArrow`), not inside the tasks: `createDataFrame` ships each task's
-        Arrow batch in the task itself, and a batch of a few MiB made Spark warn of a task of very
-        large size on every micro-batch. A frame's broadcasts live until the writer's next `frame`
-        (one batch at a time: the previous batch's append and diagnosis are over by then);
-        `release=False` keeps the earlier frames of the batch readable (an upsert's source beside its rows).
-        """
-        if release:
-            self.release_frames()
-        n = rows.num_rows
-        tasks = max(1, min(self._parallelism, math.ceil(n / ROWS_PER_TASK)))
-        per_task = max(1, math.ceil(n / tasks))
-        schema = from_arrow_schema(rows.schema)
-        rows = rows.cast(to_arrow_schema(schema, timezone="UTC"))  # the types Spark reads back (timestamps in us)
-        sc = self.session.sparkContext
-        parts = [sc.broadcast(_ipc_stream(rows.slice(start, per_task))) for start in range(0, max(n, 1), per_task)]
-        self._shipped.extend(parts)
-        return self.session.range(0, len(parts), 1, len(parts)).mapInArrow(_read_parts(parts), schema)
-
-    def release_frames(self) -> None:
-        """Destroy the broadcasts of the frames made so far (none of them may be read again)."""
-        for part in self._shipped:
-            part.destroy(blocking=False)
-        self._shipped.clear()
 
     # -- commits ---------------------------------------------------------------------------------------
 
@@ -587,27 +567,6 @@ class DeltaWriter:
         self.wait_idle()
         self._committer.shutdown(wait=True)
         self._checkpointer.shutdown(wait=True)
-        self.release_frames()
-
-
-def _ipc_stream(rows: pa.Table) -> bytes:
-    """`rows` as one Arrow IPC stream."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, rows.schema) as writer:
-        writer.write_table(rows)
-    stream: bytes = sink.getvalue().to_pybytes()  # already bytes (pyarrow is untyped): no second copy
-    return stream
-
-
-def _read_parts(parts: list[Broadcast[bytes]]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The function each task runs (in a Python worker): the rows of the parts its ids name."""
-
-    def read(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in ids:
-            for part in batch.column(0).to_pylist():
-                yield from pa.ipc.open_stream(parts[part].value).read_all().to_batches()
-
-    return read
 
 
 def needs_schema_change(data: StructType, table: StructType) -> bool:

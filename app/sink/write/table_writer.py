@@ -130,7 +130,7 @@ class TableWriter:
     def _write(self, plan: BatchPlan, candidates: Indices, batch_id: int) -> _Written:
         """Check, stamp and append the candidates; which of them the commit holds, and the bad ones."""
         stamp = datetime.now(UTC)
-        fmt, table = self.format, self.table
+        fmt, table, frames = self.format, self.table, self.destination.frames
         with timed(self.stats, "arrow"):
             rows = plan.rows.take(pa.array(candidates, pa.int64()))
             bad = {b.index: b for b in precheck(rows, fmt.settings, self.max_delivery_count)}
@@ -148,7 +148,7 @@ class TableWriter:
         if to_write.num_rows == 0:
             return _Written(bad=bad)
         with timed(self.stats, "frame"):
-            frame = table.frame(to_write)
+            frame = frames.frame(to_write)
         observed, named = (Observation(), self._had_bad) if read.needs_spark else (None, False)
         if observed is None:
             kept = read.parse(frame)
@@ -159,7 +159,7 @@ class TableWriter:
         with timed(self.stats, "wait"):
             table.wait_for_room()
         with timed(self.stats, "write"):
-            done = self.mode.write(table, Batch(kept, read, ROW, claim, batch_id, stamp, fmt.merge_schema))
+            done = self.mode.write(table, Batch(kept, read, ROW, claim, batch_id, stamp, fmt.merge_schema, frames))
             appended = done.appended
             self.stats.upsert_superseded += done.superseded
             self.stats.upsert_split_keys += done.split_keys
@@ -175,7 +175,7 @@ class TableWriter:
                 filtered = list(unreadable)
             elif filtered := [int(r) for r in observed.get["bad"]]:  # named by a job over those rows only
                 left_out = np.isin(to_write.column(ROW).to_numpy(), filtered)
-                unreadable = self._diagnose(read, table.frame(to_write.filter(pa.array(left_out))))
+                unreadable = self._diagnose(read, frames.frame(to_write.filter(pa.array(left_out))))
             self._had_bad = bool(filtered or unreadable)
         bad |= unreadable | done.bad  # the mode's own (an upsert's missing keys): never in its commit
         filtered += list(done.bad)
