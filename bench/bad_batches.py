@@ -70,7 +70,7 @@ def main(records: int = 10_000, bad: int = 5, rounds: int = 6) -> None:
     config = BatchConfig(max_records=10**7, max_wait_ms=0, write_attempts=1)
     sink = DeltaSink(
         buffer,
-        [Destination((TOPIC,), main.table, fmt, frames=main.frames)],
+        [Destination.of((TOPIC,), main, fmt)],
         DeltaDeadLetters(dead.table, dead.frames),
         config,
         10,

@@ -51,7 +51,7 @@ def json_sink(
     dead = dead_letter_table(spark, where.dead_letter(), checkpoint_every=100, lookback_commits=None)
     buffer = RecordBuffer(10_000)
     dead_letters = DeltaDeadLetters(dead.table, dead.frames)
-    destinations = [Destination((TOPIC,), main.table, fmt, frames=main.frames)]
+    destinations = [Destination.of((TOPIC,), main, fmt)]
     sink = DeltaSink(buffer, destinations, dead_letters, batch, 5, 30.0, "t", counts_deliveries=counts_deliveries)
     return sink, buffer, main.table, dead.table
 

@@ -76,7 +76,7 @@ class Writer:
         )
         self.sink = DeltaSink(
             self.buffer,
-            [Destination((TOPIC,), self.table, fmt, frames=main.frames)],
+            [Destination.of((TOPIC,), main, fmt)],
             DeltaDeadLetters(dead.table, dead.frames),
             BatchConfig(max_wait_ms=0, write_attempts=attempts),
             max_delivery_count=4,

@@ -76,7 +76,7 @@ class UpsertSink:
         dead = dead_letter_table(spark, where.dead_letter(), checkpoint_every=100, lookback_commits=None)
         self.dead = dead.table
         self.buffer = RecordBuffer(100_000)
-        destinations = [Destination((TOPIC,), self.table, self.format, self.mode, frames=main.frames)]
+        destinations = [Destination.of((TOPIC,), main, self.format, self.mode)]
         dead_letters = DeltaDeadLetters(self.dead, dead.frames)
         self.sink = DeltaSink(self.buffer, destinations, dead_letters, BatchConfig(max_wait_ms=0), 5, lock_s, "t")
         self.spark = spark

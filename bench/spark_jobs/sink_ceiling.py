@@ -32,6 +32,7 @@ from app.run.spark_session import build_spark
 from app.sink.dedup.commit_log import user_metadata_json
 from app.sink.dedup.dedup_table import micros
 from app.sink.dedup.offset_ranges import BatchOffsets
+from app.sink.delta.checkpointer import Checkpointer
 from app.sink.delta.frames import FrameBuilder
 from app.sink.delta.writer import DeltaWriter, writer_session
 from app.table.columns import stamped
@@ -78,7 +79,8 @@ def main() -> None:
     fmt.start(spark, table)
     session = writer_session(spark, 100, stats_columns=fmt.stats_columns())
     frames = FrameBuilder(session)
-    writer = DeltaWriter(session, table, "delta", checkpoint_every=100)
+    checkpointer = Checkpointer(session, table, "delta", checkpoint_every=100)
+    writer = DeltaWriter(session, table, "delta", checkpointer)
     batches = record_batches(args.records, args.partitions, args.batch_rows)
     print(f"bench-started: {time.time():.3f}", flush=True)
     for batch_id, records in enumerate(batches):
@@ -96,6 +98,7 @@ def main() -> None:
         if proof is None or bad:
             raise SystemExit(f"batch {batch_id}: {'no commit' if proof is None else f'{bad} bad records'}")
     writer.close()
+    checkpointer.close()
     frames.release()
     print(f"bench-finished: {time.time():.3f}", flush=True)
     spark.stop()

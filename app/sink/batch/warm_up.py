@@ -76,7 +76,7 @@ def warm_up(
                 where = TableLocation.at(work / f"warm_up_{i}")  # writer `warm_up`: not the real tables' fault points
                 main = main_table(spark, where, twin, checkpoint_every=10**6, lookback_commits=None, name="warm_up")
                 tables.append(main.table)
-                destinations.append(Destination((f"{TOPIC}-{i}",), main.table, twin, frames=main.frames))
+                destinations.append(Destination.of((f"{TOPIC}-{i}",), main, twin))
                 values, keys = twin.sample_values(2 * ROWS_PER_TASK), twin.sample_keys(2 * ROWS_PER_TASK)
                 if not bad:  # the last sample value is the unreadable one
                     values, keys = values[:-1], keys[:-1]

@@ -51,6 +51,7 @@ from app.observe.counters import counter, gauge
 from app.sink.dedup.cache import DedupCache, Repair
 from app.sink.dedup.commit_log import DeltaCommitLog, SharelakeCommit, repair_metadata_json, user_metadata_json
 from app.sink.dedup.offset_ranges import BatchOffsets, OffsetRanges, PartitionKey
+from app.sink.delta.checkpointer import Checkpointer
 from app.sink.delta.frames import FrameBuilder
 from app.sink.delta.writer import Claim, ClaimHeld, DeltaWriter, writer_session
 from app.table.layout import TableLayout
@@ -113,11 +114,14 @@ class DedupTable:
         stamp_column: str,
         stats: TableStats,
         *,
+        checkpointer: Checkpointer,
         frames: FrameBuilder,
         upserted: bool = False,
     ):
-        """`frames`: the builder of the frames written to the table, whose broadcasts `close` destroys."""
+        """`checkpointer` (its writer's) and `frames` (the builder of the frames written to the
+        table): what `close` ends besides the writer."""
         self._writer = writer
+        self._checkpointer = checkpointer
         self._frames = frames
         self.upserted = upserted  # its commits are MERGEs by key (`merge`), not appends
         self.location = location
@@ -151,12 +155,10 @@ class DedupTable:
         """Duplicate commits an older Sharelake left, not repaired yet (oldest first)."""
         return self._cache.repairs()
 
-    def wait_for_room(self) -> None:
-        self._writer.wait_for_room()
-
     def close(self) -> None:
         """The last commit's post-commit work and any checkpoint end; the frames' broadcasts are destroyed."""
         self._writer.close()
+        self._checkpointer.close()
         self._frames.release()
 
     def proof_of_presence(self) -> CommitProof:
@@ -288,10 +290,12 @@ class DedupTable:
 @dataclass(frozen=True)
 class OpenedTable:
     """One table as `open_table` builds it: the table (its appends, MERGEs and cache; closing it
-    ends its writer's work) and the builder of the frames written to it (on its writer's session)."""
+    ends its writer's work), the builder of the frames written to it (on its writer's session) and
+    its writer's checkpointer (`wait_for_room`: until an append may start)."""
 
     table: DedupTable
     frames: FrameBuilder
+    checkpointer: Checkpointer
 
 
 def open_table(
@@ -310,7 +314,7 @@ def open_table(
     layout: TableLayout | None = None,
     upserted: bool = False,
 ) -> OpenedTable:
-    """A table with its writer, its cache and its frame builder; `lookback_commits` None: a cache
+    """A table with its writer, its cache, its frame builder and its checkpointer; `lookback_commits` None: a cache
     that reads no log (a table this process alone writes, as the warm-up's). `before_commit` raises
     when this job may not commit now (its writer lease); `register_as`: the table's catalog name;
     `layout`: the partitioning or clustering the table is created with; `upserted`: its commits are MERGEs."""
@@ -319,18 +323,21 @@ def open_table(
     stats = TableStats(prefix=prefix)
     session = writer_session(spark, checkpoint_every, stats_columns, log_retention, layout)
     frames = FrameBuilder(session)
+    checkpointer = Checkpointer(session, location, name, checkpoint_every)
     writer = DeltaWriter(
         session,
         location,
         name,
-        checkpoint_every,
+        checkpointer,
         before_commit=before_commit,
         register_as=register_as,
         stats=stats,
         layout=layout,
     )
-    table = DedupTable(location, writer, cache, stamp_column, stats, frames=frames, upserted=upserted)
-    return OpenedTable(table, frames)
+    table = DedupTable(
+        location, writer, cache, stamp_column, stats, checkpointer=checkpointer, frames=frames, upserted=upserted
+    )
+    return OpenedTable(table, frames, checkpointer)
 
 
 def _where(offsets: Mapping[PartitionKey, OffsetRanges]) -> str:

@@ -29,18 +29,17 @@ new table in the catalog with CREATE TABLE.) It owns:
   checkpoint when the table's `delta.checkpointInterval` says so) synchronously after it.
   `append` commits in a committer thread and returns the version the moment it appears in the
   session's conf: the caller can ACCEPT while Delta finishes post-commit work, and the next
-  append can commit meanwhile (`SAVES_IN_FLIGHT` of them; post-commit work commits nothing, and
-  only one thread starts appends, so the conf still names each append's own commit). A schema
+  append can commit meanwhile (`SAVES_IN_FLIGHT` of them, counted by the table's `Checkpointer`;
+  post-commit work commits nothing, and only one thread starts appends, so the conf still names
+  each append's own commit). A schema
   change (a new column or a widened type, with `merge_schema`) is committed alone, before the
   append's transaction starts (`writeFiles` makes no schema check of its own: a frame of a new shape goes through a
   plain append's first). A DELETE waits until every commit is done (`wait_idle`).
-- **checkpoints off the commit path**: every `checkpoint_every` commits a background thread writes
-  a checkpoint with Delta Kernel (shipped with delta-spark), then cleans the expired log
-  (`app.sink.delta.log_checkpoint`). Kernel runs in the driver without a Spark job, where Spark's
-  `DeltaLog.checkpoint()` runs Spark jobs that, on a small driver, slow the writes running
-  meanwhile (docs/ARCHITECTURE.md has the figures); Spark's is the fallback when Kernel
-  refuses a table. The tables this writer creates get `delta.checkpointInterval = 10 x
-  checkpoint_every`, so Delta's own in-commit checkpoint is only a backstop for other writers.
+- **checkpoints off the commit path**: each commit is told to the table's `Checkpointer`
+  (`app.sink.delta.checkpointer`), which writes one in a background thread every
+  `checkpoint_every` commits. The tables this writer creates get `delta.checkpointInterval = 10 x
+  checkpoint_every` (`writer_session`), so Delta's own in-commit checkpoint is only a backstop for
+  other writers.
 
 Given at build, not set afterwards: `before_commit` (the table's writer lease check on S3,
 `app.sink.delta.writer_lease`, run before writing an append's files and again before each commit),
@@ -60,10 +59,9 @@ from __future__ import annotations
 import json
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -78,10 +76,10 @@ from app.config.settings import interval_s
 from app.failures import faults
 from app.sink.dedup.offset_ranges import BatchOffsets
 from app.sink.delta.catalog_tables import register_table
+from app.sink.delta.checkpointer import SAVES_IN_FLIGHT, Checkpointer
 from app.sink.delta.commit_lock import commit_lock
-from app.sink.delta.log_checkpoint import CheckpointExists, checkpoint_latest
 from app.table.layout import GENERATION_EXPRESSION, TableLayout
-from app.table.location import DELTA_LOG, TableLocation
+from app.table.location import TableLocation
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +92,6 @@ DELTA_DELETED_FILE_RETENTION_S = 7 * 86400  # delta.deletedFileRetentionDuration
 # how often `append` looks for its commit's version while save() runs: each look is a py4j call (at
 # 5 ms they were a tenth of the driver's Python samples); 10 ms adds 5 ms to an ACCEPT on average
 DURABLE_POLL_S = 0.010
-SAVES_IN_FLIGHT = 2  # an append may commit while the previous one's post-commit work (a checkpoint) runs
 # Delta's concurrent-modification errors, as delta-spark raises them in Python (its classes share no base)
 CONFLICTS = (
     delta_errors.DeltaConcurrentModificationException,
@@ -200,26 +197,23 @@ class DeltaWriter:
         session: SparkSession,
         location: TableLocation,
         name: str,
-        checkpoint_every: int,
+        checkpointer: Checkpointer,
         *,
         before_commit: Callable[[], None] | None = None,
         register_as: str | None = None,
         stats: ConflictCount | None = None,
         layout: TableLayout | None = None,
     ):
-        """`session`: the table's writer session (`writer_session`), which nobody else commits through."""
+        """`session`: the table's writer session (`writer_session`), which nobody else commits through;
+        `checkpointer`: where its saves are counted until their post-commit work is done, and which
+        is told of each commit (its background checkpoint)."""
         self.location = location
         self.table_path = location.path
         self.name = name
-        self.checkpoint_every = checkpoint_every
         self.session = session
         self._layout = _chosen(layout)
         self._committer = ThreadPoolExecutor(SAVES_IN_FLIGHT, thread_name_prefix=f"delta-commit-{name}")
-        self._checkpointer = ThreadPoolExecutor(1, thread_name_prefix=f"delta-checkpoint-{name}")
-        self._saves: list[Future[None]] = []  # save()s not finished: committing, or in post-commit work
-        self._checkpointing: Future[None] | None = None
-        self._checkpointed = -1  # the version of the last checkpoint this writer wrote or found
-        self._lock = threading.Lock()
+        self._checkpointer = checkpointer
         jvm = self.session.sparkContext._jvm
         assert jvm is not None
         self._jvm = jvm
@@ -252,7 +246,7 @@ class DeltaWriter:
         uncommitted. Delta's post-commit work may still be running when this returns (see the
         module docstring). None when Delta recorded no commit (an empty append to an existing table).
         """
-        self.wait_for_room()
+        self._checkpointer.wait_for_room()
         if self._before_commit is not None:
             self._before_commit()
         faults.hit(f"before_{self.name}_commit")
@@ -273,7 +267,7 @@ class DeltaWriter:
             if merge_schema:
                 writer = writer.option("mergeSchema", "true")
             future = self._committer.submit(self._save, writer, description)
-        self._saves.append(future)
+        self._checkpointer.track(future)
         while True:
             finished = bool(wait([future], timeout=DURABLE_POLL_S).done)
             version = self._last_commit()
@@ -282,7 +276,7 @@ class DeltaWriter:
             if finished:
                 error = future.exception()
                 if error is not None:
-                    self._saves.remove(future)  # the commit failed: no post-commit work to wait for
+                    self._checkpointer.drop(future)  # the commit failed: no post-commit work to wait for
                     raise error
                 version = self._last_commit()
                 if version is None or version == before:
@@ -373,7 +367,7 @@ class DeltaWriter:
             register_table(self.session, self._register_as, self.table_path)
             self._register_as = None
         faults.hit(f"{self.name}_post_commit")  # committed, maybe decided; Delta's post-commit work done, ours next
-        self._checkpoint_if_due()
+        self._checkpointer.checkpoint_if_due(self._last_commit())
 
     def _exists(self) -> bool:
         """Whether the table has its first commit (asked of the store until it has)."""
@@ -429,7 +423,7 @@ class DeltaWriter:
         repeated changes nothing it already changed). The table's first commit is a plain append
         of `source` (two creators conflict in Delta). None when Delta recorded no commit.
         """
-        self.wait_idle()
+        self._checkpointer.wait_idle()
         if not self._exists():
             return self.append(source, user_metadata, batch_id, merge_schema)
         if self._before_commit is not None:
@@ -480,7 +474,7 @@ class DeltaWriter:
 
     def delete(self, condition: str, user_metadata: str) -> int:
         """DELETE FROM the table WHERE `condition`, with `user_metadata` on its commit; rows deleted."""
-        self.wait_idle()
+        self._checkpointer.wait_idle()
         if self._before_commit is not None:
             self._before_commit()
         path = self.table_path.replace("`", "``")
@@ -492,81 +486,10 @@ class DeltaWriter:
             self.session.conf.unset(USER_METADATA_CONF)
         return int(deleted[0][0]) if deleted and deleted[0][0] is not None else 0
 
-    def wait_for_room(self) -> None:
-        """Until fewer than SAVES_IN_FLIGHT save()s run (the oldest finishes its post-commit work)."""
-        while True:
-            self._forget_finished()
-            if len(self._saves) < SAVES_IN_FLIGHT:
-                return
-            wait(self._saves, return_when=FIRST_COMPLETED)
-
-    def wait_idle(self) -> None:
-        """Until every save() has finished its post-commit work."""
-        wait(self._saves)
-        self._forget_finished()
-
-    def _forget_finished(self) -> None:
-        for future in [f for f in self._saves if f.done()]:
-            self._saves.remove(future)
-            error = future.exception()
-            if error is not None:  # the commit itself was durable (else append raised)
-                log.warning("%s: post-commit work of an append failed: %s", self.table_path, error)
-
-    # -- checkpoints -----------------------------------------------------------------------------------
-
-    def _checkpoint_if_due(self) -> None:
-        version = self._last_commit()
-        if version is None:
-            return
-        with self._lock:
-            if self._checkpointed < 0:
-                self._checkpointed = self._last_checkpoint_version()
-            busy = self._checkpointing is not None and not self._checkpointing.done()
-            if busy or version - self._checkpointed < self.checkpoint_every:
-                return
-            self._checkpointed = version
-            self._checkpointing = self._checkpointer.submit(self._checkpoint)
-
-    def _checkpoint(self) -> None:
-        started = time.perf_counter()
-        try:
-            done = checkpoint_latest(self.session, self.location)
-        except CheckpointExists:
-            return
-        except Exception as e:  # noqa: BLE001 - a failed checkpoint is retried at the next interval
-            log.warning("%s: background checkpoint failed: %s", self.table_path, e)
-            return
-        log.info(
-            "%s: checkpoint at version %d in %.1fs (background, %s); the log keeps versions from %s",
-            self.table_path,
-            done.version,
-            time.perf_counter() - started,
-            done.how,
-            done.oldest_commit,
-        )
-
-    def _last_checkpoint_version(self) -> int:
-        jvm = self.session.sparkContext._jvm
-        assert jvm is not None
-        try:
-            path = jvm.org.apache.hadoop.fs.Path(self.location.file(f"{DELTA_LOG}/_last_checkpoint"))
-            fs = path.getFileSystem(self.session.sparkContext._jsc.hadoopConfiguration())
-            if not fs.exists(path):
-                return 0
-            stream = fs.open(path)
-            try:
-                text = str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
-            finally:
-                stream.close()
-            return int(json.loads(text).get("version", 0))
-        except Exception:  # noqa: BLE001 - unknown: count from 0
-            return 0
-
     def close(self) -> None:
-        """Let the last append finish its post-commit work and any checkpoint end."""
-        self.wait_idle()
+        """Let the last append finish its post-commit work, then stop the committer threads."""
+        self._checkpointer.wait_idle()
         self._committer.shutdown(wait=True)
-        self._checkpointer.shutdown(wait=True)
 
 
 def needs_schema_change(data: StructType, table: StructType) -> bool:

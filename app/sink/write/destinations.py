@@ -5,12 +5,13 @@ Built once by `open_destinations` (after the writer leases are held:
 (`SharelakeConfig.routes`): one route with `kafka.topic`, one per table with `kafka.topics`. A
 destination holds its topics, its table (a `DedupTable`, its writer given its lease check, its
 catalog name and its layout when it is built; an existing table with another layout than the
-config's stops the job here, `check_layout`), the builder of the frames written to it, and its
-payload format, started (its schema checked, its registry reached); the dead-letter table comes
-with its sink (`DeltaDeadLetters`, given the table and its frame builder). The Delta sink gives
-each destination a table writer (`app.sink.write.table_writer`): each micro-batch makes at most
-one commit per table, and each table's records are decided on that table's commit alone. The
-warm-up and the tests build their tables through the same `main_table` / `dead_letter_table`.
+config's stops the job here, `check_layout`), the builder of the frames written to it, its writer's
+checkpointer, and its payload format, started (its schema checked, its registry reached); the
+dead-letter table comes with its sink (`DeltaDeadLetters`, given the table and its frame builder).
+The Delta sink gives each destination a table writer (`app.sink.write.table_writer`): each
+micro-batch makes at most one commit per table, and each table's records are decided on that
+table's commit alone. The warm-up and the tests build their tables through the same `main_table` /
+`dead_letter_table`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from app.sink.dead_letter.rows import STAMP_COLUMN as DEAD_LETTER_STAMP
 from app.sink.dead_letter.rows import STATS_COLUMNS as DEAD_LETTER_STATS
 from app.sink.dead_letter.sinks import DeltaDeadLetters
 from app.sink.dedup.dedup_table import DedupTable, OpenedTable, open_table
+from app.sink.delta.checkpointer import Checkpointer
 from app.sink.delta.frames import FrameBuilder
 from app.sink.write.mode import Append, WriteMode
 from app.sink.write.upsert import Upsert
@@ -43,14 +45,23 @@ MAIN_STAMP = "ingested_at"  # the main tables' write stamp (app.table.columns.WR
 
 @dataclass(frozen=True)
 class Destination:
-    """A main table and the topics routed to it, with the format their values are read in and the
-    builder of the frames written to it (on its writer's session)."""
+    """A main table and the topics routed to it, with the format their values are read in, the
+    builder of the frames written to it (on its writer's session) and its writer's checkpointer."""
 
     topics: tuple[str, ...]
     table: DedupTable
     format: PayloadFormat
     mode: WriteMode = field(default_factory=Append)  # how the table takes its records
     frames: FrameBuilder = field(kw_only=True)
+    checkpointer: Checkpointer = field(kw_only=True)  # `wait_for_room`: until the table's next append may start
+
+    @classmethod
+    def of(
+        cls, topics: tuple[str, ...], opened: OpenedTable, fmt: PayloadFormat, mode: WriteMode | None = None
+    ) -> Destination:
+        """The destination of `topics` on a table as `main_table` opened it (`mode` None: appends)."""
+        mode = mode if mode is not None else Append()
+        return cls(topics, opened.table, fmt, mode, frames=opened.frames, checkpointer=opened.checkpointer)
 
 
 def main_table(
@@ -158,7 +169,7 @@ def open_destinations(
             layout=route.layout,
             upserted=isinstance(mode, Upsert),
         )
-        destinations.append(Destination(route.topics, main.table, fmt, mode, frames=main.frames))
+        destinations.append(Destination.of(route.topics, main, fmt, mode))
     dead = dead_letter_table(
         spark,
         cfg.dead_letter_table,

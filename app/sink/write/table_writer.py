@@ -157,7 +157,7 @@ class TableWriter:
             parsed = read.parse(frame).observe(observed, F.collect_list(bad_rows).alias("bad"))
             kept = parsed.where(~F.col(BAD))
         with timed(self.stats, "wait"):
-            table.wait_for_room()
+            self.destination.checkpointer.wait_for_room()
         with timed(self.stats, "write"):
             done = self.mode.write(table, Batch(kept, read, ROW, claim, batch_id, stamp, fmt.merge_schema, frames))
             appended = done.appended
