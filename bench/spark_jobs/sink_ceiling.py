@@ -33,6 +33,7 @@ from app.sink.dedup.commit_log import user_metadata_json
 from app.sink.dedup.dedup_table import micros
 from app.sink.dedup.offset_ranges import BatchOffsets
 from app.sink.delta.checkpointer import Checkpointer
+from app.sink.delta.commit_lock import commit_lock
 from app.sink.delta.frames import FrameBuilder
 from app.sink.delta.writer import DeltaWriter, writer_session
 from app.table.columns import stamped
@@ -80,7 +81,7 @@ def main() -> None:
     session = writer_session(spark, 100, stats_columns=fmt.stats_columns())
     frames = FrameBuilder(session)
     checkpointer = Checkpointer(session, table, "delta", checkpoint_every=100)
-    writer = DeltaWriter(session, table, "delta", checkpointer)
+    writer = DeltaWriter(session, table, "delta", checkpointer, commit_lock(table))
     batches = record_batches(args.records, args.partitions, args.batch_rows)
     print(f"bench-started: {time.time():.3f}", flush=True)
     for batch_id, records in enumerate(batches):

@@ -1,11 +1,12 @@
 """One Delta table that Sharelake appends Kafka records to, deduplicated by (topic, partition, offset).
 
-Built by `app.sink.write.destinations` (each main table, and the dead-letter table), used by the
-per-table writers (`app.sink.write.table_writer`), the Delta dead-letter sink (`app.sink.dead_letter.sinks`),
-the batch plan (as a `Holder`) and `app.run.pipeline` (where the tables are: `next_offsets`; their
-counters: `stats`). It is the table's only face: it owns the table's `DeltaWriter` (which writes)
-and its `DedupCache`, which nobody else reaches, and keeps the cache current, so every append is a
-provable commit that never holds an offset twice:
+Built by `open_table` (called by `app.sink.write.destinations` for each main table, and the
+dead-letter table), used by the per-table writers (`app.sink.write.table_writer`), the Delta
+dead-letter sink (`app.sink.dead_letter.sinks`), the batch plan (as a `Holder`) and
+`app.run.pipeline` (where the tables are: `next_offsets`; their counters: `stats`). It is the
+face of the table's commits: it owns the table's `DeltaWriter` (appends), its `DeltaMerge` (MERGEs
+and DELETEs) and its `DedupCache`, which nobody else reaches, and keeps the cache current, so
+every append is a provable commit that never holds an offset twice:
 
 1. the append's `userMetadata` carries a `write_id`, the offsets it claims and the write's stamp
    (every row's `stamp_column`, to the microsecond);
@@ -29,6 +30,10 @@ to repair.
 Tables written by older Sharelake versions (blind appends, which Delta never checks against each
 other) may hold duplicates: the cache notes them as `Repair`s, and `repair_pending` deletes them
 at start, one DELETE keyed on offset and the duplicate commit's stamp.
+
+`open_table` builds the table with its writers, on a session of their own, and hands the table's
+`FrameBuilder` and `Checkpointer` (`OpenedTable`) to whoever makes its frames or waits for room
+before an append; the table's `close` ends them with its writer.
 """
 
 from __future__ import annotations
@@ -52,7 +57,9 @@ from app.sink.dedup.cache import DedupCache, Repair
 from app.sink.dedup.commit_log import DeltaCommitLog, SharelakeCommit, repair_metadata_json, user_metadata_json
 from app.sink.dedup.offset_ranges import BatchOffsets, OffsetRanges, PartitionKey
 from app.sink.delta.checkpointer import Checkpointer
+from app.sink.delta.commit_lock import commit_lock
 from app.sink.delta.frames import FrameBuilder
+from app.sink.delta.merge import DeltaMerge
 from app.sink.delta.writer import Claim, ClaimHeld, DeltaWriter, writer_session
 from app.table.layout import TableLayout
 from app.table.location import TableLocation
@@ -110,6 +117,7 @@ class DedupTable:
         self,
         location: TableLocation,
         writer: DeltaWriter,
+        merger: DeltaMerge,
         cache: DedupCache,
         stamp_column: str,
         stats: TableStats,
@@ -121,6 +129,7 @@ class DedupTable:
         """`checkpointer` (its writer's) and `frames` (the builder of the frames written to the
         table): what `close` ends besides the writer."""
         self._writer = writer
+        self._merger = merger
         self._checkpointer = checkpointer
         self._frames = frames
         self.upserted = upserted  # its commits are MERGEs by key (`merge`), not appends
@@ -195,7 +204,7 @@ class DedupTable:
         stamp: datetime,
         merge_schema: bool = False,
     ) -> Appended | None:
-        """An upsert's commit: MERGE `source` into the table (`DeltaWriter.merge`), claiming `claim`.
+        """An upsert's commit: MERGE `source` into the table (`DeltaMerge.merge`), claiming `claim`.
 
         As `append`, but a MERGE runs Delta's own transaction, where no claim can be checked: the
         claim is checked first, on the cache refreshed to the latest commit (`ClaimHeld` when a
@@ -210,7 +219,7 @@ class DedupTable:
             raise ClaimHeld(self.table_path, self._cache.version, held)
         write_id = uuid.uuid4().hex
         metadata = user_metadata_json(write_id, batch_id, claim, micros(stamp))
-        proof = self._writer.merge(source, on, when_newer, metadata, batch_id, merge_schema=merge_schema)
+        proof = self._merger.merge(source, on, when_newer, metadata, batch_id, merge_schema=merge_schema)
         return Appended(proof, write_id, claim, micros(stamp)) if proof is not None else None
 
     def settle(self, appended: Appended, written: BatchOffsets) -> CommitProof:
@@ -280,7 +289,7 @@ class DedupTable:
             ),
         ):
             with attempt:
-                rows = self._writer.delete(condition, metadata)
+                rows = self._merger.delete(condition, metadata)
         faults.hit("after_repair")  # the DELETE is committed; this writer has not noted it yet
         self.stats.duplicates_repaired += rows
         self._cache.repaired(commit.version)
@@ -314,28 +323,40 @@ def open_table(
     layout: TableLayout | None = None,
     upserted: bool = False,
 ) -> OpenedTable:
-    """A table with its writer, its cache, its frame builder and its checkpointer; `lookback_commits` None: a cache
-    that reads no log (a table this process alone writes, as the warm-up's). `before_commit` raises
-    when this job may not commit now (its writer lease); `register_as`: the table's catalog name;
-    `layout`: the partitioning or clustering the table is created with; `upserted`: its commits are MERGEs."""
+    """A table with its writers (on a session of their own), its cache, its frame builder and its
+    checkpointer; `lookback_commits` None: a cache that reads no log (a table this process alone
+    writes, as the warm-up's). `before_commit` raises when this job may not commit now (its writer
+    lease); `register_as`: the table's catalog name; `layout`: the partitioning or clustering the
+    table is created with; `upserted`: its commits are MERGEs."""
     log_reader = DeltaCommitLog(spark, location, stamp_column) if lookback_commits is not None else None
     cache = DedupCache(log_reader, lookback_commits or 1)
     stats = TableStats(prefix=prefix)
     session = writer_session(spark, checkpoint_every, stats_columns, log_retention, layout)
     frames = FrameBuilder(session)
     checkpointer = Checkpointer(session, location, name, checkpoint_every)
+    lock = commit_lock(location)
     writer = DeltaWriter(
         session,
         location,
         name,
         checkpointer,
+        lock,
         before_commit=before_commit,
         register_as=register_as,
         stats=stats,
         layout=layout,
     )
+    merger = DeltaMerge(session, location, name, writer, checkpointer, lock, stats, before_commit)
     table = DedupTable(
-        location, writer, cache, stamp_column, stats, checkpointer=checkpointer, frames=frames, upserted=upserted
+        location,
+        writer,
+        merger,
+        cache,
+        stamp_column,
+        stats,
+        checkpointer=checkpointer,
+        frames=frames,
+        upserted=upserted,
     )
     return OpenedTable(table, frames, checkpointer)
 
