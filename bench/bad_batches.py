@@ -65,14 +65,14 @@ def main(records: int = 10_000, bad: int = 5, rounds: int = 6) -> None:
     fmt = JsonFormat(JsonSettings(format="json", schema=EVENT_SCHEMA))
     where = TableLocation.at(work / "events")
     fmt.start(spark, where)
-    table = main_table(spark, where, fmt, checkpoint_every=10, lookback_commits=None)
+    main = main_table(spark, where, fmt, checkpoint_every=10, lookback_commits=None)
     dead = dead_letter_table(spark, TableLocation.at(work / "dead_letter"), checkpoint_every=10, lookback_commits=None)
     buffer = RecordBuffer(10**7)
     config = BatchConfig(max_records=10**7, max_wait_ms=0, write_attempts=1)
     sink = DeltaSink(
         buffer,
-        [Destination((TOPIC,), table, fmt)],
-        DeltaDeadLetters(dead),
+        [Destination.of((TOPIC,), main, fmt)],
+        DeltaDeadLetters(dead.table, dead.frames),
         config,
         10,
         DecisionWindow.record_lock(3600.0),
@@ -106,8 +106,8 @@ def main(records: int = 10_000, bad: int = 5, rounds: int = 6) -> None:
         print(f"  steps of the last bad batch, ms: {steps}")
     finally:
         sink.finish()
-        table.close()
-        dead.close()
+        main.table.close()
+        dead.table.close()
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
 

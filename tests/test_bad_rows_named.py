@@ -48,11 +48,11 @@ def json_sink(
     """A sink of the workload's JSON events into `where`, with its dead-letter table beside it."""
     fmt = JsonFormat(JsonSettings(format="json", schema=EVENT_SCHEMA))
     fmt.start(spark, where)
-    table = main_table(spark, where, fmt, checkpoint_every=100, lookback_commits=None)
+    main = main_table(spark, where, fmt, checkpoint_every=100, lookback_commits=None)
     dead = dead_letter_table(spark, where.dead_letter(), checkpoint_every=100, lookback_commits=None)
     buffer = RecordBuffer(10_000)
-    dead_letters = DeltaDeadLetters(dead)
-    destinations = [Destination((TOPIC,), table, fmt)]
+    dead_letters = DeltaDeadLetters(dead.table, dead.frames)
+    destinations = [Destination.of((TOPIC,), main, fmt)]
     sink = DeltaSink(
         buffer,
         destinations,
@@ -63,7 +63,7 @@ def json_sink(
         "t",
         counts_deliveries=counts_deliveries,
     )
-    return sink, buffer, table, dead
+    return sink, buffer, main.table, dead.table
 
 
 @pytest.mark.parametrize("counts_deliveries", [True, False], ids=["share-group", "no-delivery-counts"])

@@ -19,8 +19,9 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from app.sink.delta.commit_lock import lock_path, on_local_disk
-from app.sink.delta.writer import DeltaWriter
+from app.sink.delta.checkpointer import Checkpointer
+from app.sink.delta.commit_lock import commit_lock, lock_path, on_local_disk
+from app.sink.delta.writer import DeltaWriter, writer_session
 from app.table.location import TableLocation
 from tests.waiting import wait_for
 
@@ -50,7 +51,9 @@ def test_an_append_commits_only_after_another_driver_lets_go_of_the_tables_lock(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     table = tmp_path / "t"
-    writer = DeltaWriter(spark, TableLocation.at(table), "t", checkpoint_every=100)
+    session, location = writer_session(spark, 100), TableLocation.at(table)
+    checkpointer = Checkpointer(session, location, "t", checkpoint_every=100)
+    writer = DeltaWriter(session, location, "t", checkpointer, commit_lock(location))
     try:
         rows = spark.createDataFrame([(1, "a"), (2, "b")], "id long, v string")
         writer.append(rows, "{}", batch_id=0)  # creates the table (a commit holding the lock too)
@@ -72,3 +75,4 @@ def test_an_append_commits_only_after_another_driver_lets_go_of_the_tables_lock(
         assert spark.read.format("delta").load(str(table)).count() == 4
     finally:
         writer.close()
+        checkpointer.close()

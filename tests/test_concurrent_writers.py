@@ -69,15 +69,16 @@ class Writer:
         self.spark = spark
         self.buffer = RecordBuffer(100_000)
         fmt = RawFormat(RawSettings())
-        self.table = main_table(spark, TableLocation.at(table), fmt, checkpoint_every=100, lookback_commits=1000)
+        main = main_table(spark, TableLocation.at(table), fmt, checkpoint_every=100, lookback_commits=1000)
+        self.table = main.table
         self.table.load()
         dead = dead_letter_table(
             spark, TableLocation.at(table).dead_letter(), checkpoint_every=100, lookback_commits=1000
         )
         self.sink = DeltaSink(
             self.buffer,
-            [Destination((TOPIC,), self.table, fmt)],
-            DeltaDeadLetters(dead),
+            [Destination.of((TOPIC,), main, fmt)],
+            DeltaDeadLetters(dead.table, dead.frames),
             BatchConfig(max_wait_ms=0, write_attempts=attempts),
             max_delivery_count=4,
             window=DecisionWindow.record_lock(30.0),

@@ -334,7 +334,8 @@ class FuzzedFormat:
         self.spark, self.fmt = spark, fmt
         location = TableLocation.at(where)
         fmt.start(spark, location)
-        self.table = main_table(spark, location, fmt, checkpoint_every=100, lookback_commits=None)
+        opened = main_table(spark, location, fmt, checkpoint_every=100, lookback_commits=None)
+        self.table, self.frames = opened.table, opened.frames
         self.declared = {*SHARED_ERROR_CLASSES, *fmt.error_classes}
         if isinstance(fmt, KeyedFormat):  # a keyed format's own classes are the key's; the value's are its reader's
             self.declared |= set(fmt.values.error_classes)
@@ -370,7 +371,7 @@ class FuzzedFormat:
         )
         landed: dict[int, LandedRow] = {}
         if to_write.num_rows:
-            frame = self.table.frame(to_write)
+            frame = self.frames.frame(to_write)
             observed = Observation() if read.needs_spark else None
             if observed is None:
                 rows_out = read.main_rows(read.parse(frame), carry=(ROW,))

@@ -72,17 +72,20 @@ class UpsertSink:
         self.format.start(spark, where)
         self.mode = Upsert(("id",), deletes, envelope=debezium)
         self.mode.check(spark, where, self.format)
-        self.table = main_table(
+        main = main_table(
             spark, where, self.format, checkpoint_every=100, lookback_commits=1000, upserted=True, layout=layout
         )
+        self.table = main.table
         self.table.load()
-        self.dead = dead_letter_table(spark, where.dead_letter(), checkpoint_every=100, lookback_commits=None)
+        dead = dead_letter_table(spark, where.dead_letter(), checkpoint_every=100, lookback_commits=None)
+        self.dead = dead.table
         self.buffer = RecordBuffer(100_000)
-        destinations = [Destination((TOPIC,), self.table, self.format, self.mode)]
+        destinations = [Destination.of((TOPIC,), main, self.format, self.mode)]
+        dead_letters = DeltaDeadLetters(self.dead, dead.frames)
         self.sink = DeltaSink(
             self.buffer,
             destinations,
-            DeltaDeadLetters(self.dead),
+            dead_letters,
             BatchConfig(max_wait_ms=0),
             5,
             DecisionWindow.record_lock(lock_s),

@@ -31,9 +31,10 @@ class IllegalTransition(RuntimeError):
 class CommitProof:
     """Evidence that records are durably in a Delta table: minted by the table's Delta writer only.
 
-    `DeltaWriter.append` mints one for the commit it made once the commit file is written; its
-    `proof_of_presence` mints one for records the dedup cache found in an earlier commit
-    (`already_present`; `version` is then the version the cache has read up to). Constructing
+    `DeltaWriter.append` mints one for the commit it made once the commit file is written (and
+    `DeltaMerge.merge` for a MERGE's); its `proof_of_presence` mints one for records the dedup
+    cache found in an earlier commit (`already_present`; `version` is then the version the cache
+    has read up to). Constructing
     one directly raises, so INVARIANT 1 is enforced, not a convention. Tests get proofs from a
     real append or from `tests/proofs.py`.
     """
@@ -48,7 +49,7 @@ class CommitProof:
 
     @classmethod
     def _mint(cls, table: str, version: int, already_present: bool = False) -> CommitProof:
-        """For `app.sink.delta.writer` (and the test-only factory): the one way to make a proof."""
+        """For `app.sink.delta.writer` and `.merge` (and the test-only factory): the one way to make a proof."""
         proof = object.__new__(cls)
         object.__setattr__(proof, "table", table)
         object.__setattr__(proof, "version", version)

@@ -1,8 +1,8 @@
 """Fault injection for the crash and failure tests: inert unless SHARELAKE_FAULTS is set.
 
-Called at named points on the record's path (`app.sink.delta.writer`, `app.sink.dedup.dedup_table`,
-`app.sink.batch.delta_sink`, `app.sink.delta.writer_lease`). The variable holds
-comma-separated rules, read at every hit so a test can change it in-process:
+Called at named points on the record's path (`app.sink.delta.writer`, `app.sink.delta.merge`,
+`app.sink.dedup.dedup_table`, `app.sink.batch.delta_sink`, `app.sink.delta.writer_lease`). The
+variable holds comma-separated rules, read at every hit so a test can change it in-process:
 
     kill@after_delta_commit        SIGKILL this process at the first hit of the point
     kill@after_delta_commit#3      ... at its third hit

@@ -163,6 +163,7 @@ class Opened:
     routes: Routes
     destinations: list[Destination]
     dead: DedupTable
+    dead_letters: DeltaDeadLetters  # the sink writing to `dead`
     leases: list[WriterLease]
     positions: TablePositions  # (topic, partition) -> the next offset the tables want
     window: DecisionWindow  # how long a poll may wait for its decisions: the group type's
@@ -227,13 +228,13 @@ class IngestRun:
         # formats started (a bad schema or registry setting raises ConfigError here; a registry that is
         # down is waited for), caches loaded;
         # each table's writer checks its lease before every commit
-        destinations, dead = open_destinations(spark, cfg, routes, lease_checks(leases))
+        destinations, dead, dead_letters = open_destinations(spark, cfg, routes, lease_checks(leases))
         tables = [*(d.table for d in destinations), dead]
         for table in tables:
             self._closing.callback(table.close)
         positions = table_positions(t.next_offsets() for t in tables)  # a consumer group starts there
         window = group.decision_window(cfg.kafka, facts.group_settings)
-        self.opened = Opened(facts, group, routes, destinations, dead, leases, positions, window)
+        self.opened = Opened(facts, group, routes, destinations, dead, dead_letters, leases, positions, window)
         return self.opened
 
     # -- join ------------------------------------------------------------------------------------
@@ -249,7 +250,7 @@ class IngestRun:
         self.sink = DeltaSink(
             buffer,
             o.destinations,
-            DeltaDeadLetters(o.dead),
+            o.dead_letters,
             cfg.batch,
             cfg.dead_letter.max_delivery_count,
             o.window,

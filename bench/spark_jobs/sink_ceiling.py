@@ -7,7 +7,7 @@ workload produces them (`bench.workload.record_key` / `record_value`, partition 
 1, 2... per partition) in `app.bridge.arrow_rows.RECORD_SCHEMA`, split into batches of
 `--batch-rows`. Only then it prints `bench-started: <epoch seconds>` and writes each batch as
 `DeltaSink._write_main` writes the main table (stamp with a `_row` column, claimed offsets,
-`DeltaWriter.frame`, the JSON format's parse (`app.formats.json`), the BAD count observed in the write job,
+`FrameBuilder.frame`, the JSON format's parse (`app.formats.json`), the BAD count observed in the write job,
 `main_rows`, `DeltaWriter.append` with the commit metadata), without the dedup caches, the driver
 checks or dead letters (the workload has no bad records: a batch that counts any fails the job).
 It prints `bench-finished: <epoch seconds>` once the writer is closed.
@@ -32,7 +32,10 @@ from app.run.spark_session import build_spark
 from app.sink.dedup.commit_log import user_metadata_json
 from app.sink.dedup.dedup_table import micros
 from app.sink.dedup.offset_ranges import BatchOffsets
-from app.sink.delta.writer import DeltaWriter
+from app.sink.delta.checkpointer import Checkpointer
+from app.sink.delta.commit_lock import commit_lock
+from app.sink.delta.frames import FrameBuilder
+from app.sink.delta.writer import DeltaWriter, writer_session
 from app.table.columns import stamped
 from app.table.location import TableLocation
 from bench.workload import record_key, record_value
@@ -75,7 +78,10 @@ def main() -> None:
     fmt = JsonFormat(JsonSettings(schema=args.schema))
     table = TableLocation.at(args.table)
     fmt.start(spark, table)
-    writer = DeltaWriter(spark, table, "delta", checkpoint_every=100, stats_columns=fmt.stats_columns())
+    session = writer_session(spark, 100, stats_columns=fmt.stats_columns())
+    frames = FrameBuilder(session)
+    checkpointer = Checkpointer(session, table, "delta", checkpoint_every=100)
+    writer = DeltaWriter(session, table, "delta", checkpointer, commit_lock(table))
     batches = record_batches(args.records, args.partitions, args.batch_rows)
     print(f"bench-started: {time.time():.3f}", flush=True)
     for batch_id, records in enumerate(batches):
@@ -83,7 +89,7 @@ def main() -> None:
         rows = stamped(records.append_column(ROW, pa.array(range(records.num_rows), pa.int64())), batch_id, stamp)
         claim = BatchOffsets.of_rows(rows)
         _, read = fmt.read(rows)  # json: no driver verdicts, one read for every batch
-        parsed = read.parse(writer.frame(rows))
+        parsed = read.parse(frames.frame(rows))
         observed = Observation()
         parsed = parsed.observe(observed, F.count_if(F.col(BAD)).alias("bad"))
         main_rows = read.main_rows(parsed.where(~F.col(BAD)))
@@ -93,6 +99,8 @@ def main() -> None:
         if proof is None or bad:
             raise SystemExit(f"batch {batch_id}: {'no commit' if proof is None else f'{bad} bad records'}")
     writer.close()
+    checkpointer.close()
+    frames.release()
     print(f"bench-finished: {time.time():.3f}", flush=True)
     spark.stop()
 

@@ -36,7 +36,7 @@ from app.formats.base import PayloadFormat
 from app.sink.batch.delta_sink import DeltaSink
 from app.sink.dead_letter.sinks import DeltaDeadLetters
 from app.sink.dedup.dedup_table import DedupTable
-from app.sink.delta.writer import ROWS_PER_TASK
+from app.sink.delta.frames import ROWS_PER_TASK
 from app.sink.write.destinations import Destination, dead_letter_table, main_table
 from app.sink.write.table_writer import TableWriter
 from app.table.location import TableLocation
@@ -76,9 +76,9 @@ def warm_up(
             for i, fmt in enumerate(formats):
                 twin = fmt.warm_up_twin()  # the format's reader, on a schema of its own where it keeps state
                 where = TableLocation.at(work / f"warm_up_{i}")  # writer `warm_up`: not the real tables' fault points
-                table = main_table(spark, where, twin, checkpoint_every=10**6, lookback_commits=None, name="warm_up")
-                tables.append(table)
-                destinations.append(Destination((f"{TOPIC}-{i}",), table, twin))
+                main = main_table(spark, where, twin, checkpoint_every=10**6, lookback_commits=None, name="warm_up")
+                tables.append(main.table)
+                destinations.append(Destination.of((f"{TOPIC}-{i}",), main, twin))
                 values, keys = twin.sample_values(2 * ROWS_PER_TASK), twin.sample_keys(2 * ROWS_PER_TASK)
                 if not bad:  # the last sample value is the unreadable one
                     values, keys = values[:-1], keys[:-1]
@@ -90,12 +90,11 @@ def warm_up(
                 lookback_commits=None,
                 name="warm_up_dead_letter",
             )
-            tables.append(dead)
+            tables.append(dead.table)
             buffer = RecordBuffer(10**6)
             batch = BatchConfig(max_records=10**6, max_wait_ms=0, write_attempts=1)
-            sink = DeltaSink(
-                buffer, destinations, DeltaDeadLetters(dead), batch, max_delivery_count, WARM_UP_WINDOW, job_name
-            )
+            dead_letters = DeltaDeadLetters(dead.table, dead.frames)
+            sink = DeltaSink(buffer, destinations, dead_letters, batch, max_delivery_count, WARM_UP_WINDOW, job_name)
             commands: queue.Queue[AckCommand] = queue.Queue()
             polled: Any = records
             buffer.put(Poll(PollBatch(-1, polled, commands), poll_rows(polled)), timeout_s=1)

@@ -36,6 +36,7 @@ from app.formats.base import BadRecord
 from app.sink.dead_letter.rows import dead_letter_rows
 from app.sink.dedup.dedup_table import DedupTable
 from app.sink.dedup.offset_ranges import BatchOffsets, PartitionKey
+from app.sink.delta.frames import FrameBuilder
 
 FIRST_SEEN_MAX = 100_000  # records remembered from failed attempts, for the dead-letter first_seen
 
@@ -66,8 +67,10 @@ class DeadLetterSink(Protocol):
 class DeltaDeadLetters:
     """The dead-letter table: one Delta commit per batch for every table's bad records."""
 
-    def __init__(self, table: DedupTable):
+    def __init__(self, table: DedupTable, frames: FrameBuilder):
+        """`frames`: the builder of the frames written to `table` (on its writer's session)."""
         self.table = table
+        self._frames = frames
         self._first_seen: dict[tuple[str, int, int], datetime] = {}
         self._seen_lock = threading.Lock()  # `seen` (the sink's thread) beside `park` (its dead-letter thread)
 
@@ -87,7 +90,7 @@ class DeltaDeadLetters:
             first = [self._first_seen.pop(k, stamp) for k in keys]
         rows = dead_letter_rows(records, verdicts, first, stamp, job, batch_id)
         claim = BatchOffsets.of_rows(rows)
-        appended = self.table.append(self.table.frame(rows), claim, batch_id, stamp)
+        appended = self.table.append(self._frames.frame(rows), claim, batch_id, stamp)
         if appended is None:
             raise RuntimeError(f"{self.table.table_path}: the dead-letter append recorded no commit")
         return self.table.settle(appended, claim)

@@ -1,11 +1,12 @@
 """One Delta table that Sharelake appends Kafka records to, deduplicated by (topic, partition, offset).
 
-Built by `app.sink.write.destinations` (each main table, and the dead-letter table), used by the
-per-table writers (`app.sink.write.table_writer`), the Delta dead-letter sink (`app.sink.dead_letter.sinks`),
-the batch plan (as a `Holder`) and `app.run.pipeline` (where the tables are: `next_offsets`; their
-counters: `stats`). It is the table's only face: it owns the table's `DeltaWriter` (which writes)
-and its `DedupCache`, which nobody else reaches, and keeps the cache current, so every append is a
-provable commit that never holds an offset twice:
+Built by `open_table` (called by `app.sink.write.destinations` for each main table, and the
+dead-letter table), used by the per-table writers (`app.sink.write.table_writer`), the Delta
+dead-letter sink (`app.sink.dead_letter.sinks`), the batch plan (as a `Holder`) and
+`app.run.pipeline` (where the tables are: `next_offsets`; their counters: `stats`). It is the
+face of the table's commits: it owns the table's `DeltaWriter` (appends), its `DeltaMerge` (MERGEs
+and DELETEs) and its `DedupCache`, which nobody else reaches, and keeps the cache current, so
+every append is a provable commit that never holds an offset twice:
 
 1. the append's `userMetadata` carries a `write_id`, the offsets it claims and the write's stamp
    (every row's `stamp_column`, to the microsecond);
@@ -29,6 +30,10 @@ to repair.
 Tables written by older Sharelake versions (blind appends, which Delta never checks against each
 other) may hold duplicates: the cache notes them as `Repair`s, and `repair_pending` deletes them
 at start, one DELETE keyed on offset and the duplicate commit's stamp.
+
+`open_table` builds the table with its writers, on a session of their own, and hands the table's
+`FrameBuilder` and `Checkpointer` (`OpenedTable`) to whoever makes its frames or waits for room
+before an append; the table's `close` ends them with its writer.
 """
 
 from __future__ import annotations
@@ -42,7 +47,6 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import numpy.typing as npt
-import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from tenacity import Retrying, stop_after_attempt, wait_exponential_jitter
 
@@ -52,7 +56,11 @@ from app.observe.counters import counter, gauge
 from app.sink.dedup.cache import DedupCache, Repair
 from app.sink.dedup.commit_log import DeltaCommitLog, SharelakeCommit, repair_metadata_json, user_metadata_json
 from app.sink.dedup.offset_ranges import BatchOffsets, OffsetRanges, PartitionKey
-from app.sink.delta.writer import Claim, ClaimHeld, DeltaWriter
+from app.sink.delta.checkpointer import Checkpointer
+from app.sink.delta.commit_lock import commit_lock
+from app.sink.delta.frames import FrameBuilder
+from app.sink.delta.merge import DeltaMerge
+from app.sink.delta.writer import Claim, ClaimHeld, DeltaWriter, writer_session
 from app.table.layout import TableLayout
 from app.table.location import TableLocation
 
@@ -106,54 +114,30 @@ class TableStats:
 
 class DedupTable:
     def __init__(
-        self, writer: DeltaWriter, cache: DedupCache, stamp_column: str, stats: TableStats, upserted: bool = False
+        self,
+        location: TableLocation,
+        writer: DeltaWriter,
+        merger: DeltaMerge,
+        cache: DedupCache,
+        stamp_column: str,
+        stats: TableStats,
+        *,
+        checkpointer: Checkpointer,
+        frames: FrameBuilder,
+        upserted: bool = False,
     ):
+        """`checkpointer` (its writer's) and `frames` (the builder of the frames written to the
+        table): what `close` ends besides the writer."""
         self._writer = writer
+        self._merger = merger
+        self._checkpointer = checkpointer
+        self._frames = frames
         self.upserted = upserted  # its commits are MERGEs by key (`merge`), not appends
-        self.location = writer.location
-        self.table_path = writer.table_path
+        self.location = location
+        self.table_path = location.path
         self._cache = cache
         self.stamp_column = stamp_column
         self.stats = stats  # the writer counts its commit conflicts in them too
-
-    @classmethod
-    def open(
-        cls,
-        spark: SparkSession,
-        location: TableLocation,
-        name: str,
-        stamp_column: str,
-        *,
-        checkpoint_every: int,
-        lookback_commits: int | None,
-        stats_columns: tuple[str, ...] = (),
-        prefix: str = "",
-        log_retention: str | None = None,
-        before_commit: Callable[[], None] | None = None,
-        register_as: str | None = None,
-        layout: TableLayout | None = None,
-        upserted: bool = False,
-    ) -> DedupTable:
-        """A table with its writer and its cache; `lookback_commits` None: a cache that reads no log
-        (a table this process alone writes, as the warm-up's). `before_commit` raises when this job
-        may not commit now (its writer lease); `register_as`: the table's catalog name; `layout`: the
-        partitioning or clustering the table is created with; `upserted`: its commits are MERGEs."""
-        log_reader = DeltaCommitLog(spark, location, stamp_column) if lookback_commits is not None else None
-        cache = DedupCache(log_reader, lookback_commits or 1)
-        stats = TableStats(prefix=prefix)
-        writer = DeltaWriter(
-            spark,
-            location,
-            name,
-            checkpoint_every,
-            stats_columns,
-            log_retention,
-            before_commit=before_commit,
-            register_as=register_as,
-            stats=stats,
-            layout=layout,
-        )
-        return cls(writer, cache, stamp_column, stats, upserted)
 
     def load(self) -> None:
         """At start: the recent commits' offsets into the cache."""
@@ -180,17 +164,11 @@ class DedupTable:
         """Duplicate commits an older Sharelake left, not repaired yet (oldest first)."""
         return self._cache.repairs()
 
-    def frame(self, rows: pa.Table, release: bool = True) -> DataFrame:
-        """`rows` as a data frame of the table's writer session (`release=False`: the batch's earlier
-        frames stay readable)."""
-        return self._writer.frame(rows, release)
-
-    def wait_for_room(self) -> None:
-        self._writer.wait_for_room()
-
     def close(self) -> None:
-        """The last commit's post-commit work and any checkpoint end."""
+        """The last commit's post-commit work and any checkpoint end; the frames' broadcasts are destroyed."""
         self._writer.close()
+        self._checkpointer.close()
+        self._frames.release()
 
     def proof_of_presence(self) -> CommitProof:
         """For records the cache already holds: the table version the cache has read up to."""
@@ -226,7 +204,7 @@ class DedupTable:
         stamp: datetime,
         merge_schema: bool = False,
     ) -> Appended | None:
-        """An upsert's commit: MERGE `source` into the table (`DeltaWriter.merge`), claiming `claim`.
+        """An upsert's commit: MERGE `source` into the table (`DeltaMerge.merge`), claiming `claim`.
 
         As `append`, but a MERGE runs Delta's own transaction, where no claim can be checked: the
         claim is checked first, on the cache refreshed to the latest commit (`ClaimHeld` when a
@@ -241,7 +219,7 @@ class DedupTable:
             raise ClaimHeld(self.table_path, self._cache.version, held)
         write_id = uuid.uuid4().hex
         metadata = user_metadata_json(write_id, batch_id, claim, micros(stamp))
-        proof = self._writer.merge(source, on, when_newer, metadata, batch_id, merge_schema=merge_schema)
+        proof = self._merger.merge(source, on, when_newer, metadata, batch_id, merge_schema=merge_schema)
         return Appended(proof, write_id, claim, micros(stamp)) if proof is not None else None
 
     def settle(self, appended: Appended, written: BatchOffsets) -> CommitProof:
@@ -311,11 +289,76 @@ class DedupTable:
             ),
         ):
             with attempt:
-                rows = self._writer.delete(condition, metadata)
+                rows = self._merger.delete(condition, metadata)
         faults.hit("after_repair")  # the DELETE is committed; this writer has not noted it yet
         self.stats.duplicates_repaired += rows
         self._cache.repaired(commit.version)
         log.warning("repaired version %d of %s: deleted %d duplicate rows", commit.version, self.table_path, rows)
+
+
+@dataclass(frozen=True)
+class OpenedTable:
+    """One table as `open_table` builds it: the table (its appends, MERGEs and cache; closing it
+    ends its writer's work), the builder of the frames written to it (on its writer's session) and
+    its writer's checkpointer (`wait_for_room`: until an append may start)."""
+
+    table: DedupTable
+    frames: FrameBuilder
+    checkpointer: Checkpointer
+
+
+def open_table(
+    spark: SparkSession,
+    location: TableLocation,
+    name: str,
+    stamp_column: str,
+    *,
+    checkpoint_every: int,
+    lookback_commits: int | None,
+    stats_columns: tuple[str, ...] = (),
+    prefix: str = "",
+    log_retention: str | None = None,
+    before_commit: Callable[[], None] | None = None,
+    register_as: str | None = None,
+    layout: TableLayout | None = None,
+    upserted: bool = False,
+) -> OpenedTable:
+    """A table with its writers (on a session of their own), its cache, its frame builder and its
+    checkpointer; `lookback_commits` None: a cache that reads no log (a table this process alone
+    writes, as the warm-up's). `before_commit` raises when this job may not commit now (its writer
+    lease); `register_as`: the table's catalog name; `layout`: the partitioning or clustering the
+    table is created with; `upserted`: its commits are MERGEs."""
+    log_reader = DeltaCommitLog(spark, location, stamp_column) if lookback_commits is not None else None
+    cache = DedupCache(log_reader, lookback_commits or 1)
+    stats = TableStats(prefix=prefix)
+    session = writer_session(spark, checkpoint_every, stats_columns, log_retention, layout)
+    frames = FrameBuilder(session)
+    checkpointer = Checkpointer(session, location, name, checkpoint_every)
+    lock = commit_lock(location)
+    writer = DeltaWriter(
+        session,
+        location,
+        name,
+        checkpointer,
+        lock,
+        before_commit=before_commit,
+        register_as=register_as,
+        stats=stats,
+        layout=layout,
+    )
+    merger = DeltaMerge(session, location, name, writer, checkpointer, lock, stats, before_commit)
+    table = DedupTable(
+        location,
+        writer,
+        merger,
+        cache,
+        stamp_column,
+        stats,
+        checkpointer=checkpointer,
+        frames=frames,
+        upserted=upserted,
+    )
+    return OpenedTable(table, frames, checkpointer)
 
 
 def _where(offsets: Mapping[PartitionKey, OffsetRanges]) -> str:

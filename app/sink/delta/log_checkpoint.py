@@ -1,6 +1,6 @@
 """A table's log kept short: a checkpoint of its latest version, then its expired commits deleted.
 
-Called by `app.sink.delta.writer.DeltaWriter` from its background checkpoint thread (every
+Called by `app.sink.delta.checkpointer.Checkpointer` from its background checkpoint thread (every
 `delta.checkpoint_interval` commits), never on the commit path.
 
 Why: every append lists `_delta_log` (the whole folder on a local disk, HDFS, ADLS or GCS), so its

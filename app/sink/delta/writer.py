@@ -1,9 +1,11 @@
-"""Writes one Delta table: appends that return once their commit is durable, upserts' MERGEs, DELETEs, checkpoints.
+"""Appends to one Delta table that return once their commit is durable, and the session they commit through.
 
-Used twice by `app.sink.dedup.dedup_table` (main and dead-letter table): the ingest's only path to
-Delta's writers. (Outside the ingest's write path, the replay marks its rows with a Delta MERGE in
-`app.ops.replay`, `app.ops.maintenance` runs OPTIMIZE and VACUUM, and `app.sink.delta.catalog_tables` enters a
-new table in the catalog with CREATE TABLE.) It owns:
+The ingest's only path to Delta's appends (`app.sink.dedup.dedup_table` opens one writer per table,
+main and dead-letter); the same table's MERGEs and DELETEs are `app.sink.delta.merge`'s, its
+frames `app.sink.delta.frames`'s, its checkpoints `app.sink.delta.checkpointer`'s. (Outside the
+ingest's write path, the replay marks its rows with a Delta MERGE in `app.ops.replay`,
+`app.ops.maintenance` runs OPTIMIZE and VACUUM, and `app.sink.delta.catalog_tables` enters a new
+table in the catalog with CREATE TABLE.) It owns:
 
 - **the append's transaction**. After a table's first commit (a plain append, which creates it with
   its properties; a table with a layout is created just before it with the layout,
@@ -18,63 +20,55 @@ new table in the catalog with CREATE TABLE.) It owns:
   written twice); if the winner holds claimed offsets, the append raises `ClaimHeld` and the caller
   re-plans (the files written stay unreferenced until VACUUM). A plain append is blind and never
   conflicts with another append: two writers could each land a record once.
-- **a SparkSession of its own** (`newSession()`: same SparkContext, its own SQL conf). Delta
-  records the version of a session's last commit in `spark.databricks.delta.lastCommitVersionInSession`,
-  right after the commit file is written and before any post-commit work; with a session nobody
-  else commits through, that value is this writer's commit, so the commit never has to be found
-  in the log again. The session also carries the writer's settings: new tables get their
-  properties (stats columns, checkpoint interval). Data frames from Arrow (`frame`) are read by
-  parallel tasks from broadcasts: never a driver-side `LocalRelation`, never the rows inside the tasks.
+- **the table's SparkSession** (`writer_session`: `newSession()`, same SparkContext, its own SQL
+  conf), which the table's frame builder, checkpointer and MERGEs are given too. Delta records the
+  version of a session's last commit in `spark.databricks.delta.lastCommitVersionInSession`, right
+  after the commit file is written and before any post-commit work; with a session nobody else
+  commits through, that value is this table's last commit, so the commit never has to be found in
+  the log again (`last_commit`). The session also carries the writer's settings: new tables get
+  their properties (stats columns, checkpoint interval).
 - **committer threads**. A commit runs Delta's post-commit work (the `.crc` checksum, and a
   checkpoint when the table's `delta.checkpointInterval` says so) synchronously after it.
   `append` commits in a committer thread and returns the version the moment it appears in the
   session's conf: the caller can ACCEPT while Delta finishes post-commit work, and the next
-  append can commit meanwhile (`SAVES_IN_FLIGHT` of them; post-commit work commits nothing, and
-  only one thread starts appends, so the conf still names each append's own commit). A schema
-  change (a new column or a widened type, with `merge_schema`) is committed alone, before the
-  append's transaction starts (`writeFiles` makes no schema check of its own: a frame of a new shape goes through a
-  plain append's first). A DELETE waits until every commit is done (`wait_idle`).
-- **checkpoints off the commit path**: every `checkpoint_every` commits a background thread writes
-  a checkpoint with Delta Kernel (shipped with delta-spark), then cleans the expired log
-  (`app.sink.delta.log_checkpoint`). Kernel runs in the driver without a Spark job, where Spark's
-  `DeltaLog.checkpoint()` runs Spark jobs that, on a small driver, slow the writes running
-  meanwhile (docs/ARCHITECTURE.md has the figures); Spark's is the fallback when Kernel
-  refuses a table. The tables this writer creates get `delta.checkpointInterval = 10 x
+  append can commit meanwhile (`SAVES_IN_FLIGHT` of them, counted by the table's `Checkpointer`;
+  post-commit work commits nothing, and only one thread starts appends, so the conf still names
+  each append's own commit). A schema change (a new column or a widened type, with
+  `merge_schema`) is committed alone, before the append's transaction starts (`writeFiles` makes
+  no schema check of its own: a frame of a new shape goes through a plain append's first).
+- **what follows each commit** (`after_commit`, a MERGE's too): the catalog entry until it is
+  made, then the table's `Checkpointer` is told, which writes a checkpoint in the background every
+  `checkpoint_every` commits. The tables this writer creates get `delta.checkpointInterval = 10 x
   checkpoint_every`, so Delta's own in-commit checkpoint is only a backstop for other writers.
 
-Given at build, not set afterwards: `before_commit` (the table's writer lease check on S3,
-`app.sink.delta.writer_lease`, run before writing an append's files and again before each commit),
-`register_as` (a table addressed by catalog name: entered in the catalog after a commit, until that
-succeeds), `stats` (where the commits other writers' commits sent back are counted: the table's
-`TableStats`) and `layout` (the partitioning or clustering a table it creates gets; a partitioned
-one is written with Delta's optimized write, in this writer's session). From its committer threads
-the writer touches only what an append hands it: the `Claim`'s cache, while the caller waits for
-that append to be durable.
+Given at build, not set afterwards: the session, the `Checkpointer`, the table's commit lock
+(`app.sink.delta.commit_lock`, held by each commit), `before_commit` (the table's writer lease
+check on S3, `app.sink.delta.writer_lease`, run before writing an append's files and again before
+each commit), `register_as` (a table addressed by catalog name: entered in the catalog after a
+commit, until that succeeds), `stats` (where the commits other writers' commits sent back are
+counted: the table's `TableStats`) and `layout` (the partitioning or clustering a table it creates
+gets; a partitioned one is written with Delta's optimized write, in the writer's session). From its
+committer threads the writer touches only what an append hands it: the `Claim`'s cache, while the
+caller waits for that append to be durable.
 
 Proofs: `append` returns the `CommitProof` of its commit and `proof_of_presence` one for records
-an earlier commit holds; nothing else mints one (`CommitProof` cannot be constructed directly).
+an earlier commit holds; a MERGE's (`app.sink.delta.merge`) is the only other one minted
+(`CommitProof` cannot be constructed directly).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import random
-import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import pyarrow as pa
 from delta import exceptions as delta_errors
-from delta.tables import DeltaTable
-from pyspark import Broadcast
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from app.acknowledge.proof import CommitProof
@@ -82,10 +76,10 @@ from app.config.settings import interval_s
 from app.failures import faults
 from app.sink.dedup.offset_ranges import BatchOffsets
 from app.sink.delta.catalog_tables import register_table
-from app.sink.delta.commit_lock import commit_lock
-from app.sink.delta.log_checkpoint import CheckpointExists, checkpoint_latest
-from app.table.layout import GENERATION_EXPRESSION, TableLayout
-from app.table.location import DELTA_LOG, TableLocation
+from app.sink.delta.checkpointer import SAVES_IN_FLIGHT, Checkpointer
+from app.sink.delta.commit_lock import CommitLock
+from app.table.layout import TableLayout
+from app.table.location import TableLocation
 
 log = logging.getLogger(__name__)
 
@@ -95,11 +89,9 @@ OPTIMIZE_WRITE = "spark.databricks.delta.optimizeWrite.enabled"  # a shuffle by 
 TABLE_DEFAULTS = "spark.databricks.delta.properties.defaults."
 BACKSTOP_FACTOR = 10  # Delta's in-commit checkpoint interval for new tables, in our checkpoint intervals
 DELTA_DELETED_FILE_RETENTION_S = 7 * 86400  # delta.deletedFileRetentionDuration by default
-ROWS_PER_TASK = 4096  # a data frame's rows are split over at most defaultParallelism tasks of at least this many
 # how often `append` looks for its commit's version while save() runs: each look is a py4j call (at
 # 5 ms they were a tenth of the driver's Python samples); 10 ms adds 5 ms to an ACCEPT on average
 DURABLE_POLL_S = 0.010
-SAVES_IN_FLIGHT = 2  # an append may commit while the previous one's post-commit work (a checkpoint) runs
 # Delta's concurrent-modification errors, as delta-spark raises them in Python (its classes share no base)
 CONFLICTS = (
     delta_errors.DeltaConcurrentModificationException,
@@ -161,99 +153,83 @@ class _Refusal:
     first_at: float | None = None  # time.monotonic()
 
 
+def writer_session(
+    spark: SparkSession,
+    checkpoint_every: int,
+    stats_columns: tuple[str, ...] = (),
+    log_retention: str | None = None,
+    layout: TableLayout | None = None,
+) -> SparkSession:
+    """A session of its own for one table's writers (`newSession()`: same SparkContext, its own SQL
+    conf), with their settings: the frames' Arrow transfer, and what the tables they create get."""
+    session = spark.newSession()
+    conf = {
+        "spark.sql.session.timeZone": spark.conf.get("spark.sql.session.timeZone", "UTC") or "UTC",
+        # Arrow tables become RDD-backed frames in parallel tasks: below this threshold PySpark makes
+        # a LocalRelation, whose projections (the JSON parse) the optimizer evaluates in the driver
+        "spark.sql.execution.arrow.localRelationThreshold": "0",
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "10000000",  # `frame` chunks the table itself
+        "spark.databricks.delta.history.metricsEnabled": "true",  # numOutputRows: partial commits
+        TABLE_DEFAULTS + "checkpointInterval": str(BACKSTOP_FACTOR * checkpoint_every),
+    }
+    if stats_columns:
+        conf[TABLE_DEFAULTS + "dataSkippingStatsColumns"] = ",".join(stats_columns)
+    chosen = _chosen(layout)
+    if chosen is not None and chosen.partition_by:  # one file per partition value and batch,
+        conf[OPTIMIZE_WRITE] = "true"  # not one per partition value and task
+    if log_retention:  # the log files a table keeps (the append's listing cost; time travel's reach)
+        conf[TABLE_DEFAULTS + "logRetentionDuration"] = log_retention
+        if interval_s(log_retention) < DELTA_DELETED_FILE_RETENTION_S:  # Delta refuses a log retention
+            conf[TABLE_DEFAULTS + "deletedFileRetentionDuration"] = log_retention  # shorter than this
+    for key, value in conf.items():
+        session.conf.set(key, value)
+    return session
+
+
+def _chosen(layout: TableLayout | None) -> TableLayout | None:
+    """The partitioning or clustering a table the writer creates gets (None: a plain first append)."""
+    return layout if layout is not None and layout.chosen else None
+
+
 class DeltaWriter:
     def __init__(
         self,
-        spark: SparkSession,
+        session: SparkSession,
         location: TableLocation,
         name: str,
-        checkpoint_every: int,
-        stats_columns: tuple[str, ...] = (),
-        log_retention: str | None = None,
+        checkpointer: Checkpointer,
+        commit_lock: CommitLock,
         *,
         before_commit: Callable[[], None] | None = None,
         register_as: str | None = None,
         stats: ConflictCount | None = None,
         layout: TableLayout | None = None,
     ):
+        """`session`: the table's writer session (`writer_session`), which nobody else commits through;
+        `checkpointer`: where its saves are counted until their post-commit work is done, and which
+        is told of each commit (its background checkpoint); `commit_lock`: the table's
+        (`app.sink.delta.commit_lock`), held by each commit."""
         self.location = location
         self.table_path = location.path
         self.name = name
-        self.checkpoint_every = checkpoint_every
-        self.session = spark.newSession()
-        conf = {
-            "spark.sql.session.timeZone": spark.conf.get("spark.sql.session.timeZone", "UTC") or "UTC",
-            # Arrow tables become RDD-backed frames in parallel tasks: below this threshold PySpark makes
-            # a LocalRelation, whose projections (the JSON parse) the optimizer evaluates in the driver
-            "spark.sql.execution.arrow.localRelationThreshold": "0",
-            "spark.sql.execution.arrow.maxRecordsPerBatch": "10000000",  # `frame` chunks the table itself
-            "spark.databricks.delta.history.metricsEnabled": "true",  # numOutputRows: partial commits
-            TABLE_DEFAULTS + "checkpointInterval": str(BACKSTOP_FACTOR * checkpoint_every),
-        }
-        if stats_columns:
-            conf[TABLE_DEFAULTS + "dataSkippingStatsColumns"] = ",".join(stats_columns)
-        # the partitioning or clustering a table this writer creates gets (None: a plain first append)
-        self._layout = layout if layout is not None and layout.chosen else None
-        if self._layout is not None and self._layout.partition_by:  # one file per partition value and batch,
-            conf[OPTIMIZE_WRITE] = "true"  # not one per partition value and task
-        if log_retention:  # the log files a table keeps (the append's listing cost; time travel's reach)
-            conf[TABLE_DEFAULTS + "logRetentionDuration"] = log_retention
-            if interval_s(log_retention) < DELTA_DELETED_FILE_RETENTION_S:  # Delta refuses a log retention
-                conf[TABLE_DEFAULTS + "deletedFileRetentionDuration"] = log_retention  # shorter than this
-        for key, value in conf.items():
-            self.session.conf.set(key, value)
-        self._parallelism = max(1, int(self.session.sparkContext.defaultParallelism))
+        self.session = session
+        self._layout = _chosen(layout)
         self._committer = ThreadPoolExecutor(SAVES_IN_FLIGHT, thread_name_prefix=f"delta-commit-{name}")
-        self._checkpointer = ThreadPoolExecutor(1, thread_name_prefix=f"delta-checkpoint-{name}")
-        self._saves: list[Future[None]] = []  # save()s not finished: committing, or in post-commit work
-        self._checkpointing: Future[None] | None = None
-        self._checkpointed = -1  # the version of the last checkpoint this writer wrote or found
-        self._lock = threading.Lock()
+        self._checkpointer = checkpointer
         jvm = self.session.sparkContext._jvm
         assert jvm is not None
         self._jvm = jvm
         self._none = jvm.scala.Option.empty()
         self._created = False  # the table has its first commit
-        self._shipped: list[Broadcast[bytes]] = []  # the rows of the frames made since the last release
         self._known_shape: str | None = None  # a frame schema the table is known to fit
         # commits another writer's concurrent commit sent back to check again are counted here
         self._stats: ConflictCount = stats if stats is not None else _NoCount()
         # raises when this job may not commit to the table now (app.sink.delta.writer_lease, on S3)
         self._before_commit = before_commit
         # held by each commit: on a local disk the drivers of every job commit one at a time
-        self._commit_lock = commit_lock(location)
+        self._commit_lock = commit_lock
         # a table addressed by catalog name: entered in the catalog after a commit, until that succeeds
         self._register_as = register_as
-
-    # -- data frames ---------------------------------------------------------------------------------
-
-    def frame(self, rows: pa.Table, release: bool = True) -> DataFrame:
-        """`rows` as a data frame of this writer's session, split over parallel tasks.
-
-        The rows travel as Spark broadcasts (one Arrow IPC stream per task) that each task reads
-        in a Python worker (`mapInArrow`), not inside the tasks: `createDataFrame` ships each task's
-        Arrow batch in the task itself, and a batch of a few MiB made Spark warn of a task of very
-        large size on every micro-batch. A frame's broadcasts live until the writer's next `frame`
-        (one batch at a time: the previous batch's append and diagnosis are over by then);
-        `release=False` keeps the earlier frames of the batch readable (an upsert's source beside its rows).
-        """
-        if release:
-            self.release_frames()
-        n = rows.num_rows
-        tasks = max(1, min(self._parallelism, math.ceil(n / ROWS_PER_TASK)))
-        per_task = max(1, math.ceil(n / tasks))
-        schema = from_arrow_schema(rows.schema)
-        rows = rows.cast(to_arrow_schema(schema, timezone="UTC"))  # the types Spark reads back (timestamps in us)
-        sc = self.session.sparkContext
-        parts = [sc.broadcast(_ipc_stream(rows.slice(start, per_task))) for start in range(0, max(n, 1), per_task)]
-        self._shipped.extend(parts)
-        return self.session.range(0, len(parts), 1, len(parts)).mapInArrow(_read_parts(parts), schema)
-
-    def release_frames(self) -> None:
-        """Destroy the broadcasts of the frames made so far (none of them may be read again)."""
-        for part in self._shipped:
-            part.destroy(blocking=False)
-        self._shipped.clear()
 
     # -- commits ---------------------------------------------------------------------------------------
 
@@ -272,18 +248,18 @@ class DeltaWriter:
         uncommitted. Delta's post-commit work may still be running when this returns (see the
         module docstring). None when Delta recorded no commit (an empty append to an existing table).
         """
-        self.wait_for_room()
+        self._checkpointer.wait_for_room()
         if self._before_commit is not None:
             self._before_commit()
         faults.hit(f"before_{self.name}_commit")
-        created = self._exists()
+        created = self.exists()
         if not created and self._layout is not None:  # created with its layout, then appended to
             with self._commit_lock():
                 self._layout.create(self.session, self.table_path, rows.schema)
             created = self._created = True
         if created:
-            self._prepare_schema(rows.schema, merge_schema)  # a commit of its own, before `before` is read
-        before = self._last_commit()
+            self.prepare_schema(rows.schema, merge_schema)  # a commit of its own, before `before` is read
+        before = self.last_commit()
         description = f"sharelake {self.name} append, batch = {batch_id}"
         refusal = _Refusal()
         if created:
@@ -293,18 +269,18 @@ class DeltaWriter:
             if merge_schema:
                 writer = writer.option("mergeSchema", "true")
             future = self._committer.submit(self._save, writer, description)
-        self._saves.append(future)
+        self._checkpointer.track(future)
         while True:
             finished = bool(wait([future], timeout=DURABLE_POLL_S).done)
-            version = self._last_commit()
+            version = self.last_commit()
             if version is not None and version != before:
                 break  # durable: Delta set it right after writing the commit file
             if finished:
                 error = future.exception()
                 if error is not None:
-                    self._saves.remove(future)  # the commit failed: no post-commit work to wait for
+                    self._checkpointer.drop(future)  # the commit failed: no post-commit work to wait for
                     raise error
-                version = self._last_commit()
+                version = self.last_commit()
                 if version is None or version == before:
                     return None
                 break
@@ -323,7 +299,7 @@ class DeltaWriter:
         with self._commit_lock():
             writer.save(self.table_path)
         self._created = True
-        self._after_commit()
+        self.after_commit()
 
     def _commit(
         self, rows: DataFrame, user_metadata: str, claim: Claim | None, description: str, refusal: _Refusal
@@ -364,7 +340,7 @@ class DeltaWriter:
                 time.sleep(random.uniform(0.0, 0.05 * attempt))  # two writers retrying in step would collide again
                 faults.hit(f"before_{self.name}_recommit")
                 txn = self._transaction(claim)
-        self._after_commit()
+        self.after_commit()
 
     def _transaction(self, claim: Claim | None) -> Any:
         """A transaction on the latest snapshot, its claim checked, with a read of the table registered.
@@ -388,14 +364,16 @@ class DeltaWriter:
         txn.trackReadPredicates(jvm.scala.jdk.javaapi.CollectionConverters.asScala([read_all]).toSeq(), False, False)
         return txn
 
-    def _after_commit(self) -> None:
+    def after_commit(self) -> None:
+        """After each commit of the table (an append's, in its committer thread, or a MERGE's): the
+        catalog entry until it is made, the post-commit fault point, the checkpointer told."""
         if self._register_as is not None:
             register_table(self.session, self._register_as, self.table_path)
             self._register_as = None
         faults.hit(f"{self.name}_post_commit")  # committed, maybe decided; Delta's post-commit work done, ours next
-        self._checkpoint_if_due()
+        self._checkpointer.checkpoint_if_due(self.last_commit())
 
-    def _exists(self) -> bool:
+    def exists(self) -> bool:
         """Whether the table has its first commit (asked of the store until it has)."""
         if not self._created:
             self._created = bool(self._latest_snapshot().version() >= 0)
@@ -409,7 +387,7 @@ class DeltaWriter:
         """The table's latest snapshot (version -1 before its first commit), read from the store."""
         return self._delta_log().update(False, self._none, self._none)
 
-    def _prepare_schema(self, schema: StructType, merge_schema: bool) -> None:
+    def prepare_schema(self, schema: StructType, merge_schema: bool) -> None:
         """Before a frame of a new shape: Delta's schema check on it, and its new columns committed.
 
         An empty plain append of the shape (with `mergeSchema` when the format allows) commits the
@@ -419,202 +397,33 @@ class DeltaWriter:
         shape = schema.json()
         if shape == self._known_shape:
             return
-        table = StructType.fromJson(json.loads(self._latest_snapshot().schema().json()))
-        if needs_schema_change(schema, table):
+        if needs_schema_change(schema, self.table_schema()):
             empty = self.session.createDataFrame([], schema).write.format("delta").mode("append")
             with self._commit_lock():
                 empty.option("mergeSchema", str(merge_schema).lower()).save(self.table_path)
             log.info("%s: the table's schema changed before the append: %s", self.table_path, schema.simpleString())
         self._known_shape = shape
 
-    def _last_commit(self) -> int | None:
+    def table_schema(self) -> StructType:
+        """The table's schema at its latest snapshot, read from the store."""
+        return StructType.fromJson(json.loads(self._latest_snapshot().schema().json()))
+
+    def last_commit(self) -> int | None:
+        """The version of the session's last commit (Delta sets it once the commit file is written)."""
         value = self.session.conf.get(LAST_COMMIT_CONF, None)
         return int(value) if value not in (None, "", "None") else None
 
-    def merge(
-        self,
-        source: DataFrame,
-        on: Column,
-        when_newer: Column,
-        user_metadata: str,
-        batch_id: int,
-        merge_schema: bool = False,
-    ) -> CommitProof | None:
-        """MERGE `source` (aliased `s`) into the table (`t`): a row matched `on` is replaced when
-        `when_newer` holds, an unmatched one inserted; one commit, its proof once it is durable.
-
-        Synchronous (in the caller's thread, after every earlier commit's post-commit work): Delta's
-        MERGE runs its own transaction, which conflicts with any commit that added or removed files
-        it read after it began; it then runs again on the newer snapshot (a conditional MERGE
-        repeated changes nothing it already changed). The table's first commit is a plain append
-        of `source` (two creators conflict in Delta). None when Delta recorded no commit.
-        """
-        self.wait_idle()
-        if not self._exists():
-            return self.append(source, user_metadata, batch_id, merge_schema)
-        if self._before_commit is not None:
-            self._before_commit()
-        faults.hit(f"before_{self.name}_commit")
-        self._prepare_schema(source.schema, merge_schema)
-        source = self._with_table_columns(source)
-        before = self._last_commit()
-        self.session.sparkContext.setLocalProperty(
-            "spark.job.description", f"sharelake {self.name} merge, batch = {batch_id}"
-        )
-        self.session.conf.set(USER_METADATA_CONF, user_metadata)
-        try:
-            for attempt in range(1, COMMIT_ATTEMPTS + 1):
-                if self._before_commit is not None and attempt > 1:
-                    self._before_commit()
-                target = DeltaTable.forPath(self.session, self.table_path).alias("t")
-                try:
-                    with self._commit_lock():
-                        target.merge(source.alias("s"), on).whenMatchedUpdateAll(
-                            when_newer
-                        ).whenNotMatchedInsertAll().execute()
-                    break
-                except CONFLICTS:
-                    if attempt == COMMIT_ATTEMPTS:
-                        raise
-                    self._stats.commit_conflicts += 1
-                    log.info("%s: another writer committed first (attempt %d): merging again", self.table_path, attempt)
-                    time.sleep(random.uniform(0.0, 0.05 * attempt))
-        finally:
-            self.session.conf.unset(USER_METADATA_CONF)
-        version = self._last_commit()
-        if version is None or version == before:
-            return None
-        self._after_commit()
-        faults.hit(f"after_{self.name}_commit")
-        return CommitProof._mint(self.table_path, version)
-
-    def _with_table_columns(self, frame: DataFrame) -> DataFrame:
-        """`frame` with the table's columns it lacks, as typed nulls: a MERGE's `UPDATE SET *` and
-        `INSERT *` name every column of the table (an append leaves a missing one null by itself),
-        e.g. a field an earlier payload schema had. Generated columns are Delta's to fill. Read from
-        the latest snapshot each time: another writer may have added a column."""
-        table = StructType.fromJson(json.loads(self._latest_snapshot().schema().json()))
-        have = {c.lower() for c in frame.columns}
-        missing = [f for f in table.fields if f.name.lower() not in have and GENERATION_EXPRESSION not in f.metadata]
-        return frame.withColumns({f.name: F.lit(None).cast(f.dataType) for f in missing}) if missing else frame
-
-    def delete(self, condition: str, user_metadata: str) -> int:
-        """DELETE FROM the table WHERE `condition`, with `user_metadata` on its commit; rows deleted."""
-        self.wait_idle()
-        if self._before_commit is not None:
-            self._before_commit()
-        path = self.table_path.replace("`", "``")
-        self.session.conf.set(USER_METADATA_CONF, user_metadata)
-        try:
-            with self._commit_lock():
-                deleted = self.session.sql(f"DELETE FROM delta.`{path}` WHERE {condition}").collect()
-        finally:
-            self.session.conf.unset(USER_METADATA_CONF)
-        return int(deleted[0][0]) if deleted and deleted[0][0] is not None else 0
-
-    def wait_for_room(self) -> None:
-        """Until fewer than SAVES_IN_FLIGHT save()s run (the oldest finishes its post-commit work)."""
-        while True:
-            self._forget_finished()
-            if len(self._saves) < SAVES_IN_FLIGHT:
-                return
-            wait(self._saves, return_when=FIRST_COMPLETED)
-
-    def wait_idle(self) -> None:
-        """Until every save() has finished its post-commit work."""
-        wait(self._saves)
-        self._forget_finished()
-
-    def _forget_finished(self) -> None:
-        for future in [f for f in self._saves if f.done()]:
-            self._saves.remove(future)
-            error = future.exception()
-            if error is not None:  # the commit itself was durable (else append raised)
-                log.warning("%s: post-commit work of an append failed: %s", self.table_path, error)
-
-    # -- checkpoints -----------------------------------------------------------------------------------
-
-    def _checkpoint_if_due(self) -> None:
-        version = self._last_commit()
-        if version is None:
-            return
-        with self._lock:
-            if self._checkpointed < 0:
-                self._checkpointed = self._last_checkpoint_version()
-            busy = self._checkpointing is not None and not self._checkpointing.done()
-            if busy or version - self._checkpointed < self.checkpoint_every:
-                return
-            self._checkpointed = version
-            self._checkpointing = self._checkpointer.submit(self._checkpoint)
-
-    def _checkpoint(self) -> None:
-        started = time.perf_counter()
-        try:
-            done = checkpoint_latest(self.session, self.location)
-        except CheckpointExists:
-            return
-        except Exception as e:  # noqa: BLE001 - a failed checkpoint is retried at the next interval
-            log.warning("%s: background checkpoint failed: %s", self.table_path, e)
-            return
-        log.info(
-            "%s: checkpoint at version %d in %.1fs (background, %s); the log keeps versions from %s",
-            self.table_path,
-            done.version,
-            time.perf_counter() - started,
-            done.how,
-            done.oldest_commit,
-        )
-
-    def _last_checkpoint_version(self) -> int:
-        jvm = self.session.sparkContext._jvm
-        assert jvm is not None
-        try:
-            path = jvm.org.apache.hadoop.fs.Path(self.location.file(f"{DELTA_LOG}/_last_checkpoint"))
-            fs = path.getFileSystem(self.session.sparkContext._jsc.hadoopConfiguration())
-            if not fs.exists(path):
-                return 0
-            stream = fs.open(path)
-            try:
-                text = str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
-            finally:
-                stream.close()
-            return int(json.loads(text).get("version", 0))
-        except Exception:  # noqa: BLE001 - unknown: count from 0
-            return 0
-
     def close(self) -> None:
-        """Let the last append finish its post-commit work and any checkpoint end."""
-        self.wait_idle()
+        """Let the last append finish its post-commit work, then stop the committer threads."""
+        self._checkpointer.wait_idle()
         self._committer.shutdown(wait=True)
-        self._checkpointer.shutdown(wait=True)
-        self.release_frames()
-
-
-def _ipc_stream(rows: pa.Table) -> bytes:
-    """`rows` as one Arrow IPC stream."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, rows.schema) as writer:
-        writer.write_table(rows)
-    stream: bytes = sink.getvalue().to_pybytes()  # already bytes (pyarrow is untyped): no second copy
-    return stream
-
-
-def _read_parts(parts: list[Broadcast[bytes]]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The function each task runs (in a Python worker): the rows of the parts its ids name."""
-
-    def read(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in ids:
-            for part in batch.column(0).to_pylist():
-                yield from pa.ipc.open_stream(parts[part].value).read_all().to_batches()
-
-    return read
 
 
 def needs_schema_change(data: StructType, table: StructType) -> bool:
     """Whether `data` has a field (at any depth of nested structs) that `table` lacks, or of another type.
 
     Delta's `writeFiles` writes the frame as it is, without the schema check a plain append makes;
-    such a frame goes through that check first (`_prepare_schema`)."""
+    such a frame goes through that check first (`prepare_schema`)."""
     have = {f.name.lower(): f for f in table.fields}
     for field_ in data.fields:
         held = have.get(field_.name.lower())

@@ -5,11 +5,13 @@ Built once by `open_destinations` (after the writer leases are held:
 (`app.config.routes.Routes`): one route with `kafka.topic`, one per table with `kafka.topics`. A
 destination holds its topics, its table (a `DedupTable`, its writer given its lease check, its
 catalog name and its layout when it is built; an existing table with another layout than the
-config's stops the job here, `check_layout`) and its payload format, started (its schema checked,
-its registry reached). The Delta sink gives each destination a table writer
-(`app.sink.write.table_writer`): each micro-batch makes at most one commit per table, and each table's
-records are decided on that table's commit alone. The warm-up and the tests build their tables
-through the same `main_table` / `dead_letter_table`.
+config's stops the job here, `check_layout`), the builder of the frames written to it, its writer's
+checkpointer, and its payload format, started (its schema checked, its registry reached); the
+dead-letter table comes with its sink (`DeltaDeadLetters`, given the table and its frame builder).
+The Delta sink gives each destination a table writer (`app.sink.write.table_writer`): each
+micro-batch makes at most one commit per table, and each table's records are decided on that
+table's commit alone. The warm-up and the tests build their tables through the same `main_table` /
+`dead_letter_table`.
 """
 
 from __future__ import annotations
@@ -29,7 +31,10 @@ from app.formats import payload_format
 from app.formats.base import PayloadFormat
 from app.sink.dead_letter.rows import STAMP_COLUMN as DEAD_LETTER_STAMP
 from app.sink.dead_letter.rows import STATS_COLUMNS as DEAD_LETTER_STATS
-from app.sink.dedup.dedup_table import DedupTable
+from app.sink.dead_letter.sinks import DeltaDeadLetters
+from app.sink.dedup.dedup_table import DedupTable, OpenedTable, open_table
+from app.sink.delta.checkpointer import Checkpointer
+from app.sink.delta.frames import FrameBuilder
 from app.sink.write.mode import Append, WriteMode
 from app.sink.write.modes import write_mode
 from app.table.layout import TableLayout
@@ -41,12 +46,23 @@ MAIN_STAMP = "ingested_at"  # the main tables' write stamp (app.table.columns.WR
 
 @dataclass(frozen=True)
 class Destination:
-    """A main table and the topics routed to it, with the format their values are read in."""
+    """A main table and the topics routed to it, with the format their values are read in, the
+    builder of the frames written to it (on its writer's session) and its writer's checkpointer."""
 
     topics: tuple[str, ...]
     table: DedupTable
     format: PayloadFormat
     mode: WriteMode = field(default_factory=Append)  # how the table takes its records
+    frames: FrameBuilder = field(kw_only=True)
+    checkpointer: Checkpointer = field(kw_only=True)  # `wait_for_room`: until the table's next append may start
+
+    @classmethod
+    def of(
+        cls, topics: tuple[str, ...], opened: OpenedTable, fmt: PayloadFormat, mode: WriteMode | None = None
+    ) -> Destination:
+        """The destination of `topics` on a table as `main_table` opened it (`mode` None: appends)."""
+        mode = mode if mode is not None else Append()
+        return cls(topics, opened.table, fmt, mode, frames=opened.frames, checkpointer=opened.checkpointer)
 
 
 def main_table(
@@ -62,11 +78,11 @@ def main_table(
     before_commit: LeaseCheck | None = None,
     layout: TableLayout | None = None,
     upserted: bool = False,
-) -> DedupTable:
+) -> OpenedTable:
     """A main table. `name` names its Delta writer's fault points (`before_delta_commit`, ...): the
     warm-up's tables take names of their own, since its commits run in committer threads, where
     `faults.suspended()` (per thread) does not reach. `before_commit`: its writer lease's check."""
-    return DedupTable.open(
+    return open_table(
         spark,
         location,
         name,
@@ -92,8 +108,8 @@ def dead_letter_table(
     name: str = "dead_letter",
     log_retention: str | None = None,
     before_commit: LeaseCheck | None = None,
-) -> DedupTable:
-    return DedupTable.open(
+) -> OpenedTable:
+    return open_table(
         spark,
         location,
         name,
@@ -118,10 +134,10 @@ def open_destinations(
     cfg: SharelakeConfig,
     routes: Routes,
     lease_checks: Mapping[TableLocation, LeaseCheck] | None = None,
-) -> tuple[list[Destination], DedupTable]:
+) -> tuple[list[Destination], DedupTable, DeltaDeadLetters]:
     """Every destination of `routes` (formats started: ConfigError on a bad schema or registry settings; a
-    registry that is down waited for up to `run.dependency_wait_s`) and the dead-letter
-    table, each with its dedup cache loaded from the table's recent commits. `lease_checks`: the
+    registry that is down waited for up to `run.dependency_wait_s`), the dead-letter table and its
+    sink, each table with its dedup cache loaded from the table's recent commits. `lease_checks`: the
     writer lease check of each table that has one (`app.sink.delta.writer_lease.lease_checks`), run by
     its writer before every commit."""
     checks = lease_checks or {}
@@ -136,7 +152,7 @@ def open_destinations(
         mode = write_mode(route)
         mode.check(spark, route.location, fmt)
         prefix = counter_prefix(route.topics[0]) if routed else ""
-        table = main_table(
+        main = main_table(
             spark,
             route.location,
             fmt,
@@ -148,7 +164,7 @@ def open_destinations(
             layout=route.layout,
             upserted=mode.merges_by_key,
         )
-        destinations.append(Destination(route.topics, table, fmt, mode))
+        destinations.append(Destination.of(route.topics, main, fmt, mode))
     dead = dead_letter_table(
         spark,
         routes.dead_letter,
@@ -157,9 +173,9 @@ def open_destinations(
         log_retention=cfg.delta.log_retention,
         before_commit=checks.get(routes.dead_letter),
     )
-    for table in [*(d.table for d in destinations), dead]:
+    for table in [*(d.table for d in destinations), dead.table]:
         table.load()
-    return destinations, dead
+    return destinations, dead.table, DeltaDeadLetters(dead.table, dead.frames)
 
 
 def check_layout(spark: SparkSession, route: Route) -> None:

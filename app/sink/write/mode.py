@@ -38,6 +38,7 @@ from app.formats.base import BadRecord, BatchRead, PayloadFormat
 from app.formats.shape import table_schema
 from app.sink.dedup.dedup_table import Appended, DedupTable
 from app.sink.dedup.offset_ranges import BatchOffsets
+from app.sink.delta.frames import FrameBuilder
 from app.table.location import TableLocation
 
 
@@ -54,7 +55,8 @@ class ModeWrite:
 @dataclass(frozen=True)
 class Batch:
     """One write's inputs: the rows the parse kept (with the candidates' row numbers in `row`), how
-    they were read, the offsets the commit claims, and the batch's id, stamp and schema rule."""
+    they were read, the offsets the commit claims, the batch's id, stamp and schema rule, and the
+    builder of the table's frames (a mode that writes a frame of its own, on the table's session)."""
 
     kept: DataFrame
     read: BatchRead
@@ -63,6 +65,7 @@ class Batch:
     batch_id: int
     stamp: datetime
     merge_schema: bool
+    frames: FrameBuilder
 
 
 class WriteMode(ABC):

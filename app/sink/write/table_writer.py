@@ -148,13 +148,16 @@ class TableWriter:
         if to_write.num_rows == 0:
             return _Written(bad=bad)
         with timed(self.stats, "frame"):
-            frame = self.table.frame(to_write)
+            frame = self.destination.frames.frame(to_write)
         parsed = self._parse(read, frame)
         with timed(self.stats, "wait"):
-            self.table.wait_for_room()
+            self.destination.checkpointer.wait_for_room()
         with timed(self.stats, "write"):
             done = self.mode.write(
-                self.table, Batch(parsed.kept, read, ROW, claim, batch_id, stamp, self.format.merge_schema)
+                self.table,
+                Batch(
+                    parsed.kept, read, ROW, claim, batch_id, stamp, self.format.merge_schema, self.destination.frames
+                ),
             )
             self.stats.add(done.counts)  # the mode's own counters
         with timed(self.stats, "diagnose"):
@@ -200,7 +203,7 @@ class TableWriter:
         if not filtered:
             return {}, []
         left_out = np.isin(to_write.column(ROW).to_numpy(), filtered)  # named by a job over those rows only
-        return self._diagnose(read, self.table.frame(to_write.filter(pa.array(left_out)))), filtered
+        return self._diagnose(read, self.destination.frames.frame(to_write.filter(pa.array(left_out)))), filtered
 
     def _settle(
         self,

@@ -128,7 +128,7 @@ class Upsert(WriteMode):
         if source.num_rows == 0:
             return ModeWrite(None, bad, counts)
         source = source.drop_columns([_VERSIONS, _SPLIT])
-        frame = table.frame(source, release=False)  # beside the batch's rows, which a diagnosis may read
+        frame = batch.frames.frame(source, release=False)  # beside the batch's rows, which a diagnosis may read
         appended = table.merge(
             frame,
             self._on(source),
