@@ -23,6 +23,7 @@ from app.bridge.arrow_rows import poll_rows
 from app.bridge.record_buffer import Poll, RecordBuffer
 from app.bridge.synthetic_record import SyntheticRecord
 from app.config.loader import load_config
+from app.config.routes import resolve_routes
 from app.config.settings import BatchConfig
 from app.failures.errors import ConfigError
 from app.formats import payload_format
@@ -199,9 +200,9 @@ def test_each_route_gets_the_mode_its_write_keys_ask_for(spark: SparkSession) ->
     """Built from the route's config, knowing the other modes (whose tables it refuses); a mode's
     counters are the sink's."""
     required = ["kafka.bootstrap_servers=h:1", "kafka.topic=t", "kafka.group_id=g", "delta.table_path=/tmp/x"]
-    appended = write_mode(load_config(None, required).routes()[0])
+    appended = write_mode(resolve_routes(load_config(None, required)).main[0])
     upsert = ["write.mode=upsert", 'write.keys=["id"]', "write.delete_on_tombstone=true"]
-    upserted = write_mode(load_config(None, [*required, *upsert]).routes()[0])
+    upserted = write_mode(resolve_routes(load_config(None, [*required, *upsert])).main[0])
     assert isinstance(appended, Append) and appended.others == (Upsert,)
     assert isinstance(upserted, Upsert) and upserted.others == (Append,)
     assert (upserted.keys, upserted.deletes, upserted.envelope, upserted.key) == (("id",), True, False, "write")
