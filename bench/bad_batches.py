@@ -32,8 +32,8 @@ from app.config.settings import BatchConfig
 from app.formats.json import JsonFormat, JsonSettings
 from app.run.spark_session import build_spark
 from app.sink.batch.delta_sink import DeltaSink
-from app.sink.dead_letter.sinks import DeltaDeadLetters
-from app.sink.write.destinations import Destination, dead_letter_table, main_table
+from app.sink.dead_letter.sinks import DeltaDeadLetters, dead_letter_table
+from app.sink.write.destinations import Destination, main_table
 from app.table.location import TableLocation
 from devkit.sample_data import EVENT_SCHEMA, event_value
 

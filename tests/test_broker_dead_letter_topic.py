@@ -134,7 +134,9 @@ def test_a_sharelake_reject_is_in_the_table_with_its_class_and_in_the_topic(
     summary = run_ingest(spark, cfg)
     assert summary.rejected == 1
 
-    parked = spark.read.format("delta").load(resolve_routes(cfg).dead_letter.path).collect()
+    dead = resolve_routes(cfg).dead_letter
+    assert dead is not None
+    parked = spark.read.format("delta").load(dead.path).collect()
     assert [(r["offset"], r["error_class"], r["value"]) for r in parked] == [(bad.offset, "malformed_json", bad.value)]
     (archived,) = read_topic(broker, dlq, expect=1)
     origin = ArchivedRecord.from_headers(archived.headers())  # type: ignore[arg-type]
@@ -143,6 +145,44 @@ def test_a_sharelake_reject_is_in_the_table_with_its_class_and_in_the_topic(
     expected = (bad.key, bad.value) if copy_record else (None, None)
     assert (archived.key(), archived.value()) == expected
     assert spark.read.format("delta").load(str(tmp_path / "t")).count() == 100
+
+
+def test_dead_letters_to_the_broker_topic_alone_write_no_table_and_log_each_class(
+    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`dead_letter.sink = "broker_topic"`: the bad records are REJECTed without a dead-letter table
+    and the broker copies them to the group's topic; each one's error class is a line of the log."""
+    topic, group, dlq = f"only-{unique}", f"g-{unique}", f"dlq.{unique}"
+    broker.create_topic(topic, partitions=2)
+    good = produce_json_events(broker.bootstrap, topic, 60)
+    bad = produce_records(
+        broker.bootstrap, topic, [(b"bad-json", b'{"id": 1, "user": '), (b"bad-type", b'{"id": "x"}')]
+    )
+    good += produce_json_events(broker.bootstrap, topic, 60, start=60)
+    table = tmp_path / "t"
+    settings = (f"kafka.broker_dead_letter_topic={dlq}", "dead_letter.sink=broker_topic")
+    cfg = ingest_config(broker, topic, group, table, *JSON, *settings)
+    with caplog.at_level("WARNING", logger="app.sink.dead_letter.broker_topic"):
+        summary = run_ingest(spark, cfg)
+
+    assert summary.rejected == 2
+    rows = spark.read.format("delta").load(str(table)).select("partition", "offset", "id")
+    expected = spark.createDataFrame(
+        [(p.partition, p.offset, json.loads(p.value or b"")["id"]) for p in good], "partition int, offset long, id long"
+    )
+    assert_df_equality(rows, expected, ignore_row_order=True, ignore_nullable=True)
+    assert not (tmp_path / "t_dead_letter").exists()  # the default dead-letter table's path: nothing written
+    archived = read_topic(broker, dlq, expect=2)
+    origins = [ArchivedRecord.from_headers(m.headers()) for m in archived]  # type: ignore[arg-type]
+    assert sorted((o.partition, o.offset) for o in origins if o is not None) == sorted(
+        (b.partition, b.offset) for b in bad
+    )
+    assert all(o is not None and "rejected" in o.message and o.group == group for o in origins)
+    assert {(m.key(), m.value()) for m in archived} == {(b.key, b.value) for b in bad}  # copied by default
+    for record, error_class in zip(bad, ("malformed_json", "schema_mismatch"), strict=True):
+        line = f"dead letter {topic}-{record.partition}@{record.offset} ({error_class}) to the broker's topic {dlq}"
+        assert line in caplog.text
+    assert nothing_left(broker, topic, group)
 
 
 def test_a_topic_the_broker_would_not_write_to_stops_the_job_at_start(

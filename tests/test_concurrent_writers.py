@@ -38,11 +38,11 @@ from app.config.settings import BatchConfig
 from app.failures import faults
 from app.formats.raw import RawFormat, RawSettings
 from app.sink.batch.delta_sink import DeltaSink
-from app.sink.dead_letter.sinks import DeltaDeadLetters
+from app.sink.dead_letter.sinks import DeltaDeadLetters, dead_letter_table
 from app.sink.dedup.commit_log import user_metadata_json
 from app.sink.dedup.dedup_table import micros
 from app.sink.dedup.offset_ranges import BatchOffsets, OffsetRanges
-from app.sink.write.destinations import Destination, dead_letter_table, main_table
+from app.sink.write.destinations import Destination, main_table
 from app.table.location import TableLocation
 from devkit.sample_data import Produced
 from tests.table_checks import assert_exactly_once

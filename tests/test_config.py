@@ -85,6 +85,29 @@ def test_overrides_are_typed_and_win() -> None:
             [*REQUIRED, "delta.generated_columns.offset=partition + 1"],
             "config key delta: generated_columns.offset is a column Sharelake writes itself",
         ),
+        (
+            [*REQUIRED, "dead_letter.sink=broker_topic"],
+            'dead_letter.sink = "broker_topic" needs kafka.broker_dead_letter_topic',
+        ),
+        (
+            [
+                *REQUIRED,
+                "dead_letter.sink=broker_topic",
+                "kafka.broker_dead_letter_topic=dlq.t",
+                "kafka.group_type=consumer",
+            ],
+            'dead_letter.sink = "broker_topic" needs a share group',
+        ),
+        (
+            [
+                *REQUIRED,
+                "dead_letter.sink=broker_topic",
+                "kafka.broker_dead_letter_topic=dlq.t",
+                "dead_letter.table_path=/d",
+            ],
+            'dead_letter.sink = "broker_topic" writes no dead-letter table: drop dead_letter.table_path',
+        ),
+        ([*REQUIRED, "dead_letter.sink=topic"], "config key dead_letter.sink = 'topic'"),
     ],
 )
 def test_bad_config_gives_one_line_naming_the_key(overrides: list[str], message: str) -> None:
@@ -280,3 +303,21 @@ def test_routing_on_the_command_line_replaces_the_files_one_topic() -> None:
     )
     assert [(r.topics, r.location.path) for r in resolve_routes(routed).main] == [(("a",), "/a")]
     assert routed.kafka.topic is None and routed.delta.table_path is None
+
+
+def test_dead_letters_to_the_broker_topic_route_to_no_table() -> None:
+    """With `dead_letter.sink = "broker_topic"` a job writes its main tables only: no dead-letter table
+    among its tables (no lease, no maintenance, no replay from a table), and a routed job needs none named."""
+    routed = [
+        "kafka.bootstrap_servers=h:1",
+        "kafka.group_id=g",
+        'kafka.topics=["a"]',
+        "topics.a.table_path=/a",
+        "kafka.broker_dead_letter_topic=dlq.a",
+        "dead_letter.sink=broker_topic",
+    ]
+    routes = resolve_routes(load_config(None, routed))
+    assert routes.dead_letter is None
+    assert routes.tables() == [TableLocation.at("/a")]
+    table = resolve_routes(load_config(None, REQUIRED))
+    assert table.tables() == [TableLocation.at("/tmp/x"), TableLocation.at("/tmp/x_dead_letter")]

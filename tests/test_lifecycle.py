@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from app.acknowledge.lifecycle import AckCommand, PollBatch
-from app.acknowledge.proof import CommitProof, Decision, IllegalTransition, RecordState
+from app.acknowledge.proof import BrokerCustody, CommitProof, Decision, IllegalTransition, RecordState
 from app.bridge.synthetic_record import SyntheticRecord
 from tests.proofs import proof_for_tests
 
@@ -81,6 +81,20 @@ def test_invariant1_reject_needs_the_dead_letter_commit() -> None:
     with pytest.raises(IllegalTransition, match="dead-letter commit"):
         b.reject(None, [0])  # type: ignore[arg-type]
     assert state_of(b, 0) is RecordState.ACQUIRED and drain(q) == []
+
+
+def test_invariant1_the_brokers_custody_backs_a_reject_never_an_accept() -> None:
+    """`dead_letter.sink = "broker_topic"` REJECTs on the broker's custody of its dead-letter topic; that
+    is no proof of a main-table commit, so an ACCEPT on it is refused."""
+    custody = BrokerCustody._mint("dlq.events")
+    with pytest.raises(TypeError, match="minted by the broker-topic dead-letter sink"):
+        BrokerCustody("dlq.events")
+    b, q = make_batch(2)
+    with pytest.raises(IllegalTransition, match="CommitProof"):
+        b.accept(custody, [0])
+    assert state_of(b, 0) is RecordState.ACQUIRED and q.empty()
+    b.reject(custody, [1])
+    assert state_of(b, 1) is RecordState.REJECTED and [c.decision for c in drain(q)] == [Decision.REJECT]
 
 
 def test_invariant3_no_second_decision() -> None:

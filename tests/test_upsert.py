@@ -30,8 +30,8 @@ from app.formats import payload_format
 from app.formats.json import JsonSettings
 from app.sink.batch.delta_sink import DeltaSink
 from app.sink.batch.stats import SinkStats
-from app.sink.dead_letter.sinks import DeltaDeadLetters
-from app.sink.write.destinations import Destination, dead_letter_table, main_table
+from app.sink.dead_letter.sinks import DeltaDeadLetters, dead_letter_table
+from app.sink.write.destinations import Destination, main_table
 from app.sink.write.mode import Append
 from app.sink.write.modes import write_mode
 from app.sink.write.upsert import Upsert

@@ -5,7 +5,8 @@ States: ACQUIRED -> ACCEPTED | RELEASED | REJECTED. Any other transition raises
 
 - INVARIANT 1: `accept()` takes a `CommitProof`, which only the table's Delta writer mints, once
   the commit holding the records is durable (or for records an earlier commit holds); `reject()`
-  takes the proof of the dead-letter table's commit in the same way.
+  takes the proof of the dead-letter table's commit in the same way, or the `BrokerCustody` of the
+  broker's dead-letter topic the job's dead letters go to instead.
 - INVARIANT 2: a member cannot poll again until every record of its poll is decided and
   acknowledged: the member counts the acknowledgements it applied in its own thread (it does not
   ask `PollBatch.all_decided`, which is the deciders' view) and commits and polls again only when
@@ -31,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 from confluent_kafka import Message
 
-from app.acknowledge.proof import CommitProof, Decision, IllegalTransition, RecordState
+from app.acknowledge.proof import BrokerCustody, CommitProof, Decision, IllegalTransition, Proof, RecordState
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ class PollBatch:
     def all_decided(self) -> bool:
         return self.undecided == 0
 
-    def accept(self, proof: CommitProof, indices: Iterable[int] | npt.NDArray[np.intp] | None = None) -> None:
+    def accept(self, proof: Proof, indices: Iterable[int] | npt.NDArray[np.intp] | None = None) -> None:
         """ACCEPT records held by the Delta commit `proof` (INVARIANT 1)."""
         if not isinstance(proof, CommitProof):
             raise IllegalTransition("ACCEPT needs the CommitProof of the Delta commit that holds the records")
@@ -82,10 +83,14 @@ class PollBatch:
         """RELEASE records for redelivery (a transient failure, or shutdown)."""
         self._decide(Decision.RELEASE, indices, None)
 
-    def reject(self, proof: CommitProof, indices: Iterable[int] | npt.NDArray[np.intp] | None = None) -> None:
-        """REJECT records for good: `proof` is the dead-letter table's commit that holds them (INVARIANT 1)."""
-        if not isinstance(proof, CommitProof):
-            raise IllegalTransition("REJECT needs the CommitProof of the dead-letter commit that holds the records")
+    def reject(self, proof: Proof, indices: Iterable[int] | npt.NDArray[np.intp] | None = None) -> None:
+        """REJECT records for good: `proof` is the dead-letter table's commit that holds them, or the
+        broker's custody of its dead-letter topic (INVARIANT 1)."""
+        if not isinstance(proof, CommitProof | BrokerCustody):
+            raise IllegalTransition(
+                "REJECT needs the CommitProof of the dead-letter commit that holds the records, or the "
+                "broker's custody of its dead-letter topic"
+            )
         self._decide(Decision.REJECT, indices, proof)
 
     def release_undecided(self) -> int:
@@ -96,7 +101,7 @@ class PollBatch:
         return len(pending)
 
     def _decide(
-        self, decision: Decision, indices: Iterable[int] | npt.NDArray[np.intp] | None, proof: CommitProof | None
+        self, decision: Decision, indices: Iterable[int] | npt.NDArray[np.intp] | None, proof: Proof | None
     ) -> None:
         if indices is None:
             chosen = np.arange(len(self.records), dtype=np.intp)

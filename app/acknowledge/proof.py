@@ -71,3 +71,38 @@ class CommitProof:
 
     def __repr__(self) -> str:
         return f"CommitProof({self.table!r}, version={self.version}, already_present={self.already_present})"
+
+
+class BrokerCustody:
+    """Evidence that REJECTed records go to the broker's own dead-letter topic, which the job checked at
+    start (it exists, accepts the group's dead letters, and the group names it): minted by the
+    broker-topic dead-letter sink only (`app.sink.dead_letter.broker_topic`). It backs a REJECT, never
+    an ACCEPT: the records stay in the broker's custody, the source topic's until the REJECT reaches
+    it and the dead-letter topic's after."""
+
+    __slots__ = ("topic",)
+    topic: str
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("a BrokerCustody is minted by the broker-topic dead-letter sink")
+
+    @classmethod
+    def _mint(cls, topic: str) -> BrokerCustody:
+        proof = object.__new__(cls)
+        object.__setattr__(proof, "topic", topic)
+        return proof
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("a BrokerCustody cannot be changed")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BrokerCustody) and self.topic == other.topic
+
+    def __hash__(self) -> int:
+        return hash(self.topic)
+
+    def __repr__(self) -> str:
+        return f"BrokerCustody({self.topic!r})"
+
+
+Proof = CommitProof | BrokerCustody  # what a decision rests on: ACCEPT a CommitProof only; REJECT either

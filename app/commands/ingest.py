@@ -51,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.summary:
         routes = run.opened.routes  # each table located
-        print_tables_summary(spark, [r.location.path for r in routes.main], routes.dead_letter.path)
+        dead = routes.dead_letter.path if routes.dead_letter is not None else None
+        print_tables_summary(spark, [r.location.path for r in routes.main], dead)
     spark.stop()
     return 0

@@ -44,16 +44,17 @@ class Routes:
     Each table named in the catalog has its path (`resolve_routes` located it)."""
 
     main: tuple[Route, ...]
-    dead_letter: TableLocation
+    dead_letter: TableLocation | None  # None: the dead letters go to no table (`dead_letter.sink`)
     dead_letter_key: str  # the config key naming the dead-letter table, for error lines
 
     def tables(self) -> list[TableLocation]:
-        """The main tables, then the dead-letter table."""
-        return [*(r.location for r in self.main), self.dead_letter]
+        """The main tables, then the dead-letter table (when there is one)."""
+        return [location for location, _ in self.keyed_tables()]
 
     def keyed_tables(self) -> list[tuple[TableLocation, str]]:
         """Each table with the config key that names it, in the order of `tables`."""
-        return [*((r.location, r.key) for r in self.main), (self.dead_letter, self.dead_letter_key)]
+        dead = [] if self.dead_letter is None else [(self.dead_letter, self.dead_letter_key)]
+        return [*((r.location, r.key) for r in self.main), *dead]
 
 
 # -- the rules, checked when the config is validated (ValueError: one line naming the keys) -------
@@ -93,7 +94,8 @@ def _check_routed(cfg: SharelakeConfig) -> None:
         raise ValueError(f"[topics.{stray[0]}] routes a topic kafka.topics does not list: add it there or drop it")
     if cfg.delta.table_path is not None or cfg.delta.table_name is not None:
         raise ValueError("delta.table_path is for kafka.topic; routed topics name theirs in [topics.<name>]")
-    if cfg.dead_letter.table_path is None and cfg.dead_letter.table_name is None:
+    no_table = cfg.dead_letter.table_path is None and cfg.dead_letter.table_name is None
+    if no_table and cfg.dead_letter.sink == "table":
         raise ValueError(
             "kafka.topics needs dead_letter.table_path (or dead_letter.table_name): the one dead-letter "
             "table all topics share"
@@ -211,9 +213,8 @@ def resolve_routes(cfg: SharelakeConfig, locate: Locate | None = None) -> Routes
     given = named_table(cfg.dead_letter.table_path, cfg.dead_letter.table_name)
     dead = given if given is not None else main[0].location.dead_letter()  # <main table's path or name>_dead_letter
     dead_key = "dead_letter.table_path" if dead.name is None else "dead_letter.table_name"
-    return Routes(
-        tuple(replace(r, location=located(r.location, r.key)) for r in main), located(dead, dead_key), dead_key
-    )
+    located_dead = located(dead, dead_key) if cfg.dead_letter.sink == "table" else None
+    return Routes(tuple(replace(r, location=located(r.location, r.key)) for r in main), located_dead, dead_key)
 
 
 def _one_topic_routes(cfg: SharelakeConfig) -> tuple[Route, ...]:

@@ -432,7 +432,17 @@ class DeltaConfig(LayoutKeys):
 
 
 class DeadLetterConfig(_Section):
-    """`[dead_letter]`: the Delta table of the records that cannot land, raw, with their error class."""
+    """`[dead_letter]`: where the records that cannot land go before they are REJECTed: by default the
+    Delta dead-letter table, raw, with their error class."""
+
+    sink: Literal["table", "broker_topic"] = Field(
+        default="table",
+        description='`"table"`: the Delta dead-letter table (`table_path` / `table_name`), each record raw with its '
+        "error class and message, written before its REJECT; replayed with `sharelake replay-dead-letters`. "
+        '`"broker_topic"` (share groups, brokers 4.4+): no table; each record is REJECTed at once and the broker '
+        "copies it to `kafka.broker_dead_letter_topic` (checked at start); its error class and message are a line "
+        "of the job's log, not in the topic; replayed with `replay-dead-letters --from-broker-topic`.",
+    )
 
     table_path: str | None = Field(
         default=None,
@@ -616,6 +626,28 @@ class SharelakeConfig(_Section):
         if odd:
             raise ValueError(f"spark_conf.{odd[0]} is not a Spark setting: Spark's keys start with 'spark.'")
         return {k: resolve_secret(f"spark_conf.{k}", x) for k, x in v.items()}
+
+    @model_validator(mode="after")
+    def _dead_letter_sink(self) -> SharelakeConfig:
+        """`dead_letter.sink = "broker_topic"` has a broker topic to go to, and no table."""
+        if self.dead_letter.sink != "broker_topic":
+            return self
+        if self.kafka.group_type != "share":
+            raise ValueError(
+                'dead_letter.sink = "broker_topic" needs a share group (a broker copies only share-group records '
+                'to a dead-letter topic); with kafka.group_type = "consumer" use dead_letter.sink = "table"'
+            )
+        if self.kafka.broker_dead_letter_topic is None:
+            raise ValueError(
+                'dead_letter.sink = "broker_topic" needs kafka.broker_dead_letter_topic: the topic the broker '
+                "copies each REJECTed record to (brokers 4.4+)"
+            )
+        if self.dead_letter.table_path is not None or self.dead_letter.table_name is not None:
+            raise ValueError(
+                'dead_letter.sink = "broker_topic" writes no dead-letter table: drop dead_letter.table_path '
+                '(or table_name), or use dead_letter.sink = "table"'
+            )
+        return self
 
     @model_validator(mode="after")
     def _routed(self) -> SharelakeConfig:

@@ -47,6 +47,11 @@ def replay_dead_letters(
     spark: SparkSession, cfg: SharelakeConfig, where: str | None = None, to_topic: str | None = None
 ) -> ReplayResult:
     routes = located_routes(spark, cfg)
+    if routes.dead_letter is None:
+        raise ConfigError(
+            'dead_letter.sink = "broker_topic": the dead letters are in kafka.broker_dead_letter_topic, not a table; '
+            "replay them with --from-broker-topic"
+        )
     path = routes.dead_letter.path
     if not DeltaTable.isDeltaTable(spark, path):
         raise ConfigError(

@@ -58,7 +58,8 @@ from app.observe.metrics import ProgressListener, serve_metrics
 from app.run.preflight import ClientErrors, KafkaFacts, check_start
 from app.sink.batch.delta_sink import DeltaSink
 from app.sink.batch.warm_up import warm_up
-from app.sink.dead_letter.sinks import DeltaDeadLetters
+from app.sink.dead_letter.factory import open_dead_letters
+from app.sink.dead_letter.sinks import DeadLetterSink
 from app.sink.dedup.dedup_table import DedupTable
 from app.sink.delta.writer_lease import WriterLease, hold_writer_leases, lease_checks
 from app.sink.write.destinations import Destination, open_destinations
@@ -110,9 +111,9 @@ def payload_note(p: FormatSettings) -> str:
     return p.describe()
 
 
-def log_banner(cfg: SharelakeConfig, routes: Routes, facts: KafkaFacts, group: GroupType, pool: MemberPool) -> None:
+def log_banner(cfg: SharelakeConfig, o: Opened, pool: MemberPool) -> None:
     """One block at start: versions, what is read, where it goes, and how."""
-    pump = cfg.pump
+    pump, facts, group = cfg.pump, o.facts, o.group
     members = pool.size
     sized = (
         f"{members}"
@@ -137,8 +138,8 @@ def log_banner(cfg: SharelakeConfig, routes: Routes, facts: KafkaFacts, group: G
         ("topic " if len(cfg.kafka.subscribed) == 1 else "topics ") + ", ".join(cfg.kafka.subscribed),
         facts.partitions,
         group.describe(cfg.kafka, facts.group_settings, facts.broker_lock_cap),
-        "\n  ".join(route_note(r) for r in routes.main),
-        routes.dead_letter.describe(),
+        "\n  ".join(route_note(r) for r in o.routes.main),
+        o.dead_letters.describe(),
         cfg.run.mode,
         sized,
         pump.max_poll_records,
@@ -162,15 +163,14 @@ class Opened:
     group: GroupType
     routes: Routes
     destinations: list[Destination]
-    dead: DedupTable
-    dead_letters: DeltaDeadLetters  # the sink writing to `dead`
+    dead_letters: DeadLetterSink  # where the records that cannot land go (`dead_letter.sink`)
     leases: list[WriterLease]
     positions: TablePositions  # (topic, partition) -> the next offset the tables want
     window: DecisionWindow  # how long a poll may wait for its decisions: the group type's
 
     @property
     def tables(self) -> list[DedupTable]:
-        return [*(d.table for d in self.destinations), self.dead]
+        return [*(d.table for d in self.destinations), *self.dead_letters.tables()]
 
 
 class IngestRun:
@@ -228,13 +228,17 @@ class IngestRun:
         # formats started (a bad schema or registry setting raises ConfigError here; a registry that is
         # down is waited for), caches loaded;
         # each table's writer checks its lease before every commit
-        destinations, dead, dead_letters = open_destinations(spark, cfg, routes, lease_checks(leases))
-        tables = [*(d.table for d in destinations), dead]
-        for table in tables:
+        checks = lease_checks(leases)
+        destinations = open_destinations(spark, cfg, routes, checks)
+        for destination in destinations:
+            self._closing.callback(destination.table.close)
+        dead_letters = open_dead_letters(spark, cfg, routes, checks)  # `dead_letter.sink`
+        for table in dead_letters.tables():
             self._closing.callback(table.close)
+        tables = [*(d.table for d in destinations), *dead_letters.tables()]
         positions = table_positions(t.next_offsets() for t in tables)  # a consumer group starts there
         window = group.decision_window(cfg.kafka, facts.group_settings)
-        self.opened = Opened(facts, group, routes, destinations, dead, dead_letters, leases, positions, window)
+        self.opened = Opened(facts, group, routes, destinations, dead_letters, leases, positions, window)
         return self.opened
 
     # -- join ------------------------------------------------------------------------------------
@@ -245,7 +249,7 @@ class IngestRun:
         buffer = RecordBuffer(cfg.pump.buffer_max_records)
         cap = o.group.member_cap(o.facts.partitions)
         self.pool = pool = MemberPool(cfg.kafka, cfg.pump, buffer, o.group, cap, o.positions)
-        log_banner(cfg, o.routes, o.facts, o.group, pool)
+        log_banner(cfg, o, pool)
         self.job_name = f"{cfg.run.app_name}/{cfg.kafka.group_id}@{socket.gethostname()}:{os.getpid()}"
         self.sink = DeltaSink(
             buffer,

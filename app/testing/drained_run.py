@@ -26,7 +26,7 @@ class DrainedRun:
 
     spark: SparkSession
     tables: dict[str, str]  # topic -> its table's path
-    dead_letter_table: str
+    dead_letter_table: str | None  # None: `dead_letter.sink` writes no table
     summary: RunSummary
 
     def landed(self, topic: str) -> DataFrame:
@@ -37,7 +37,12 @@ class DrainedRun:
 
     def dead_letters(self) -> DataFrame:
         """The dead-letter table's rows (one per rejected record, its `error_class` named), in Kafka's
-        order; an empty frame when nothing was dead-lettered (the table is created on first need)."""
+        order; an empty frame when nothing was dead-lettered (the table is created on first need).
+        A run whose dead letters go to no table (`dead_letter.sink = "broker_topic"`) has none to read."""
+        if self.dead_letter_table is None:
+            raise ValueError(
+                'dead_letter.sink = "broker_topic": the dead letters are in the broker\'s topic, not a table'
+            )
         return read_table(self.spark, self.dead_letter_table, missing_ok=True)
 
 
@@ -64,4 +69,5 @@ def run_until_drained(
     summary = run.run()
     routes = run.opened.routes  # each table located
     tables = {topic: route.location.path for route in routes.main for topic in route.topics}
-    return DrainedRun(spark, tables, routes.dead_letter.path, summary)
+    dead = routes.dead_letter.path if routes.dead_letter is not None else None
+    return DrainedRun(spark, tables, dead, summary)

@@ -51,7 +51,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
-from app.acknowledge.proof import CommitProof, Decision
+from app.acknowledge.proof import Decision, Proof
 from app.acknowledge.window import DecisionWindow
 from app.bridge.record_buffer import Poll, RecordBuffer
 from app.config.settings import BatchConfig
@@ -279,7 +279,7 @@ class DeltaSink:
                 poll.release_undecided()
             return e
 
-    def _park(self, plan: BatchPlan, bad: dict[int, BadRecord], batch_id: int) -> CommitProof:
+    def _park(self, plan: BatchPlan, bad: dict[int, BadRecord], batch_id: int) -> Proof:
         """Every table's bad records (rows of the batch) to the dead-letter sink, in one append."""
         order = sorted(bad)
         records = plan.rows.take(pa.array(order, pa.int64()))

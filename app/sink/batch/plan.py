@@ -27,7 +27,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from app.acknowledge.lifecycle import PollBatch
-from app.acknowledge.proof import CommitProof, Decision
+from app.acknowledge.proof import Decision, Proof
 from app.bridge.record_buffer import Poll
 from app.sink.dedup.offset_ranges import PartitionKey, partition_groups
 
@@ -57,7 +57,7 @@ class Verdict:
 
     rows: npt.NDArray[np.bool_]
     decision: Decision
-    proof: CommitProof | None = None
+    proof: Proof | None = None
 
 
 @dataclass
@@ -69,7 +69,7 @@ class BatchPlan:
     _poll_of: Indices  # per row: which poll it came from
     _index_in_poll: Indices  # per row: its index in that poll
 
-    def decide(self, chosen: npt.NDArray[np.bool_], decision: Decision, proof: CommitProof | None = None) -> None:
+    def decide(self, chosen: npt.NDArray[np.bool_], decision: Decision, proof: Proof | None = None) -> None:
         """Decide the `chosen` rows (a mask over the batch's rows): one command per poll.
 
         ACCEPT and REJECT need the proof of the commit that holds the rows (INVARIANT 1); each poll's

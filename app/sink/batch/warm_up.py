@@ -34,10 +34,10 @@ from app.config.settings import BatchConfig
 from app.failures import faults
 from app.formats.base import PayloadFormat
 from app.sink.batch.delta_sink import DeltaSink
-from app.sink.dead_letter.sinks import DeltaDeadLetters
+from app.sink.dead_letter.sinks import DeltaDeadLetters, dead_letter_table
 from app.sink.dedup.dedup_table import DedupTable
 from app.sink.delta.frames import ROWS_PER_TASK
-from app.sink.write.destinations import Destination, dead_letter_table, main_table
+from app.sink.write.destinations import Destination, main_table
 from app.sink.write.table_writer import TableWriter
 from app.table.location import TableLocation
 

@@ -1,42 +1,42 @@
-"""Where the records that cannot land go before they are REJECTed: the `DeadLetterSink` seam.
+"""Where the records that cannot land go before they are REJECTed: the `DeadLetterSink` seam, and its
+Delta implementation, the dead-letter table.
 
-The foreachBatch sink (`app.sink.batch.delta_sink.DeltaSink`) is given one when it is built and uses it
-for three things: the batch plan asks it which records it
-already holds (PARKED: REJECTed again without a write, with `proof_of_presence`), the attempt
-hands it every table's bad records in one `park` (then REJECTs them with the proof it returns), and
-a failed attempt tells it which records it saw (`seen`), so a record parked later says when it was
-first seen. `park` runs in the sink's dead-letter thread, one at a time, while the next batch runs;
-the sink calls `refresh`, `contains_many` and `proof_of_presence` only when no `park` runs; `seen`
-may come from the sink's thread during a `park`. INVARIANT 1 holds for REJECT as for ACCEPT: `park`
-returns only once the records are durably where it keeps them, with a `CommitProof` that says so.
+A sink is used for three things: the batch plan asks it which records it already holds (PARKED:
+REJECTed again without a write, with `proof_of_presence`), the attempt hands it every table's bad
+records in one `park` (then REJECTs them with the proof it returns), and a failed attempt tells it
+which records it saw (`seen`), so a record parked later says when it was first seen. `park` runs in
+the sink's dead-letter thread, one at a time, while the next batch runs; `refresh`, `contains_many`
+and `proof_of_presence` are asked only when no `park` runs; `seen` may come during a `park`.
+INVARIANT 1 holds for REJECT as for ACCEPT: `park` returns only once the records are durably where
+it keeps them, with a proof that says so. The tables a sink writes (`tables`) are its opener's to
+load and close, like the main tables.
 
-`DeltaDeadLetters`, the one implementation today, appends them to the shared dead-letter table
-(`app.sink.dead_letter.rows` has its row layout) through a `DedupTable`, so a record is parked once
-however often it comes back. This protocol is also where the other destinations for bad records
-would fit: the broker's own dead-letter topic (KIP-1191, Kafka 4.4: a share group's REJECTed
-record is written there by the broker, `app.consume.broker_dead_letter_topic`; `park` would write
-nothing and `contains_many` hold nothing), or a log-only mode (each bad record logged, then
-REJECTed). Both need a proof that is not a Delta commit's, which `CommitProof` does not offer
-yet: the seam is drawn, the second implementation is not written.
+`DeltaDeadLetters` appends them to the shared dead-letter table (`app.sink.dead_letter.rows` has its
+row layout) through a `DedupTable`, so a record is parked once however often it comes back, and
+proves each park with the commit's `CommitProof`. The other kind, the broker's own dead-letter
+topic, is `app.sink.dead_letter.broker_topic`; `app.sink.dead_letter.factory` builds the one the
+config asks for.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+from pyspark.sql import SparkSession
 
-from app.acknowledge.proof import CommitProof
+from app.acknowledge.proof import CommitProof, Proof
 from app.formats.base import BadRecord
-from app.sink.dead_letter.rows import dead_letter_rows
-from app.sink.dedup.dedup_table import DedupTable
+from app.sink.dead_letter.rows import STAMP_COLUMN, STATS_COLUMNS, dead_letter_rows
+from app.sink.dedup.dedup_table import DedupTable, OpenedTable, open_table
 from app.sink.dedup.offset_ranges import BatchOffsets, PartitionKey
 from app.sink.delta.frames import FrameBuilder
+from app.table.location import TableLocation
 
 FIRST_SEEN_MAX = 100_000  # records remembered from failed attempts, for the dead-letter first_seen
 
@@ -45,16 +45,23 @@ class DeadLetterSink(Protocol):
     """Takes the records that cannot land, durably, before they are REJECTed. What it writes to is
     opened and closed by the run (`app.run.pipeline.IngestRun`), not by the sink."""
 
+    def describe(self) -> str:
+        """Where the dead letters go, for the start's banner."""
+
+    def tables(self) -> list[DedupTable]:
+        """The Delta tables it writes (their counters, positions and close are the run's); none for a
+        sink that writes no table."""
+
     def refresh(self) -> None:
         """Before a batch is planned: learn what other writers parked meanwhile."""
 
     def contains_many(self, key: PartitionKey, offsets: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
         """Which of `offsets` (of one topic-partition) are parked already (the plan's PARKED)."""
 
-    def proof_of_presence(self) -> CommitProof:
+    def proof_of_presence(self) -> Proof:
         """The proof the already parked records are REJECTed with."""
 
-    def park(self, records: pa.Table, verdicts: Sequence[BadRecord], job: str, batch_id: int) -> CommitProof:
+    def park(self, records: pa.Table, verdicts: Sequence[BadRecord], job: str, batch_id: int) -> Proof:
         """Park `records` (rows of `arrow_rows.RECORD_SCHEMA`), each with its verdict; the proof once durable."""
 
     def seen(self, records: Iterable[pa.Table], at: datetime) -> None:
@@ -62,6 +69,32 @@ class DeadLetterSink(Protocol):
 
     def repair_pending(self) -> None:
         """At start: undo what a writer that died mid-way left behind."""
+
+
+def dead_letter_table(
+    spark: SparkSession,
+    location: TableLocation,
+    *,
+    checkpoint_every: int,
+    lookback_commits: int | None,
+    name: str = "dead_letter",
+    log_retention: str | None = None,
+    before_commit: Callable[[], None] | None = None,
+) -> OpenedTable:
+    """The dead-letter table at `location`, opened with its parts (its cache not loaded yet)."""
+    return open_table(
+        spark,
+        location,
+        name,
+        STAMP_COLUMN,
+        checkpoint_every=checkpoint_every,
+        lookback_commits=lookback_commits,
+        stats_columns=STATS_COLUMNS,
+        prefix="dead_letter_",
+        log_retention=log_retention,
+        before_commit=before_commit,
+        register_as=location.name,
+    )
 
 
 class DeltaDeadLetters:
@@ -73,6 +106,12 @@ class DeltaDeadLetters:
         self._frames = frames
         self._first_seen: dict[tuple[str, int, int], datetime] = {}
         self._seen_lock = threading.Lock()  # `seen` (the sink's thread) beside `park` (its dead-letter thread)
+
+    def describe(self) -> str:
+        return self.table.location.describe()
+
+    def tables(self) -> list[DedupTable]:
+        return [self.table]
 
     def refresh(self) -> None:
         self.table.refresh()

@@ -29,9 +29,6 @@ from app.failures.dependency_wait import waiting_out_outages
 from app.failures.errors import ConfigError
 from app.formats import payload_format
 from app.formats.base import PayloadFormat
-from app.sink.dead_letter.rows import STAMP_COLUMN as DEAD_LETTER_STAMP
-from app.sink.dead_letter.rows import STATS_COLUMNS as DEAD_LETTER_STATS
-from app.sink.dead_letter.sinks import DeltaDeadLetters
 from app.sink.dedup.dedup_table import DedupTable, OpenedTable, open_table
 from app.sink.delta.checkpointer import Checkpointer
 from app.sink.delta.frames import FrameBuilder
@@ -99,31 +96,6 @@ def main_table(
     )
 
 
-def dead_letter_table(
-    spark: SparkSession,
-    location: TableLocation,
-    *,
-    checkpoint_every: int,
-    lookback_commits: int | None,
-    name: str = "dead_letter",
-    log_retention: str | None = None,
-    before_commit: LeaseCheck | None = None,
-) -> OpenedTable:
-    return open_table(
-        spark,
-        location,
-        name,
-        DEAD_LETTER_STAMP,
-        checkpoint_every=checkpoint_every,
-        lookback_commits=lookback_commits,
-        stats_columns=DEAD_LETTER_STATS,
-        prefix="dead_letter_",
-        log_retention=log_retention,
-        before_commit=before_commit,
-        register_as=location.name,
-    )
-
-
 def counter_prefix(topic: str) -> str:
     """A routed table's counters are named after its (first) topic: `orders_rows_written`."""
     return re.sub(r"[^A-Za-z0-9_]", "_", topic) + "_"
@@ -134,10 +106,10 @@ def open_destinations(
     cfg: SharelakeConfig,
     routes: Routes,
     lease_checks: Mapping[TableLocation, LeaseCheck] | None = None,
-) -> tuple[list[Destination], DedupTable, DeltaDeadLetters]:
+) -> list[Destination]:
     """Every destination of `routes` (formats started: ConfigError on a bad schema or registry settings; a
-    registry that is down waited for up to `run.dependency_wait_s`), the dead-letter table and its
-    sink, each table with its dedup cache loaded from the table's recent commits. `lease_checks`: the
+    registry that is down waited for up to `run.dependency_wait_s`), each table with its dedup cache
+    loaded from the table's recent commits. `lease_checks`: the
     writer lease check of each table that has one (`app.sink.delta.writer_lease.lease_checks`), run by
     its writer before every commit."""
     checks = lease_checks or {}
@@ -165,17 +137,9 @@ def open_destinations(
             upserted=mode.merges_by_key,
         )
         destinations.append(Destination.of(route.topics, main, fmt, mode))
-    dead = dead_letter_table(
-        spark,
-        routes.dead_letter,
-        checkpoint_every=every,
-        lookback_commits=lookback,
-        log_retention=cfg.delta.log_retention,
-        before_commit=checks.get(routes.dead_letter),
-    )
-    for table in [*(d.table for d in destinations), dead.table]:
-        table.load()
-    return destinations, dead.table, DeltaDeadLetters(dead.table, dead.frames)
+    for destination in destinations:
+        destination.table.load()
+    return destinations
 
 
 def check_layout(spark: SparkSession, route: Route) -> None:
