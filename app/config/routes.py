@@ -213,8 +213,9 @@ def resolve_routes(cfg: SharelakeConfig, locate: Locate | None = None) -> Routes
     given = named_table(cfg.dead_letter.table_path, cfg.dead_letter.table_name)
     dead = given if given is not None else main[0].location.dead_letter()  # <main table's path or name>_dead_letter
     dead_key = "dead_letter.table_path" if dead.name is None else "dead_letter.table_name"
+    located_main = tuple(replace(r, location=located(r.location, r.key)) for r in main)  # first: their errors first
     located_dead = located(dead, dead_key) if cfg.dead_letter.sink == "table" else None
-    return Routes(tuple(replace(r, location=located(r.location, r.key)) for r in main), located_dead, dead_key)
+    return Routes(located_main, located_dead, dead_key)
 
 
 def _one_topic_routes(cfg: SharelakeConfig) -> tuple[Route, ...]:
