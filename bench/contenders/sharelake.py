@@ -170,7 +170,9 @@ def result_of(
     return RunResult(name, ctx.phase, ctx.partitions, ctx.members, True, rows, window, "", job.table, job.log, details)
 
 
-def run_sharelake(ctx: RunContext) -> RunResult:
-    job = start_sharelake(ctx, "until-drained")
-    code = job.wait(ctx.settings.run_timeout_s)
-    return result_of(ctx, job, code)
+def run_sharelake(
+    ctx: RunContext, name: str = NAME, extra_sets: tuple[str, ...] = (), payload: tuple[str, ...] = JSON_PAYLOAD
+) -> RunResult:
+    """One until-drained run (`name` and the settings: contender (a2) and the Avro contender)."""
+    job = start_sharelake(ctx, "until-drained", extra_sets, payload=payload)
+    return result_of(ctx, job, job.wait(ctx.settings.run_timeout_s), name=name)
