@@ -349,7 +349,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 def settings(args: argparse.Namespace) -> dict[str, Any]:
     """`failover_phase`'s arguments, but its work folder."""
     return {
-        "records": args.records, "rate": args.rate, "seed": args.seed,
+        "records": args.records, "rate": args.rate, "seed": args.seed, "backlog": args.backlog,
         "fast_fencing": not args.default_fencing, "job_sets": tuple(args.sets),
     }  # fmt: skip
 
