@@ -163,7 +163,8 @@ clean:
 
 # --- benchmark (bench/): Sharelake against Spark's Kafka source, a plain ShareConsumer drain and
 # Kafka's share-consumer perf tool, side by side in one run; report under bench/results/.
-#   make bench         the full run (BENCH_ARGS to change sizes: see `python -m bench.run --help`)
+#   make bench         the full run (BENCH_ARGS to change sizes: see `python -m bench run --help`; every
+#                      scenario: `python -m bench --help`)
 #   make bench-smoke   a tiny run that only checks the harness works (numbers mean nothing)
 #   make bench-storage local vs S3 tables, auto compaction, optimized writes, jobs/maintain.py (bench/storage.py)
 BENCH_ARGS ?=
@@ -179,10 +180,10 @@ $(CACHE)/jars/bench/.resolved: conf/maven/bench-jars.pom.xml
 	@touch $@
 
 bench: bench-setup
-	$(VENV)/bin/python -m bench.run $(BENCH_ARGS)
+	$(VENV)/bin/python -m bench run $(BENCH_ARGS)
 
 bench-smoke: bench-setup
-	$(VENV)/bin/python -m bench.run --smoke $(BENCH_ARGS)
+	$(VENV)/bin/python -m bench run --smoke $(BENCH_ARGS)
 
 bench-storage: setup s3
-	$(VENV)/bin/python -m bench.storage $(BENCH_ARGS)
+	$(VENV)/bin/python -m bench storage $(BENCH_ARGS)

@@ -1,1 +1,1 @@
-"""Sharelake's benchmark harness: `python -m bench.run` (see bench/run.py and `make bench`)."""
+"""Sharelake's benchmark: `python -m bench <scenario> [args]` (bench/__main__.py lists the scenarios; `make bench`)."""

@@ -1,4 +1,4 @@
-"""What a few bad records cost a batch: `python -m bench.bad_batches [records] [bad] [rounds]`.
+"""What a few bad records cost a batch: `python -m bench bad-batches [records] [bad] [rounds]`.
 
 Not a phase of `bench.run` (it needs no broker). It runs the Delta sink's whole batch (the plan,
 the JSON parse and append, the bad rows named, the dead-letter append, the decisions) on a local
@@ -15,10 +15,10 @@ a job of their own) and the sink's step times of the last bad batch.
 
 from __future__ import annotations
 
+import argparse
 import queue
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -37,6 +37,7 @@ from app.sink.write.destinations import Destination, main_table
 from app.table.location import TableLocation
 from devkit.sample_data import EVENT_SCHEMA, event_value
 
+HELP = "what a few bad records cost the sink's batch, on a local SparkSession and real Delta tables (no broker)"
 TOPIC = "bench-bad-batches"
 PARTITIONS = 4
 
@@ -59,7 +60,19 @@ def batch(first_offset: int, records: int, bad: int) -> list[SyntheticRecord]:
     ]
 
 
-def main(records: int = 10_000, bad: int = 5, rounds: int = 6) -> None:
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("records", type=int, nargs="?", default=10_000, help="JSON records a batch (default 10,000)")
+    p.add_argument("bad", type=int, nargs="?", default=5, help="malformed ones in a bad batch (default 5)")
+    p.add_argument("rounds", type=int, nargs="?", default=6, help="batches of each kind, after the first (default 6)")
+
+
+def settings(args: argparse.Namespace) -> tuple[int, int, int]:
+    """(records a batch, bad ones in a bad batch, rounds)."""
+    return args.records, args.bad, args.rounds
+
+
+def run(args: argparse.Namespace) -> int:
+    records, bad, rounds = settings(args)
     spark = build_spark("sharelake-bench-bad-batches", "local[2]")
     work = Path(tempfile.mkdtemp(prefix="sharelake-bad-batches-"))
     fmt = JsonFormat(JsonSettings(format="json", schema=EVENT_SCHEMA))
@@ -110,7 +123,4 @@ def main(records: int = 10_000, bad: int = 5, rounds: int = 6) -> None:
         dead.table.close()
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
-
-
-if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:4]))
+    return 0

@@ -1,7 +1,7 @@
 """The cycle breakdown: where one Sharelake micro-batch's time goes, step by step.
 
 Called by `bench.run` (the `cycle` phase: once with the shipped defaults, once with the tuned
-settings) and standalone: `python -m bench.cycle --records 100000 --partitions 4 [--set k=v ...]`.
+settings) and standalone: `python -m bench cycle --records 100000 --partitions 4 [--label ...]`.
 It runs the ingest job (until-drained, JSON payload) with Spark's event log on and py-spy
 sampling the Python driver, then joins, per micro-batch with records:
 
@@ -25,7 +25,6 @@ import json
 import logging
 import math
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -38,10 +37,11 @@ import psutil
 
 from bench.contenders.base import RunContext, RunResult, tail
 from bench.contenders.sharelake import result_of, start_sharelake
-from bench.settings import BenchSettings, settings_from_args
-from bench.workload import produce_backlog
+from bench.harness import backlog, stamp, work_folder
+from bench.settings import BenchSettings, add_arguments, from_args
 
-log = logging.getLogger("bench.cycle")
+HELP = "where one Sharelake micro-batch's time goes, step by step (the run's cycle phase, on its own)"
+log = logging.getLogger(__name__)
 
 PYSPY = Path(sys.executable).parent / "py-spy"
 PROGRESS = re.compile(
@@ -375,38 +375,32 @@ def cycle_json(runs: list[CycleRun]) -> list[dict[str, object]]:
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Standalone: one broker, one topic, the defaults and the tuned run; prints the medians."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("--label", action="append", default=[], help="label=set1,set2 (repeatable); default: defaults")
-    args, rest = p.parse_known_args(argv)
-    s: BenchSettings = settings_from_args(rest)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from app.testing.kafka_broker import EmbeddedKafka
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_arguments(parser)
+    parser.add_argument("--label", action="append", default=[], help="label=set1,set2 (repeatable); default: defaults")
 
-    work = s.work_dir / f"cycle-{time.strftime('%Y%m%d-%H%M%S')}"
+
+def settings(args: argparse.Namespace) -> BenchSettings:
+    return from_args(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    """One broker, one topic, a run per `--label`; prints the medians."""
+    s = settings(args)
     configs = [(lbl.split("=", 1)[0], tuple(x for x in lbl.split("=", 1)[1].split(",") if x)) for lbl in args.label]
-    configs = configs or [("defaults", ())]
-    try:
-        with EmbeddedKafka(work / "broker", heap="1g") as kafka:
-            part = s.partitions[0]
-            topic = f"cycle-p{part}"
-            kafka.create_topic(topic, partitions=part)
-            produce_backlog(kafka.bootstrap, topic, s.records, s.producer_batch_bytes)
-            for label, sets in configs:
-                ctx = RunContext(kafka.bootstrap, topic, part, s.records, s.members, work / label, s, "cycle")
-                run = run_cycle(ctx, label, sets)
-                print(f"== {label} {sets}: {run.result.rate:,.0f} records/s, {len(run.batches)} batches")
-                for step in run.steps:
-                    print(f"  {step:28s} {run.median(step):10.1f}")
-                print(f"  ack+commit_sync per poll     {run.ack_ms_per_poll:10.1f}")
-                for name, share in run.profile:
-                    print(f"  {share:6.1%} {name}")
-    finally:
-        if not s.keep_work:
-            shutil.rmtree(work, ignore_errors=True)
+    part = s.partitions[0]
+    topic = f"cycle-p{part}"
+    with (
+        work_folder(s.work_dir, f"{stamp().file}-cycle", s.keep_work) as work,
+        backlog(work, topic, part, s.records) as kafka,
+    ):
+        for label, sets in configs or [("defaults", ())]:
+            ctx = RunContext(kafka.bootstrap, topic, part, s.records, s.members, work / label, s, "cycle")
+            measured = run_cycle(ctx, label, sets)
+            print(f"== {label} {sets}: {measured.result.rate:,.0f} records/s, {len(measured.batches)} batches")
+            for step in measured.steps:
+                print(f"  {step:28s} {measured.median(step):10.1f}")
+            print(f"  ack+commit_sync per poll     {measured.ack_ms_per_poll:10.1f}")
+            for name, share in measured.profile:
+                print(f"  {share:6.1%} {name}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

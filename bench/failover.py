@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import logging
 import math
 import random
-import re
 import signal
 import statistics
 import subprocess
@@ -36,14 +34,17 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
-from bench.figures import md_table
-from bench.settings import RESULTS_DIR
+from bench.contenders.sharelake import parse_job_log
+from bench.figures import md_table, save_report
+from bench.harness import add_places, stamp, work_folder
 from devkit.delta_log import Commit, data_commits, read_commits, rows_in
 from devkit.kafka_cluster import EmbeddedKafkaCluster
 from devkit.paths import PROJECT_ROOT
 from devkit.sample_data import Produced, produce_json_events
 
+HELP = "kill -9 a partition leader, then the group coordinator, of a 3-node cluster under a running job; the stalls"
 log = logging.getLogger(__name__)
 
 FIRST = 2_000  # records produced before the job's first commit; the steady rate starts after it
@@ -237,12 +238,6 @@ def job_command(bootstrap: str, topic: str, group: str, table: Path, extra: tupl
     return cmd
 
 
-def run_ended(log: Path) -> dict[str, float]:
-    """The counters of the job's `run ended: k=v ...` line ({} when it has none)."""
-    found = re.findall(r"run ended: (.*)", log.read_text(errors="replace")) if log.exists() else []
-    return {k: float(v) for k, v in (kv.split("=") for kv in found[-1].split())} if found else {}
-
-
 def failover_phase(
     records: int,
     rate: int,
@@ -281,7 +276,7 @@ def failover_phase(
     except Exception as e:
         log.exception("failover phase failed")
         run = FailoverRun(error=f"{e!r}")
-    run.counters = run_ended(log_path)
+    run.counters = parse_job_log(log_path).summary
     log.info("failover: %s", run.summary())
     return run
 
@@ -311,20 +306,11 @@ def failover_section(run: FailoverRun | None) -> list[str]:
         for d in run.deaths
     ]  # fmt: skip
     md.append(
-        md_table(
-            [
-                "killed",
-                "its role",
-                "partitions it led",
-                "stall (s)",
-                "its partitions waited (s)",
-                "the others waited (s)",
-                f"stall target <= {TARGET_STALL_S:g} s",
-            ],
-            rows,
-        )
-        + "\n"
-    )
+        md_table([
+            "killed", "its role", "partitions it led", "stall (s)", "its partitions waited (s)",
+            "the others waited (s)", f"stall target <= {TARGET_STALL_S:g} s",
+        ], rows) + "\n"
+    )  # fmt: skip
     c = run.counters
     keys = ("accepted", "released", "rejected", "dead_lettered", "dedup_hits", "ack_errors", "poll_errors")
     md.append(
@@ -350,30 +336,31 @@ def failover_json(run: FailoverRun | None) -> dict[str, object] | None:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--work-dir", type=Path, default=PROJECT_ROOT / ".cache" / "bench" / "failover")
-    ap.add_argument("--records", type=int, default=100_000)
-    ap.add_argument("--rate", type=int, default=2_000)
-    ap.add_argument("--seed", type=int, default=932)
-    ap.add_argument("--backlog", type=int, default=0, help="of --records, produced at once before the steady rate")
-    ap.add_argument("--default-fencing", action="store_true", help="the cluster on Kafka's default fencing timeouts")
-    ap.add_argument("--set", action="append", default=[], dest="sets", help="a --set override of the job (repeatable)")
-    args = ap.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    stamp = time.strftime("%Y-%m-%d-%H%M%S")
-    fast = not args.default_fencing
-    run = failover_phase(
-        args.records, args.rate, args.work_dir / stamp, args.seed, fast_fencing=fast, job_sets=tuple(args.sets)
-    )
-    report = RESULTS_DIR / f"{stamp}-failover.md"
-    title = f"# Sharelake broker failover, {stamp}\n"
-    fencing = "fast (FAILOVER_SETTINGS)" if fast else "Kafka defaults"
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--records", type=int, default=100_000)
+    p.add_argument("--rate", type=int, default=2_000)
+    p.add_argument("--seed", type=int, default=932)
+    p.add_argument("--backlog", type=int, default=0, help="of --records, produced at once before the steady rate")
+    p.add_argument("--default-fencing", action="store_true", help="the cluster on Kafka's default fencing timeouts")
+    p.add_argument("--set", action="append", default=[], dest="sets", help="a --set override of the job (repeatable)")
+    add_places(p)
+
+
+def settings(args: argparse.Namespace) -> dict[str, Any]:
+    """`failover_phase`'s arguments, but its work folder."""
+    return {
+        "records": args.records, "rate": args.rate, "seed": args.seed, "backlog": args.backlog,
+        "fast_fencing": not args.default_fencing, "job_sets": tuple(args.sets),
+    }  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    phase = settings(args)
+    at = stamp()
+    with work_folder(args.work_dir, f"{at.file}-failover", args.keep_work) as work:
+        failed_over = failover_phase(work=work, **phase)
+    fencing = "fast (FAILOVER_SETTINGS)" if phase["fast_fencing"] else "Kafka defaults"
     setup = f"Cluster fencing: {fencing}; backlog {args.backlog:,}; job overrides: {' '.join(args.sets) or 'none'}.\n"
-    report.write_text("\n".join([title, setup, *failover_section(run)]))
-    report.with_suffix(".json").write_text(json.dumps(failover_json(run), indent=2, default=str))
-    print(f"failover: report written to {report}")
-
-
-if __name__ == "__main__":
-    main()
+    text = "\n".join([f"# Sharelake broker failover, {at.file}\n", setup, *failover_section(failed_over)])
+    save_report(args.results_dir, f"{at.file}-failover", text, failover_json(failed_over))
+    return 0

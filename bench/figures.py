@@ -1,7 +1,8 @@
 """Turns the runs into the report's numbers: median/min/max records/s per contender and partition
 count, the pairwise ratios of Sharelake to each peer, and the scaling cells.
 
-Called by `bench.run` before the report and charts; pure functions over `RunResult`s.
+Called by `bench.run` before the report and charts; pure functions over `RunResult`s. Its
+`save_report` writes every scenario's report, Markdown and JSON.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import json
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,16 @@ def spreads(results: list[RunResult], phase: str) -> dict[tuple[str, int, int], 
     return dict(out)
 
 
+def spread_cell(s: Spread | None) -> str:
+    """A report's cell of rates: median (min - max), how many runs failed; `not run`, or `failed` if all did."""
+    if s is None:
+        return "not run"
+    if not s.rates:
+        return "failed"
+    cell = f"{fmt_rate(s.median)} ({fmt_rate(s.low)} - {fmt_rate(s.high)})"
+    return cell + (f", {len(s.failures)} failed" if s.failures else "")
+
+
 def pairwise_ratios(results: list[RunResult], peer: str, partitions: int, phase: str = "throughput") -> Spread:
     """Sharelake / peer for each round of a phase (run i of one against run i of the other)."""
 
@@ -94,30 +105,35 @@ def md_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def save_report(
-    results_dir: Path,
-    stem: str,
-    title: str,
-    table: tuple[list[str], list[list[str]]],
-    facts: dict[str, str],
-    runs: list[Any],
-    sections: Sequence[str] = (),
-    summary: dict[str, Any] | None = None,
+def kv_table(pairs: Mapping[str, str], header: tuple[str, str] = ("", "")) -> str:
+    """A two-column markdown table of `pairs` (the machine's facts, a scenario's settings)."""
+    return md_table(list(header), [[k, v] for k, v in pairs.items()])
+
+
+def table_report(
+    title: str, table: tuple[list[str], list[list[str]]], facts: dict[str, str], sections: Sequence[str] = ()
 ) -> str:
-    """A standalone bench module's report (`bench.layouts`, `bench.upserts`, `bench.poison_storm`):
-    `# title`, its table, then `sections` (markdown, in order) and the machine as `<stem>.md`, its runs
-    (dataclasses) as `<stem>.json`, in `results_dir`; the text. With a `summary` the JSON is
-    `{"summary": ..., "runs": [...]}` instead of the list of runs."""
+    """A report that is one table: `# title`, the table, then `sections` (markdown, in order) and a
+    line of the machine's facts (`bench.layouts`, `bench.upserts`, `bench.poison_storm`)."""
     text = f"# {title}\n\n" + md_table(*table) + "\n\n" + "".join(s.rstrip("\n") + "\n\n" for s in sections)
-    text += "Machine: " + ", ".join(f"{k} {v}" for k, v in facts.items()) + "\n"
+    return text + "Machine: " + ", ".join(f"{k} {v}" for k, v in facts.items()) + "\n"
+
+
+def runs_data(runs: Sequence[Any], summary: dict[str, Any] | None = None) -> Any:
+    """A report's JSON of its runs (dataclasses): the list, or `{"summary": ..., "runs": [...]}`."""
+    data = [asdict(r) for r in runs]
+    return data if summary is None else {"summary": summary, "runs": data}
+
+
+def save_report(results_dir: Path, stem: str, markdown: str, data: Any) -> Path:
+    """Every scenario's report: `markdown` as `<stem>.md` and `data` as `<stem>.json` in `results_dir`
+    (created if missing); the markdown's path, which it prints."""
     results_dir.mkdir(parents=True, exist_ok=True)
     path = results_dir / f"{stem}.md"
-    path.write_text(text)
-    data: Any = [asdict(r) for r in runs]
-    if summary is not None:
-        data = {"summary": summary, "runs": data}
-    path.with_suffix(".json").write_text(json.dumps(data, indent=1, default=str))
-    return text
+    path.write_text(markdown)
+    path.with_suffix(".json").write_text(json.dumps(data, indent=2, default=str))
+    print(f"bench: report written to {path}", flush=True)
+    return path
 
 
 def finite_median(values: Sequence[float]) -> float:
@@ -129,3 +145,8 @@ def finite_median(values: Sequence[float]) -> float:
 def finite_or_none(x: float) -> float | None:
     """For JSON: NaN and infinities become null."""
     return x if math.isfinite(x) else None
+
+
+def finite_values(d: Mapping[str, Any]) -> dict[str, Any]:
+    """For JSON: the float values NaN and infinities become null."""
+    return {k: finite_or_none(v) if isinstance(v, float) else v for k, v in d.items()}

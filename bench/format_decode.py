@@ -1,4 +1,4 @@
-"""One batch's decode, Protobuf against Avro: `python -m bench.format_decode [records] [rounds]`.
+"""One batch's decode, Protobuf against Avro: `python -m bench format-decode [records] [rounds]`.
 
 Not a phase of `bench.run` (run it on its own; it needs no broker). It starts an embedded schema
 registry and a local SparkSession, serializes the same N events (the sample's fields: id, user,
@@ -12,8 +12,8 @@ within each round. Prints each format's rows and records/s (median over the roun
 
 from __future__ import annotations
 
+import argparse
 import statistics
-import sys
 import tempfile
 import time
 from datetime import UTC, datetime
@@ -35,6 +35,8 @@ from app.table.columns import ROW_SCHEMA
 from app.table.location import TableLocation
 from app.testing.schema_registry import EmbeddedSchemaRegistry
 from devkit.sample_data import EVENT_AVRO_SCHEMA, avro_values, event_record
+
+HELP = "one batch's decode, Protobuf against Avro, on a local SparkSession and an embedded registry (no broker)"
 
 
 def event_class() -> type[Message]:
@@ -88,12 +90,23 @@ def one_batch(spark: SparkSession, reader: PayloadFormat, rows: pa.Table) -> tup
     return driver, time.perf_counter() - start
 
 
-def main(n: int = 100_000, rounds: int = 3) -> None:
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("records", type=int, nargs="?", default=100_000, help="events in the batch (default 100,000)")
+    p.add_argument("rounds", type=int, nargs="?", default=3, help="timed rounds of each format (default 3)")
+
+
+def settings(args: argparse.Namespace) -> tuple[int, int]:
+    """(events in the batch, rounds)."""
+    return args.records, args.rounds
+
+
+def run(args: argparse.Namespace) -> int:
+    n, rounds = settings(args)
     with tempfile.TemporaryDirectory(prefix="sharelake-decode-") as tmp:
         registry = EmbeddedSchemaRegistry(Path(tmp) / "registry").start()
         try:
             spark = build_spark("format-decode", "local[2]")
-            settings = RegistrySettings(url=registry.url)
+            registry_settings = RegistrySettings(url=registry.url)
             batches = {
                 "avro": rows_of(
                     list(avro_values(registry.url, "bench-avro", EVENT_AVRO_SCHEMA, map(event_record, range(n)))),
@@ -102,8 +115,8 @@ def main(n: int = 100_000, rounds: int = 3) -> None:
                 "protobuf": rows_of(protobuf_values(registry.url, "bench-protobuf", n), "bench-protobuf"),
             }
             readers: dict[str, PayloadFormat] = {
-                "avro": AvroFormat(AvroSettings(registry=settings)),
-                "protobuf": ProtobufFormat(ProtobufSettings(registry=settings)),
+                "avro": AvroFormat(AvroSettings(registry=registry_settings)),
+                "protobuf": ProtobufFormat(ProtobufSettings(registry=registry_settings)),
             }
             for name, reader in readers.items():
                 reader.start(spark, TableLocation.at(Path(tmp) / f"table-{name}"))
@@ -122,7 +135,4 @@ def main(n: int = 100_000, rounds: int = 3) -> None:
             spark.stop()
         finally:
             registry.stop()
-
-
-if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:3]))
+    return 0

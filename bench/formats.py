@@ -1,4 +1,4 @@
-"""The formats and routing mode of the benchmark: `python -m bench.formats [--smoke] [sizes...]`.
+"""The formats and routing mode of the benchmark: `python -m bench formats [--smoke] [sizes...]`.
 
 Not a phase of `bench.run` (run it on its own). On one embedded broker and one embedded schema
 registry it produces the workload's N records (`bench.workload`) to a JSON topic, the same records
@@ -27,9 +27,6 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import os
-import shutil
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -43,16 +40,18 @@ from app.testing.kafka_broker import EmbeddedKafka
 from app.testing.schema_registry import EmbeddedSchemaRegistry
 from bench.avro_workload import avro_value_of, produce_avro_backlog
 from bench.contenders.avro import run_sharelake_avro, run_spark_kafka_avro
-from bench.contenders.base import RunContext, RunResult, failed
+from bench.contenders.base import RunContext, RunResult, attempt
 from bench.contenders.routed import after_first_batch, dead_letter_path, routed_tables, run_sharelake_routed
-from bench.contenders.sharelake import run_sharelake
+from bench.contenders.sharelake import dead_letter_of, run_sharelake
 from bench.contenders.spark_kafka_source import run_spark_kafka_source
-from bench.machine import machine_facts
-from bench.settings import RESULTS_DIR, WORK_ROOT, BenchSettings
-from bench.verify import check_table, open_spark
+from bench.harness import RESULTS_DIR, WORK_ROOT, add_places, add_settings, settings_from, stamp, work_folder
+from bench.machine import load_average, machine_facts
+from bench.settings import BenchSettings, carried
+from bench.verify import check_table, spark_session
 from bench.workload import SCHEMA_DDL, produce_backlog, record_value
 
-log = logging.getLogger("bench.formats")
+HELP = "Sharelake on JSON and on Avro against Spark's Kafka source on each, and one job routing 3 topics"
+log = logging.getLogger(__name__)
 
 ROUTES = 3  # routing topics (and tables) of the routed run
 PAYLOAD_COLUMNS = ("id", "user", "ts", "amount", "kind", "tags", "note")  # SCHEMA_DDL's fields, in order
@@ -76,19 +75,7 @@ class FormatsSettings:
 
     def bench_settings(self) -> BenchSettings:
         """What the contenders read (`RunContext.settings`)."""
-        return replace(
-            BenchSettings(),
-            size=self.size,
-            records=self.records,
-            partitions=(self.partitions,),
-            runs=self.runs,
-            members=self.members,
-            idle_timeout_ms=self.idle_timeout_ms,
-            run_timeout_s=self.run_timeout_s,
-            work_dir=self.work_dir,
-            results_dir=self.results_dir,
-            keep_work=self.keep_work,
-        )
+        return carried(self, partitions=(self.partitions,))
 
     def as_table(self) -> dict[str, str]:
         return {
@@ -218,14 +205,7 @@ def make_topics(kafka: EmbeddedKafka, registry_url: str, s: FormatsSettings, out
 
 def _attempt(i: int, key: str, run: Callable[[RunContext], RunResult], ctx: RunContext) -> RunResult:
     log.info("round %d: %s on %s", i, key, ctx.topic)
-    try:
-        r = run(ctx)
-    except Exception as e:
-        log.exception("%s failed", key)
-        r = failed(ctx, key, f"raised {e!r}")
-    r.expected = ctx.records
-    log.info("  -> %s", f"{r.rate:,.0f} records/s ({r.records} in {r.seconds:.1f}s)" if r.ok else f"FAILED: {r.error}")
-    return r
+    return attempt(key, run, ctx)
 
 
 def one_round(
@@ -242,7 +222,7 @@ def one_round(
         return RunContext(kafka.bootstrap, name, s.partitions, count, s.members, work / f"r{i}-{key}", bs, "formats")
 
     def single_table(c: RunContext, t: Topic, sharelake: bool) -> list[TableSpec]:
-        dead = c.run_dir / "table_dead_letter" if sharelake else None
+        dead = dead_letter_of(c.run_dir / "table") if sharelake else None
         return [TableSpec(c.run_dir / "table", t.first_id, t.count, dead)]
 
     plan: list[tuple[str, Topic | None, Callable[[RunContext], RunResult], bool]] = [
@@ -325,61 +305,41 @@ def check_run_tables(
 
 def verify_runs(out: FormatsOutcome) -> None:
     """Every table of every finished run, with one SparkSession (started once the broker is gone)."""
-    spark = open_spark()
-    try:
+    with spark_session() as spark:
         reference = expected_payload(spark, out.settings.records)
         sums: dict[tuple[int, int], int] = {}
         for run in out.runs:
             if run.result.ok:
                 check_run_tables(spark, run, reference, sums)
-    finally:
-        spark.stop()
 
 
 # -- the command -----------------------------------------------------------------------------------------
 
 
-def parser() -> argparse.ArgumentParser:
-    d = FormatsSettings()
-    p = argparse.ArgumentParser(
-        prog="python -m bench.formats",
-        description="Sharelake on JSON and on Avro (schema registry) against Spark's Kafka source on each, and "
-        "one job routing 3 topics against single-topic runs; writes bench/results/<date>-formats.md",
-    )
-    p.add_argument("--smoke", action="store_true", help="tiny sizes that only check the harness works")
-    p.add_argument("--records", type=int, help=f"records per topic (default {d.records:,})")
-    p.add_argument("--partitions", type=int, help=f"partitions of every topic (default {d.partitions})")
-    p.add_argument("--runs", type=int, help=f"rounds: runs per contender (default {d.runs})")
-    p.add_argument("--members", type=int, help=f"Sharelake pump.members (default {d.members})")
-    p.add_argument("--idle-timeout-ms", type=int, help=f"Sharelake run.idle_timeout_ms (default {d.idle_timeout_ms})")
-    p.add_argument("--run-timeout-s", type=float, help=f"bound of one run (default {d.run_timeout_s:g})")
-    p.add_argument("--work-dir", type=Path, help=f"broker data, tables, logs (default {WORK_ROOT})")
-    p.add_argument("--results-dir", type=Path, help=f"where the report goes (default {RESULTS_DIR})")
-    p.add_argument("--keep-work", action="store_true", default=None, help="keep broker data, tables and logs")
-    return p
+def configure(p: argparse.ArgumentParser) -> None:
+    add_settings(p, FormatsSettings(), {
+        "records": "records per topic", "partitions": "partitions of every topic",
+        "runs": "rounds: runs per contender", "members": "Sharelake pump.members",
+        "idle_timeout_ms": "Sharelake run.idle_timeout_ms", "run_timeout_s": "bound of one run",
+    })  # fmt: skip
+    add_places(p)
 
 
-def settings_from_args(argv: list[str] | None = None) -> FormatsSettings:
-    args = parser().parse_args(argv)
-    s = replace(FormatsSettings(), **SMOKE) if args.smoke else FormatsSettings()
-    given = {k: v for k, v in vars(args).items() if k != "smoke" and v is not None}
-    s = replace(s, **given)
+def settings(args: argparse.Namespace) -> FormatsSettings:
+    s = settings_from(args, FormatsSettings(), SMOKE)
     if s.records < 1 or s.partitions < 1 or s.runs < 1:
-        raise SystemExit("bench.formats: need --records, --partitions and --runs >= 1")
+        raise SystemExit("bench formats: need --records, --partitions and --runs >= 1")
     return s
 
 
-def main(argv: list[str] | None = None) -> int:
+def run(args: argparse.Namespace) -> int:
     from bench.formats_report import write_report
 
-    s = settings_from_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    stamp = time.strftime("%Y-%m-%d-%H%M%S")
-    work = s.work_dir / f"{stamp}-formats"
-    out = FormatsOutcome(s, time.strftime("%Y-%m-%d %H:%M:%S %Z"), machine_facts())
+    s = settings(args)
+    at = stamp()
+    out = FormatsOutcome(s, at.text, machine_facts())
     began = time.monotonic()
-    try:
+    with work_folder(s.work_dir, f"{at.file}-formats", s.keep_work) as work:
         with (
             EmbeddedKafka(work / "broker", heap="1g") as kafka,
             EmbeddedSchemaRegistry(work / "registry") as registry,
@@ -388,17 +348,9 @@ def main(argv: list[str] | None = None) -> int:
             make_topics(kafka, registry.url, s, out)
             for i in range(s.runs):
                 one_round(i, kafka, registry.url, s, out, work / "runs")
-        out.load_after = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+        out.load_after = load_average()
         verify_runs(out)
         out.seconds = time.monotonic() - began
         suffix = "formats" if s.size == "formats" else f"formats-{s.size}"
-        report = write_report(out, s.results_dir / f"{stamp}-{suffix}.md")
-    finally:
-        if not s.keep_work:
-            shutil.rmtree(work, ignore_errors=True)
-    print(f"bench.formats: report written to {report}")
+        write_report(out, s.results_dir, f"{at.file}-{suffix}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

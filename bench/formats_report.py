@@ -1,6 +1,6 @@
 """The report of `bench.formats`: medians over the rounds, ratios pair by pair, the three targets.
 
-Called by `bench.formats.main` once every table is checked; writes bench/results/<date>-formats.md
+Called by `bench.formats.run` once every table is checked; writes bench/results/<date>-formats.md
 and a .json of the raw numbers beside it. A run whose table failed a check has no rate (it is
 listed with the check that failed), so a ratio of its round is left out and says so.
 
@@ -18,15 +18,24 @@ The targets, as measured here:
 
 from __future__ import annotations
 
-import json
 import math
-import statistics
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.figures import Spread, finite_or_none, fmt, fmt_rate, md_table
+from bench.figures import (
+    Spread,
+    finite_median,
+    finite_or_none,
+    finite_values,
+    fmt,
+    fmt_rate,
+    kv_table,
+    md_table,
+    save_report,
+    spread_cell,
+)
 from bench.formats import ROUTES, FormatRun, FormatsOutcome
 
 LABELS = {
@@ -126,22 +135,13 @@ def _ratio_cell(values: list[float], digits: int = 3) -> str:
 
 
 def _rate_cell(runs: list[FormatRun]) -> str:
-    s = _spread([r.rate for r in runs])
-    if not s.rates:
-        return "failed"
-    cell = f"{fmt_rate(s.median)} ({fmt_rate(s.low)} - {fmt_rate(s.high)})"
-    return cell + (f", {len(s.failures)} failed" if s.failures else "")
+    return spread_cell(_spread([r.rate for r in runs]))
 
 
 def _drain_cell(values: list[float]) -> str:
     """The median rate after the first batch; n/a when no run had two batches (or a rate)."""
-    m = _median(values)
+    m = finite_median(values)
     return fmt_rate(m) if math.isfinite(m) else "n/a (a single batch)"
-
-
-def _median(values: list[float]) -> float:
-    finite = [v for v in values if math.isfinite(v)]
-    return statistics.median(finite) if finite else math.nan
 
 
 def _contenders(o: FormatsOutcome, md: list[str]) -> None:
@@ -160,12 +160,12 @@ def _contenders(o: FormatsOutcome, md: list[str]) -> None:
         drain = [_detail(r, "after_first_batch_rate") for r in runs]
         rows.append([f"{LABELS['sl-single']}: {topic.name}", f"{topic.count:,}", _rate_cell(runs), _drain_cell(drain)])
     md.append(md_table(["contender", "records", "records/s", "records/s after the first batch"], rows) + "\n")
-    fig = per_round(o)
+    fig = {k: finite_median(v) for k, v in per_round(o).items()}
     md.append(
-        f"The {ROUTES} single-topic runs one after the other: {fmt_rate(_median(fig['sequential_rate']))} records/s "
+        f"The {ROUTES} single-topic runs one after the other: {fmt_rate(fig['sequential_rate'])} records/s "
         f"(their {sum(t.count for k, t in o.topics.items() if k.startswith('route')):,} rows / the sum of their "
-        f"windows, median {fmt(_median(fig['sequential_seconds']))} s); the best of them per round: "
-        f"{fmt_rate(_median(fig['best_single_rate']))} records/s (median).\n"
+        f"windows, median {fmt(fig['sequential_seconds'])} s); the best of them per round: "
+        f"{fmt_rate(fig['best_single_rate'])} records/s (median).\n"
     )
 
 
@@ -207,8 +207,8 @@ def _timings(o: FormatsOutcome, a: str, b: str) -> list[tuple[str, float, float]
     steps = [k for k in details if k.endswith("_s") and k not in NOT_STEPS]
     out = []
     for k in (*WHOLE_RUN, *steps, "cycles", "data_commits"):
-        va = _median([r.result.details.get(k, math.nan) for r in ra])
-        vb = _median([r.result.details.get(k, math.nan) for r in rb])
+        va = finite_median([r.result.details.get(k, math.nan) for r in ra])
+        vb = finite_median([r.result.details.get(k, math.nan) for r in rb])
         out.append((k, va, vb))
     return out
 
@@ -226,11 +226,8 @@ def _whole(timings: list[tuple[str, float, float]], key: str) -> tuple[float, fl
 
 
 def _targets(o: FormatsOutcome, md: list[str]) -> dict[str, Any]:
-    fig = per_round(o)
-    avro = _median(fig["avro_over_json"])
-    gap = _median(fig["avro_gap"])
-    cost = _median(fig["routing_cost"])
-    cost_drain = _median(fig["routing_cost_drain"])
+    fig = {k: finite_median(v) for k, v in per_round(o).items()}
+    avro, gap, cost, cost_drain = fig["avro_over_json"], fig["avro_gap"], fig["routing_cost"], fig["routing_cost_drain"]
     formats = _timings(o, "sl-json", "sl-avro")
     routing = _timings(o, "sl-single", "sl-routed")
     avro_b, json_b = fmt(o.topics["avro"].value_bytes, 0), fmt(o.topics["json"].value_bytes, 0)
@@ -239,12 +236,12 @@ def _targets(o: FormatsOutcome, md: list[str]) -> dict[str, Any]:
     avro_cause = (
         f"start-up (start_s, with the warm-up) {fmt(start_j)} -> {fmt(start_a)} s, first record to drained "
         f"(ingest_s) {fmt(ingest_j)} -> {fmt(ingest_a)} s; the sink steps that grew most (seconds per run): "
-        f"{_grew(formats)}; Spark's own from_avro / from_json (4)/(3): {fmt(_median(fig['spark_avro_over_json']), 3)}; "
+        f"{_grew(formats)}; Spark's own from_avro / from_json (4)/(3): {fmt(fig['spark_avro_over_json'], 3)}; "
         f"values {avro_b} bytes in Avro, {json_b} in JSON"
     )
     gap_cause = (
-        f"median (2)/(4) {fmt(_median(fig['avro_over_spark']), 3)} against "
-        f"(1)/(3) {fmt(_median(fig['json_over_spark']), 3)}; (4)/(3) {fmt(_median(fig['spark_avro_over_json']), 3)} "
+        f"median (2)/(4) {fmt(fig['avro_over_spark'], 3)} against "
+        f"(1)/(3) {fmt(fig['json_over_spark'], 3)}; (4)/(3) {fmt(fig['spark_avro_over_json'], 3)} "
         f"against (2)/(1) {fmt(avro, 3)} (what each gains or loses from Avro)"
     )
     drain_met = _met(cost_drain, lambda v: v <= ROUTING_COST_TARGET)
@@ -370,16 +367,16 @@ def render(o: FormatsOutcome) -> tuple[str, dict[str, Any]]:
     if s.size == "smoke":
         md.append("> **Smoke size**: this run only checks that the harness works. Its numbers mean nothing.\n")
     md.append(
-        "`python -m bench.formats`: one embedded single-node Kafka broker and one embedded schema registry "
+        "`python -m bench formats`: one embedded single-node Kafka broker and one embedded schema registry "
         f"(Confluent-compatible API; up in {fmt(o.registry_start_s)} s); in each round every contender once, "
         f"in the order (1) (2) (3) (4) (5) (5s) x {ROUTES}, each with a fresh share group or consumer checkpoint and "
         f"fresh tables. Total {o.seconds / 60:.1f} min.\n"
     )
     md.append("## Machine and versions\n")
     machine = {**o.machine, "load average after the runs (1, 5, 15 min)": o.load_after}
-    md.append(md_table(["", ""], [[k, v] for k, v in machine.items()]) + "\n")
+    md.append(kv_table(machine) + "\n")
     md.append("## Settings and topics\n")
-    md.append(md_table(["setting", "value"], [[k, f"`{v}`"] for k, v in s.as_table().items()]) + "\n")
+    md.append(kv_table({k: f"`{v}`" for k, v in s.as_table().items()}, ("setting", "value")) + "\n")
     rows = [
         [
             t.name,
@@ -428,10 +425,7 @@ def render(o: FormatsOutcome) -> tuple[str, dict[str, Any]]:
 
 def _jsonable(o: FormatsOutcome, targets: dict[str, Any]) -> dict[str, Any]:
     def run(r: FormatRun) -> dict[str, Any]:
-        res = asdict(r.result)
-        res["table"] = str(r.result.table) if r.result.table else None
-        res["log"] = str(r.result.log) if r.result.log else None
-        res["details"] = {k: finite_or_none(v) for k, v in r.result.details.items()}
+        res = {**asdict(r.result), "details": finite_values(r.result.details)}
         checks = [
             {
                 **{k: v for k, v in asdict(c).items() if k != "spec"},
@@ -465,10 +459,7 @@ def _jsonable(o: FormatsOutcome, targets: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def write_report(o: FormatsOutcome, path: Path) -> Path:
-    """Write `path` (markdown) and `<stem>.json`; return `path`."""
+def write_report(o: FormatsOutcome, results_dir: Path, stem: str) -> Path:
+    """Write `<stem>.md` and `<stem>.json` in `results_dir`; the markdown's path."""
     text, targets = render(o)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    path.with_suffix(".json").write_text(json.dumps(_jsonable(o, targets), indent=2, default=str))
-    return path
+    return save_report(results_dir, stem, text, _jsonable(o, targets))

@@ -27,12 +27,12 @@ from pathlib import Path
 
 from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders import sharelake, spark_kafka_source
-from bench.contenders.base import RunContext, RunResult, failed, tail
+from bench.contenders.base import RunContext, RunResult, failed, tail, wait_until
 from bench.settings import BenchSettings
 from bench.workload import RateProducer, record_value
 from devkit.delta_log import data_commits, read_commits, rows_in
 
-log = logging.getLogger("bench")
+log = logging.getLogger(__name__)
 
 CONTENDERS = (sharelake.NAME, spark_kafka_source.NAME)  # the order they run in
 SHARELAKE_READY = "share group "  # logged by run_ingest after the start-up checks, before the query starts
@@ -95,17 +95,6 @@ STARTERS: dict[str, Callable[[RunContext], _Job]] = {
 }
 
 
-def _wait_for(done: Callable[[], bool], alive: Callable[[], bool], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if done():
-            return True
-        if not alive():
-            return False
-        time.sleep(0.2)
-    return False
-
-
 def _measure(
     job: _Job, producer: RateProducer, s: BenchSettings, caught_up: Callable[[], bool] | None = None
 ) -> tuple[int, str]:
@@ -123,7 +112,7 @@ def _measure(
             and (caught_up is None or caught_up())
         )
 
-    if not _wait_for(warmed_up, alive, READY_TIMEOUT_S):
+    if not wait_until(warmed_up, alive, READY_TIMEOUT_S):
         what = "no Delta commit" if not data_commits(read_commits(job.table)) else "the job never caught up"
         return 0, f"{what} during the warm-up: {producer.failure!r} {tail(job.log, 8)}"
     first_measured = producer.sent
@@ -179,7 +168,7 @@ def run_latency(
         return decided_now() >= producer.sent - s.latency_rate * (catch_up_s or 0.0)
 
     try:
-        if not _wait_for(job_ready, job_alive, READY_TIMEOUT_S):
+        if not wait_until(job_ready, job_alive, READY_TIMEOUT_S):
             job.kill()
             return LatencyRun(
                 failed(ctx, contender, f"the job did not start: {tail(job.log, 8)}", job.log), topic, 0, 0, 0
@@ -192,7 +181,7 @@ def run_latency(
             job.kill()
             result = failed(ctx, contender, error, job.log)
             return LatencyRun(result, topic, first_measured, producer.sent, producer.lag_s)
-        if not _wait_for(all_landed, job_alive, LAND_TIMEOUT_S):
+        if not wait_until(all_landed, job_alive, LAND_TIMEOUT_S):
             log.warning("latency: %s has not landed every record after %.0fs", contender, LAND_TIMEOUT_S)
         code = job.stop()
     except BaseException:

@@ -1,4 +1,4 @@
-"""Table layouts against the plain table: `python -m bench.layouts [--records N] [--partitions P] [--rounds R]`.
+"""Table layouts against the plain table: `python -m bench layouts [--records N] [--partitions P] [--rounds R]`.
 
 Run on its own (not a phase of `bench.run`). One broker, one topic holding the workload's JSON
 backlog (`bench.workload`: `ts` one second apart per record, `kind` one of 4); per round, each
@@ -20,23 +20,22 @@ from __future__ import annotations
 
 import argparse
 import logging
-import statistics
-import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders.base import RunContext
 from bench.contenders.sharelake import result_of, start_sharelake
-from bench.figures import fmt_rate, save_report
+from bench.figures import finite_median, fmt_rate, runs_data, save_report, table_report
+from bench.harness import backlog, stamp, work_folder
 from bench.machine import machine_facts
-from bench.settings import RESULTS_DIR, WORK_ROOT, BenchSettings
-from bench.verify import check_table, open_spark
-from bench.workload import produce_backlog
+from bench.settings import BenchSettings, add_drain_arguments, drain_settings
+from bench.verify import check_exactly_once
 from devkit.delta_log import added_files
 
-log = logging.getLogger("bench")
+HELP = "table layouts (partitioned, by a generated column, clustered) against the plain table, one backlog each"
+log = logging.getLogger(__name__)
 
 LAYOUTS: dict[str, tuple[str, ...]] = {
     "plain": (),
@@ -58,6 +57,7 @@ class LayoutRun:
     files_per_commit: list[int] = field(default_factory=list)
     rows: int = 0
     duplicates: int = 0
+    table: str = ""
 
 
 def files_per_commit(table: Path) -> list[int]:
@@ -70,7 +70,7 @@ def run_layout(kafka: EmbeddedKafka, s: BenchSettings, topic: str, name: str, i:
     ctx = RunContext(kafka.bootstrap, topic, s.partitions[0], s.records, 0, work / f"{name}-{i}", s, "layouts")
     job = start_sharelake(ctx, "until-drained", extra_sets=LAYOUTS[name])
     result = result_of(ctx, job, job.wait(s.run_timeout_s))
-    run = LayoutRun(name, i, ok=result.ok, error=result.error)
+    run = LayoutRun(name, i, ok=result.ok, error=result.error, table=str(job.table))
     if result.ok:
         run.window_rate = result.rate
         run.scheduled_rate = s.records / float(result.details.get("scheduled_s") or float("nan"))
@@ -79,59 +79,43 @@ def run_layout(kafka: EmbeddedKafka, s: BenchSettings, topic: str, name: str, i:
     return run
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.layouts", description=__doc__.splitlines()[0])
-    p.add_argument("--records", type=int, default=200_000)
-    p.add_argument("--partitions", type=int, default=4)
-    p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    s = replace(BenchSettings(), records=args.records, partitions=(args.partitions,), members=0)
-    stamp = time.strftime("%Y-%m-%d-%H%M%S")
-    work = WORK_ROOT / f"layouts-{stamp}"
+def configure(p: argparse.ArgumentParser) -> None:
+    add_drain_arguments(p)
+
+
+settings = drain_settings
+
+
+def run(args: argparse.Namespace) -> int:
+    s = settings(args)
+    at = stamp()
     facts = machine_facts()
     runs: list[LayoutRun] = []
-    with EmbeddedKafka(work / "broker", heap="1g") as kafka:
-        kafka.create_topic("layouts", partitions=args.partitions)
-        produce_backlog(kafka.bootstrap, "layouts", args.records, s.producer_batch_bytes)
-        for i in range(args.rounds):
-            for name in LAYOUTS:
-                runs.append(run_layout(kafka, s, "layouts", name, i, work))
-                log.info("%s round %d: %s", name, i, asdict(runs[-1]))
-    spark = open_spark()
-    try:
-        for run in runs:
-            if run.ok:
-                checked = check_table(spark, work / f"{run.layout}-{run.round}" / "table")
-                run.rows, run.duplicates = checked.rows, checked.duplicates
-                run.ok = run.rows == args.records and run.duplicates == 0
-    finally:
-        spark.stop()
+    with work_folder(s.work_dir, f"{at.file}-layouts", s.keep_work) as work:
+        with backlog(work, "layouts", s.partitions[0], s.records) as kafka:
+            for i in range(s.runs):
+                for name in LAYOUTS:
+                    runs.append(run_layout(kafka, s, "layouts", name, i, work))
+                    log.info("%s round %d: %s", name, i, asdict(runs[-1]))
+        check_exactly_once(runs, lambda r: s.records)
     rows = []
+    base = [r.scheduled_rate for r in runs if r.layout == "plain" and r.ok]
     for name in LAYOUTS:
         mine = [r for r in runs if r.layout == name and r.ok]
-        median = statistics.median([r.scheduled_rate for r in mine]) if mine else float("nan")
-        base = [r for r in runs if r.layout == "plain" and r.ok]
-        ratio = median / statistics.median([r.scheduled_rate for r in base]) if mine and base else float("nan")
+        median = finite_median([r.scheduled_rate for r in mine])
         rows.append(
             [
                 name,
                 " ".join(LAYOUTS[name]) or "(none)",
                 fmt_rate(median),
-                f"{ratio:.2f}",
+                f"{median / finite_median(base):.2f}" if mine and base else "nan",
                 ", ".join(f"{r.write_s:.1f}" for r in mine),
                 "; ".join(str(r.files_per_commit) for r in mine),
-                "ok" if len(mine) == args.rounds else "FAILED: " + "; ".join(r.error[:200] for r in runs if not r.ok),
+                "ok" if len(mine) == s.runs else "FAILED: " + "; ".join(r.error[:200] for r in runs if not r.ok),
             ]
         )
     head = ["layout", "keys", "scheduled records/s (median)", "/ plain", "write s per run", "files per commit"]
     head.append("tables")
-    title = f"Table layouts: {args.records:,} JSON records on {args.partitions} partitions, {args.rounds} rounds"
-    text = save_report(args.results_dir, f"{stamp}-layouts", title, (head, rows), facts, runs)
-    print(text)
+    title = f"Table layouts: {s.records:,} JSON records on {s.partitions[0]} partitions, {s.runs} rounds"
+    save_report(s.results_dir, f"{at.file}-layouts", table_report(title, (head, rows), facts), runs_data(runs))
     return 0 if all(r.ok for r in runs) else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

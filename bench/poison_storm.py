@@ -1,7 +1,7 @@
 """A poison storm through the whole job: what a steady stream of bad records costs the rate, and
 that every record is still decided exactly once (issue 38, part 3).
 
-Run on its own, not a phase of `bench.run`: `.cache/venv/bin/python -m bench.poison_storm [--smoke]
+Run on its own, not a phase of `bench.run`: `.cache/venv/bin/python -m bench poison-storm [--smoke]
 [--rate 3000] [--seconds 50] [--rounds 3] [--bad-fraction 0.1] [--kinds clean,poison] ...`; it writes
 bench/results/<date>-poison-storm.md and .json (`bench.figures.save_report`).
 
@@ -36,11 +36,8 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import os
 import re
-import shutil
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -53,21 +50,23 @@ from pyspark.sql import functions as F
 from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders import sharelake
 from bench.contenders.base import log_time
-from bench.figures import finite_or_none, fmt, fmt_rate, md_table, save_report
+from bench.contenders.sharelake import dead_letter_of
+from bench.figures import finite_or_none, fmt, fmt_rate, kv_table, md_table, runs_data, save_report, table_report
+from bench.harness import RESULTS_DIR, WORK_ROOT, Stamp, add_places, add_settings, settings_from, stamp, work_folder
 from bench.latency import LatencyRun, run_latency
-from bench.machine import machine_facts
-from bench.settings import RESULTS_DIR, WORK_ROOT, BenchSettings
-from bench.verify import open_spark, table_latency
+from bench.machine import load_average, machine_facts
+from bench.settings import BenchSettings, carried
+from bench.verify import spark_session, table_latency
 from devkit.delta_log import read_commits, rows_in
 from devkit.sample_data import EVENT_SCHEMA, POISON_VALUES, event_value
 
-log = logging.getLogger("bench.poison_storm")
+HELP = "a clean and a poison run per round at one offered rate: all decided exactly once, and poison / clean"
+log = logging.getLogger(__name__)
 
 TARGET_RATIO = 0.8  # poison / clean kept rate, the median over the rounds
 BAD_VALUE: bytes = POISON_VALUES["malformed-json"] or b"{"  # the sample data's malformed JSON (never None)
 BAD_CLASS = "malformed_json"  # the error class the JSON format gives BAD_VALUE
 PAYLOAD = ("payload.format=json", f"payload.schema={EVENT_SCHEMA}")  # the sample events, as users declare them
-DEAD_LETTER_SUFFIX = "_dead_letter"  # the default dead-letter table: the main table's path + this
 KINDS = ("clean", "poison")
 
 
@@ -97,20 +96,11 @@ class StormSettings:
 
     def bench_settings(self) -> BenchSettings:
         """What `run_latency` and the Sharelake contender read."""
-        return replace(
-            BenchSettings(),
-            size=self.size,
-            contenders=(sharelake.NAME,),
-            latency_rate=self.rate,
-            latency_seconds=self.seconds,
-            latency_warmup_seconds=self.warmup_seconds,
-            latency_partitions=self.partitions,
+        return carried(
+            self, contenders=(sharelake.NAME,), latency_rate=self.rate, latency_seconds=self.seconds,
+            latency_warmup_seconds=self.warmup_seconds, latency_partitions=self.partitions,
             latency_window_seconds=self.window_seconds,
-            run_timeout_s=self.run_timeout_s,
-            work_dir=self.work_dir,
-            results_dir=self.results_dir,
-            keep_work=self.keep_work,
-        )
+        )  # fmt: skip
 
     def as_table(self) -> dict[str, str]:
         b = BenchSettings()
@@ -157,13 +147,9 @@ def bad_count(records: int, bad_every: int) -> int:
     return records // bad_every if bad_every else 0
 
 
-def dead_letter_table(table: Path) -> Path:
-    return table.with_name(table.name + DEAD_LETTER_SUFFIX)
-
-
 def decided(table: Path) -> int:
     """The records a run's job has decided: the rows of its table and its dead-letter table (commit logs)."""
-    return rows_in(read_commits(table)) + rows_in(read_commits(dead_letter_table(table)))
+    return rows_in(read_commits(table)) + rows_in(read_commits(dead_letter_of(table)))
 
 
 # -- one run ---------------------------------------------------------------------------------------------
@@ -305,7 +291,7 @@ def verify(spark: SparkSession, run: StormRun, s: StormSettings) -> None:
         return
     table = Path(run.table)
     run.landed, t0a, t1a = _count(spark, table, run.bad_every, False, run.warmup_records)
-    run.dead, t0b, t1b = _count(spark, dead_letter_table(table), run.bad_every, True, run.warmup_records)
+    run.dead, t0b, t1b = _count(spark, dead_letter_of(table), run.bad_every, True, run.warmup_records)
     run.problems = problems_of(run)
     run.ok = run.ok and not run.problems
     starts, ends = [t for t in (t0a, t0b) if t], [t for t in (t1a, t1b) if t]
@@ -321,7 +307,7 @@ def verify(spark: SparkSession, run: StormRun, s: StormSettings) -> None:
 def window(run: StormRun, table: Path, t0: int, t1: int) -> int:
     """The rates of a run whose measured load was produced over [t0, t1] (ms: the first measured
     record's produce time, the last record's), from both tables' commit logs; the last commit's ms."""
-    commits = [c for t in (table, dead_letter_table(table)) for c in read_commits(t) if c.output_rows > 0]
+    commits = [c for t in (table, dead_letter_of(table)) for c in read_commits(t) if c.output_rows > 0]
     end = max((c.timestamp_ms for c in commits), default=t1)
     measured = run.produced - run.warmup_records
     run.load_s, run.window_s = (t1 - t0) / 1000, (end - t0) / 1000
@@ -363,16 +349,13 @@ def phases(run: StormRun, t0: int, t1: int) -> None:
 
 
 def verify_all(runs: list[StormRun], s: StormSettings) -> None:
-    spark = open_spark()
-    try:
+    with spark_session() as spark:
         for run in runs:
             try:
                 verify(spark, run, s)
             except Exception as e:
                 log.exception("verifying round %d %s failed", run.round, run.kind)
                 run.ok, run.error = False, run.error or f"verifying raised {e!r}"
-    finally:
-        spark.stop()
     for round_ in sorted({r.round for r in runs}):
         pair = {r.kind: r for r in runs if r.round == round_}
         clean, poison = pair.get("clean"), pair.get("poison")
@@ -383,10 +366,6 @@ def verify_all(runs: list[StormRun], s: StormSettings) -> None:
 # -- the report ------------------------------------------------------------------------------------------
 
 
-def _n(x: float | None, digits: int = 0) -> str:
-    return fmt(x, digits) if x is not None else "n/a"
-
-
 def kept_share(r: StormRun) -> float | None:
     return r.kept_rate / r.offered_rate if r.kept_rate is not None and r.offered_rate else None
 
@@ -395,10 +374,10 @@ def run_row(r: StormRun) -> list[str]:
     decided = "yes" if r.ok else "NO: " + "; ".join([*([r.error[:200]] if r.error else []), *r.problems])
     return [
         str(r.round), r.kind, fmt_rate(r.offered_rate or math.nan), fmt_rate(r.kept_rate or math.nan),
-        _n(kept_share(r), 2), _n(r.ratio, 2),
+        fmt(kept_share(r), 2), fmt(r.ratio, 2),
         f"{r.landed.rows:,} / {r.good_expected:,}", f"{r.dead.rows:,} / {r.bad_expected:,}",
         ", ".join(f"{k} {v:,}" for k, v in r.dead.classes.items()) or "-", decided.replace("|", "/"),
-        _n(r.p50_ms), _n(r.p99_ms), _n(r.tail_s, 1),
+        fmt(r.p50_ms, 0), fmt(r.p99_ms, 0), fmt(r.tail_s, 1),
     ]  # fmt: skip
 
 
@@ -411,10 +390,11 @@ PHASE_HEAD = [
 
 def phase_row(r: StormRun) -> list[str]:
     return [
-        str(r.round), r.kind, f"{r.warmup_records:,}", str(r.batches), _n(r.median_in), _n(r.median_duration_ms),
-        _n(100 * r.busy if r.busy is not None else None), fmt_rate(r.per_busy_s or math.nan),
-        *(_n(r.step_ms.get(k)) for k in STEPS_SHOWN),
-        _n(100 * share if (share := dead_letter_share(r)) is not None else None),
+        str(r.round), r.kind, f"{r.warmup_records:,}", str(r.batches), fmt(r.median_in, 0),
+        fmt(r.median_duration_ms, 0), fmt(100 * r.busy if r.busy is not None else None, 0),
+        fmt_rate(r.per_busy_s or math.nan),
+        *(fmt(r.step_ms.get(k), 0) for k in STEPS_SHOWN),
+        fmt(100 * share if (share := dead_letter_share(r)) is not None else None, 0),
     ]  # fmt: skip
 
 
@@ -555,14 +535,14 @@ how many were produced before the measured part (the job's start, its first batc
 
 
 def write(
-    runs: list[StormRun], s: StormSettings, facts: dict[str, str], stamp: str, load_after: str, seconds: float
-) -> str:
+    runs: list[StormRun], s: StormSettings, facts: dict[str, str], at: Stamp, load_after: str, seconds: float
+) -> Path:
     v = verdict(runs, s.rounds, len(s.kinds))
     shown = f"{v.median:.2f}" if v.median is not None else "n/a"
     spread = f"{v.low:.2f} - {v.high:.2f}" if v.low is not None and v.high is not None else "n/a"
     title = (
         f"Poison storm ({s.size}): 1 in {s.bad_every} records malformed JSON at {s.rate:,} records/s, "
-        f"{s.rounds} round(s), started {stamp[:10]} {stamp[11:13]}:{stamp[13:15]}"
+        f"{s.rounds} round(s), started {at.minute}"
     )
     head = [
         "round", "run", "offered/s", "decided/s", "decided / offered", "poison / clean", "good landed / expected",
@@ -585,7 +565,7 @@ def write(
         "## Where the batches' time went (progress lines inside the window)\n\n"
         + md_table(PHASE_HEAD, [phase_row(r) for r in runs]),
         "## What bounds it\n\n" + bounds_text(runs, v),
-        "## Settings\n\n" + md_table(["setting", "value"], [[k, x] for k, x in s.as_table().items()]),
+        "## Settings\n\n" + kv_table(s.as_table(), ("setting", "value")),
         f"Load average at the end (1, 5, 15 min): {load_after}. Whole run: {seconds / 60:.1f} min.",
     ]
     summary = {
@@ -599,47 +579,26 @@ def write(
     }
     suffix = "poison-storm" if s.size == "poison-storm" else f"poison-storm-{s.size}"
     rows = [run_row(r) for r in runs]
-    return save_report(s.results_dir, f"{stamp}-{suffix}", title, (head, rows), facts, runs, sections, summary)
+    text = table_report(title, (head, rows), facts, sections)
+    return save_report(s.results_dir, f"{at.file}-{suffix}", text, runs_data(runs, summary))
 
 
 # -- the command -----------------------------------------------------------------------------------------
 
 
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(x.strip() for x in text.split(",") if x.strip())
-
-
-def parser() -> argparse.ArgumentParser:
-    d = StormSettings()
-    p = argparse.ArgumentParser(
-        prog="python -m bench.poison_storm",
-        description="A clean and a poison run per round at one offered rate; every record decided exactly once, "
-        "and the rate poison / clean; writes bench/results/<date>-poison-storm.md",
-    )
-    p.add_argument("--smoke", action="store_true", help="tiny sizes that only check the harness works")
-    p.add_argument("--rate", type=int, help=f"offered records/s (default {d.rate:,})")
-    p.add_argument("--seconds", type=float, help=f"measured load per run (default {d.seconds:g})")
-    p.add_argument("--warmup-seconds", type=float, help=f"load before it (default {d.warmup_seconds:g})")
-    p.add_argument(
-        "--catch-up-s",
-        type=float,
-        help=f"the warm-up also lasts until under this many seconds of load is undecided (default {d.catch_up_s:g})",
-    )
-    p.add_argument("--partitions", type=int, help=f"partitions of every topic (default {d.partitions})")
-    p.add_argument("--rounds", type=int, help=f"rounds of a clean and a poison run (default {d.rounds})")
-    p.add_argument("--kinds", type=_names, help="the runs of a round, comma-separated (default clean,poison)")
-    p.add_argument("--bad-fraction", type=float, help=f"bad values in a poison run (default {d.bad_fraction:g})")
-    p.add_argument("--work-dir", type=Path, help=f"broker data, tables, logs (default {WORK_ROOT})")
-    p.add_argument("--results-dir", type=Path, help=f"where the report goes (default {RESULTS_DIR})")
-    p.add_argument("--keep-work", action="store_true", default=None, help="keep broker data, tables and logs")
+def configure(p: argparse.ArgumentParser) -> None:
+    add_settings(p, StormSettings(), {
+        "rate": "offered records/s", "seconds": "measured load per run", "warmup_seconds": "load before it",
+        "catch_up_s": "the warm-up also lasts until under this many seconds of load is undecided",
+        "partitions": "partitions of every topic", "rounds": "rounds of a clean and a poison run",
+        "kinds": "the runs of a round, comma-separated", "bad_fraction": "bad values in a poison run",
+    })  # fmt: skip
+    add_places(p)
     p.add_argument("--note", help="a sentence for the report, e.g. what else ran on the machine meanwhile")
-    return p
 
 
-def settings_from_args(argv: list[str] | None = None) -> StormSettings:
-    args = parser().parse_args(argv)
-    s = replace(StormSettings(), **SMOKE) if args.smoke else StormSettings()
-    s = replace(s, **{k: v for k, v in vars(args).items() if k != "smoke" and v is not None})
+def settings(args: argparse.Namespace) -> StormSettings:
+    s = settings_from(args, StormSettings(), SMOKE)
     if (
         s.rate < 1
         or s.seconds <= 0
@@ -650,34 +609,22 @@ def settings_from_args(argv: list[str] | None = None) -> StormSettings:
         or set(s.kinds) - set(KINDS)
         or not 0 < s.bad_fraction <= 0.5
     ):
-        raise SystemExit("bench.poison_storm: need --rate >= 1, --seconds > 0, --partitions >= 1, --rounds >= 1, "
+        raise SystemExit("bench poison-storm: need --rate >= 1, --seconds > 0, --partitions >= 1, --rounds >= 1, "
                          "--kinds among clean,poison, 0 < --bad-fraction <= 0.5")  # fmt: skip
     return replace(s, kinds=tuple(k for k in KINDS if k in s.kinds))
 
 
-def main(argv: list[str] | None = None) -> int:
-    s = settings_from_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    stamp = time.strftime("%Y-%m-%d-%H%M%S")
-    work = s.work_dir / f"{stamp}-poison-storm-{s.size}"
+def run(args: argparse.Namespace) -> int:
+    s = settings(args)
+    at = stamp()
     facts = machine_facts()
     began = time.monotonic()
     runs: list[StormRun] = []
-    try:
+    with work_folder(s.work_dir, f"{at.file}-poison-storm-{s.size}", s.keep_work) as work:
         with EmbeddedKafka(work / "broker", heap="1g") as kafka:
             for round_ in range(s.rounds):
                 for kind in s.kinds if round_ % 2 == 0 else s.kinds[::-1]:
                     runs.append(run_one(kafka, s, round_, kind, work / "runs")[0])
         verify_all(runs, s)  # the broker is down: the reader has the machine
-        load_after = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-        text = write(runs, s, facts, stamp, load_after, time.monotonic() - began)
-    finally:
-        if not s.keep_work:
-            shutil.rmtree(work, ignore_errors=True)
-    print(text)
+        write(runs, s, facts, at, load_average(), time.monotonic() - began)
     return 0 if len(runs) == len(s.kinds) * s.rounds and all(r.ok for r in runs) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,13 +1,12 @@
 """The benchmark report: what a run collected (`Outcome`), rendered as markdown with its charts,
 plus a JSON file of the raw numbers (the smoke test reads it).
 
-Called by `bench.run` at the end. Every failed run is listed with its error: a contender
-without a number says so, it is never left out silently.
+Called by `bench.run` at the end; written by `bench.figures.save_report`. Every failed run is
+listed with its error: a contender without a number says so, it is never left out silently.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -17,7 +16,20 @@ from bench.charts import scaling_chart, throughput_chart
 from bench.contenders import LABELS, RunResult
 from bench.cycle import CycleRun, cycle_json, cycle_section
 from bench.failover import FailoverRun, failover_json, failover_section
-from bench.figures import BASE, Spread, fmt, fmt_rate, md_table, pairwise_ratios, scheduled, spreads
+from bench.figures import (
+    BASE,
+    Spread,
+    finite_or_none,
+    fmt,
+    fmt_rate,
+    kv_table,
+    md_table,
+    pairwise_ratios,
+    save_report,
+    scheduled,
+    spread_cell,
+    spreads,
+)
 from bench.latency import LatencyRun
 from bench.latency_report import latency_json, latency_section
 from bench.settings import BenchSettings
@@ -76,16 +88,6 @@ class Outcome:
     seconds: float = 0.0
 
 
-def _cell(s: Spread | None) -> str:
-    if s is None:
-        return "not run"
-    if not s.rates:
-        return "failed"
-    return f"{fmt_rate(s.median)} ({fmt_rate(s.low)} - {fmt_rate(s.high)})" + (
-        f", {len(s.failures)} failed" if s.failures else ""
-    )
-
-
 def _ratio_cell(s: Spread) -> str:
     if not s.rates:
         return "n/a (a run failed)"
@@ -98,7 +100,7 @@ def _throughput(o: Outcome, md: list[str], charts: Path) -> None:
     md.append(f"## Throughput: drain {s.records:,} records, {s.members} member(s)/thread(s)\n")
     md.append("records/s, median of the runs (min - max):\n")
     header = ["contender", *[f"{p} partition(s)" for p in s.partitions]]
-    rows = [[LABELS[c], *[_cell(cells.get((c, p, s.members))) for p in s.partitions]] for c in s.contenders]
+    rows = [[LABELS[c], *[spread_cell(cells.get((c, p, s.members))) for p in s.partitions]] for c in s.contenders]
     md.append(md_table(header, rows) + "\n")
     png = throughput_chart(cells, list(s.contenders), LABELS, charts / "throughput.png")
     md.append(f"![throughput]({png.parent.name}/{png.name})\n")
@@ -132,7 +134,7 @@ def _scheduled(o: Outcome, md: list[str]) -> None:
         "last Delta commit: what a scheduler waits for. records/s, median (min - max):\n"
     )
     contenders = [c for c in s.contenders if any(r.contender == c for r in runs)]
-    rows = [[LABELS[c], *[_cell(cells.get((c, p, s.members))) for p in s.partitions]] for c in contenders]
+    rows = [[LABELS[c], *[spread_cell(cells.get((c, p, s.members))) for p in s.partitions]] for c in contenders]
     md.append(md_table(["contender", *[f"{p} partition(s)" for p in s.partitions]], rows) + "\n")
     if BASE in contenders:
         rows = [
@@ -156,10 +158,10 @@ def _lock_caps(o: Outcome, md: list[str]) -> None:
         'default `kafka.partition_max_record_locks = "max"` reaches there. One run each, records/s:\n'
     )
     tp = spreads(o.results, "throughput")
-    rows = [[f"{o.locks:,} (this broker's cap)", *[_cell(tp.get((BASE, p, s.members))) for p in s.partitions]]]
+    rows = [[f"{o.locks:,} (this broker's cap)", *[spread_cell(tp.get((BASE, p, s.members))) for p in s.partitions]]]
     for cap in s.lock_caps:
         cells = spreads(o.results, f"locks-{cap}")
-        rows.append([f"{cap:,}", *[_cell(cells.get((BASE, p, s.members))) for p in s.partitions]])
+        rows.append([f"{cap:,}", *[spread_cell(cells.get((BASE, p, s.members))) for p in s.partitions]])
     md.append(md_table(["record locks per partition", *[f"{p} partition(s)" for p in s.partitions]], rows) + "\n")
 
 
@@ -232,7 +234,7 @@ def _scaling(o: Outcome, md: list[str], charts: Path) -> None:
             cell = sc.get((BASE, p, m)) or tp.get((BASE, p, m))
             if cell is not None:
                 cells[(p, m)] = cell
-    rows = [[str(m), *[_cell(cells.get((p, m))) for p in s.scaling_partitions]] for m in s.scaling_members]
+    rows = [[str(m), *[spread_cell(cells.get((p, m))) for p in s.scaling_partitions]] for m in s.scaling_members]
     md.append(md_table(["members", *[f"{p} partition(s)" for p in s.scaling_partitions]], rows) + "\n")
     md.append("Cells with members = the throughput phase's members reuse its runs.\n")
     if any(c.rates for c in cells.values()):
@@ -284,10 +286,10 @@ def render(o: Outcome, charts: Path) -> str:
         f"Total {o.seconds / 60:.1f} min.\n"
     )
     md.append("## Machine and versions\n")
-    md.append(md_table(["", ""], [[k, v] for k, v in o.machine.items()]) + "\n")
+    md.append(kv_table(o.machine) + "\n")
     md.append("Other processes on the machine were not stopped: read the load average above.\n")
     md.append("## Settings\n")
-    md.append(md_table(["setting", "value"], [[k, f"`{v}`"] for k, v in s.as_table().items()]) + "\n")
+    md.append(kv_table({k: f"`{v}`" for k, v in s.as_table().items()}, ("setting", "value")) + "\n")
     if o.produce_rates:
         rates = ", ".join(f"{t}: {fmt_rate(r)} records/s" for t, r in o.produce_rates.items())
         md.append(
@@ -318,17 +320,10 @@ def render(o: Outcome, charts: Path) -> str:
 
 
 def _jsonable(o: Outcome) -> dict[str, Any]:
-    def run(r: RunResult) -> dict[str, Any]:
-        d = asdict(r)
-        d["rate"] = r.rate if math.isfinite(r.rate) else None
-        d["table"] = str(r.table) if r.table else None
-        d["log"] = str(r.log) if r.log else None
-        return d
-
     return {
         "settings": o.settings.as_table(),
         "machine": o.machine,
-        "results": [run(r) for r in o.results],
+        "results": [{**asdict(r), "rate": finite_or_none(r.rate)} for r in o.results],
         "tables": [
             {
                 "contender": t.run.contender,
@@ -349,10 +344,8 @@ def _jsonable(o: Outcome) -> dict[str, Any]:
     }
 
 
-def write_report(o: Outcome, path: Path) -> Path:
-    """Write `path` (markdown), its charts in `<stem>-charts/` and `<stem>.json`; return `path`."""
-    charts = path.parent / f"{path.stem}-charts"
+def write_report(o: Outcome, results_dir: Path, stem: str) -> Path:
+    """Write `<stem>.md` with its charts in `<stem>-charts/`, and `<stem>.json`; the markdown's path."""
+    charts = results_dir / f"{stem}-charts"
     charts.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(o, charts))
-    path.with_suffix(".json").write_text(json.dumps(_jsonable(o), indent=2, default=str))
-    return path
+    return save_report(results_dir, stem, render(o, charts), _jsonable(o))

@@ -1,4 +1,4 @@
-"""The benchmark's one command: `python -m bench.run [--smoke] [sizes...]` (`make bench`).
+"""Sharelake against its peers: `python -m bench run [--smoke] [sizes...]` (`make bench`).
 
 Starts the embedded Kafka broker, produces the workload topics, runs every contender in turn
 (throughput rounds interleaved run by run, then Sharelake's scaling and memory phases, then the
@@ -11,28 +11,31 @@ Each phase lives in its own module; this one only orders them and keeps going wh
 
 from __future__ import annotations
 
+import argparse
 import logging
 import math
-import shutil
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
 from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders import CONTENDERS, RunContext, RunResult
-from bench.contenders.base import failed
+from bench.contenders.base import attempt
 from bench.cycle import cycle_phase
 from bench.failover import failover_phase
+from bench.harness import stamp, work_folder
 from bench.latency import LatencyRun, run_latency_phase
 from bench.machine import machine_facts
 from bench.report import Outcome, TableRow, write_report
-from bench.settings import BenchSettings, settings_from_args
+from bench.settings import BenchSettings, add_arguments, from_args
 from bench.share_bound import max_record_locks
-from bench.verify import check_table, open_spark, table_latency
+from bench.verify import check_table, spark_session, table_latency
 from bench.workload import produce_backlog
 
-log = logging.getLogger("bench")
+HELP = "Sharelake against Spark's Kafka source, a ShareConsumer drain and Kafka's perf tool on one broker (make bench)"
+log = logging.getLogger(__name__)
+configure = add_arguments  # every size and knob of BenchSettings
+settings = from_args
 
 
 class Topics:
@@ -57,16 +60,7 @@ class Topics:
 
 def run_one(name: str, ctx: RunContext) -> RunResult:
     log.info("%s: %s on %d partition(s), %d member(s)", ctx.phase, name, ctx.partitions, ctx.members)
-    try:
-        r = CONTENDERS[name](ctx)
-    except Exception as e:
-        log.exception("%s failed", name)
-        r = failed(ctx, name, f"raised {e!r}")
-    r.expected = ctx.records
-    log.info(
-        "  -> %s", f"{r.rate:,.0f} records/s ({r.records} in {r.seconds:.1f}s)" if r.ok else f"FAILED: {r.error[:300]}"
-    )
-    return r
+    return attempt(name, CONTENDERS[name], ctx)
 
 
 def _rows_per_commit(r: RunResult | None) -> int:
@@ -133,8 +127,7 @@ def memory_phase(kafka: EmbeddedKafka, s: BenchSettings, topics: Topics, work: P
 def verify_tables(results: list[RunResult], latency_runs: list[LatencyRun], outcome: Outcome) -> None:
     """Row counts and duplicates of every Delta table, and the latency figures (one SparkSession)."""
     s = outcome.settings
-    spark = open_spark()
-    try:
+    with spark_session() as spark:
         for r in results:
             if r.table is None or not r.ok:
                 continue
@@ -150,19 +143,14 @@ def verify_tables(results: list[RunResult], latency_runs: list[LatencyRun], outc
             except Exception as e:
                 log.exception("latency figures of %s failed", run.contender)
                 outcome.latency_errors[run.contender] = f"computing the figures raised {e!r}"
-    finally:
-        spark.stop()
 
 
-def main(argv: list[str] | None = None) -> int:
-    s = settings_from_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    stamp = time.strftime("%Y-%m-%d-%H%M%S")
-    work = s.work_dir / f"{stamp}-{s.size}"
-    outcome = Outcome(settings=s, started=time.strftime("%Y-%m-%d %H:%M:%S %Z"), machine=machine_facts())
+def run(args: argparse.Namespace) -> int:
+    s = settings(args)
+    at = stamp()
+    outcome = Outcome(settings=s, started=at.text, machine=machine_facts())
     began = time.monotonic()
-    try:
+    with work_folder(s.work_dir, f"{at.file}-{s.size}", s.keep_work) as work:
         with EmbeddedKafka(work / "broker", heap="1g") as kafka:
             outcome.locks, outcome.locks_source = max_record_locks(kafka.bootstrap)
             for item in s.sharelake_sets:  # a fixed limit instead of the broker's cap
@@ -184,13 +172,5 @@ def main(argv: list[str] | None = None) -> int:
             outcome.failover = failover_phase(s.failover_records, s.failover_rate, work / "runs" / "failover")
         verify_tables(outcome.results, outcome.latency_runs, outcome)
         outcome.seconds = time.monotonic() - began
-        report = write_report(outcome, s.results_dir / f"{stamp}-{s.size}.md")
-    finally:
-        if not s.keep_work:
-            shutil.rmtree(work, ignore_errors=True)
-    print(f"bench: report written to {report}")
+        write_report(outcome, s.results_dir, f"{at.file}-{s.size}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Scale-out by drivers: k Sharelake drivers on one table, each a host of its own, at a steady offered rate.
 
-Run on its own: `.cache/venv/bin/python -m bench.scale_out --drivers 1,2,3 --rate 2000 --seconds 60`
+Run on its own: `.cache/venv/bin/python -m bench scale-out --drivers 1,2,3 --rate 2000 --seconds 60`
 (`--smoke` for tiny sizes). Root only: every process is a host of a `devkit.network` (a network
 namespace with its own address; every packet between hosts crosses a router), so Kafka sees k
 clients on k hosts: the broker on one, the producer on another, driver i on host `driver<i>`. The
@@ -26,30 +26,29 @@ Writes `bench/results/<stamp>-scale-out.md` and `.json`.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
-import shutil
-import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from app.testing.kafka_broker import EmbeddedKafka
-from bench.contenders.base import RunContext, tail
+from bench.contenders.base import RunContext, tail, wait_until
 from bench.contenders.sharelake import SharelakeJob, parse_job_log, start_sharelake
-from bench.figures import finite_median, finite_or_none, fmt, md_table
+from bench.figures import finite_median, finite_values, fmt, kv_table, md_table, save_report
+from bench.harness import Stamp, add_places, ints, stamp, work_folder
 from bench.machine import machine_facts
-from bench.settings import RESULTS_DIR, WORK_ROOT, BenchSettings
+from bench.settings import BenchSettings
 from bench.verify import check_exactly_once
 from devkit import network
 from devkit.delta_log import data_commits, read_commits, rows_in
 from devkit.sample_data import produce_json_events
 
-log = logging.getLogger("bench")
+HELP = "k Sharelake drivers on one table, each a host of its own, at a steady offered rate (root only)"
+log = logging.getLogger(__name__)
+SMOKE = {"rate": 500, "seconds": 10, "rounds": 1}
 
 
 def refusal_rate(drivers: int, commits_per_s: float, window_s: float) -> float:
@@ -195,17 +194,19 @@ def _first_tail(jobs: list[SharelakeJob]) -> str:
 
 def _wait(done: Callable[[], bool], timeout_s: float, jobs: list[SharelakeJob]) -> bool:
     """Until `done()` or a driver exits or the timeout."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if done():
-            return True
-        if any(job.proc.poll() is not None for job in jobs):
-            return False
-        time.sleep(0.5)
-    return False
+    return wait_until(done, lambda: all(job.proc.poll() is None for job in jobs), timeout_s, poll_s=0.5)
 
 
-def write_report(runs: list[ScaleRun], a: argparse.Namespace, drivers: list[int], facts: dict[str, str]) -> Path:
+SUMMARY_HEAD = [
+    "drivers", "runs ok", "table commits/s", "per driver", "w s", "refused %", "modelled %", "refusal cost s",
+    "commit path load U",
+]  # fmt: skip
+MODELLED = ("commit_rate", "refused_share", "modelled_share", "write_window_s", "refusal_cost_s", "commit_path_load")
+
+
+def write_report(
+    runs: list[ScaleRun], a: argparse.Namespace, drivers: list[int], facts: dict[str, str], at: Stamp
+) -> Path:
     ok = [r for r in runs if r.ok]
     summary = []
     for k in drivers:
@@ -237,11 +238,9 @@ def write_report(runs: list[ScaleRun], a: argparse.Namespace, drivers: list[int]
         ]
         for r in runs
     ]
-    stamp = time.strftime("%Y-%m-%d-%H%M%S")
-    path: Path = a.results_dir / f"{stamp}-scale-out{'-smoke' if a.smoke else ''}.md"
     text = "\n\n".join(
         [
-            f"# Scale-out by drivers on one table ({time.strftime('%Y-%m-%d %H:%M')})",
+            f"# Scale-out by drivers on one table ({at.minute})",
             f"k Sharelake drivers, each on a host of its own (a network namespace: Kafka sees k hosts), one share "
             f"group, one table on the shared disk; {a.rate:,} JSON records/s offered for {a.seconds} s on "
             f"{a.partitions} partitions from a producer on its own host; {a.rounds} round(s), driver counts "
@@ -252,61 +251,45 @@ def write_report(runs: list[ScaleRun], a: argparse.Namespace, drivers: list[int]
             "attempts; modelled: 1 - exp(-(k-1) c w) with c the commit rate per driver. "
             "Refusal cost r: seconds from a refusal to that append's commit. "
             "Commit path load U: the table's commits/s x r / (1 - refused share); 1 is saturated.",
-            md_table(
-                [
-                    "drivers",
-                    "runs ok",
-                    "table commits/s",
-                    "per driver",
-                    "w s",
-                    "refused %",
-                    "modelled %",
-                    "refusal cost s",
-                    "commit path load U",
-                ],
-                summary,
-            ),
+            md_table(SUMMARY_HEAD, summary),
             "## Every run",
             md_table(
                 ["round", "drivers", "ok", "rows", "dup", "commits", "refused", "refused % each", "window s"],
                 every,
             ),
-            "## Machine\n\n" + md_table(["", ""], [[k, v] for k, v in facts.items()]),
+            "## Machine\n\n" + kv_table(facts),
         ]
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text + "\n")
     raw = [
         {
-            **{k: finite_or_none(v) if isinstance(v, float) else v for k, v in asdict(r).items()},
-            "commit_rate": finite_or_none(r.commit_rate),
-            "refused_share": finite_or_none(r.refused_share),
-            "modelled_share": finite_or_none(r.modelled_share),
-            "write_window_s": finite_or_none(r.write_window_s),
-            "refusal_cost_s": finite_or_none(r.refusal_cost_s),
-            "commit_path_load": finite_or_none(r.commit_path_load),
+            **finite_values(asdict(r)),
+            **finite_values({k: getattr(r, k) for k in MODELLED}),
         }
         for r in runs
     ]
-    path.with_suffix(".json").write_text(json.dumps({"args": vars(a) | {"results_dir": str(a.results_dir)},
-                                                     "machine": facts, "runs": raw}, indent=2))  # fmt: skip
-    return path
+    stem = f"{at.file}-scale-out{'-smoke' if a.smoke else ''}"
+    return save_report(a.results_dir, stem, text + "\n", {"args": vars(a), "machine": facts, "runs": raw})
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--drivers", default="1,2,3", help="driver counts, comma-separated")
-    ap.add_argument("--rate", type=int, default=2000, help="records/s offered, all drivers together")
-    ap.add_argument("--seconds", type=int, default=60, help="how long the rate is offered")
-    ap.add_argument("--partitions", type=int, default=8)
-    ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--set", action="append", default=[], dest="sets", help="a --set for every driver (repeatable)")
-    ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks the harness, numbers mean nothing")
-    ap.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
-    a = ap.parse_args(argv)
-    if a.smoke:
-        a.rate, a.seconds, a.rounds = 500, 10, 1
-    drivers = sorted({int(x) for x in a.drivers.split(",")})
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--drivers", default="1,2,3", help="driver counts, comma-separated")
+    p.add_argument("--rate", type=int, default=2000, help="records/s offered, all drivers together")
+    p.add_argument("--seconds", type=int, default=60, help="how long the rate is offered")
+    p.add_argument("--partitions", type=int, default=8)
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--set", action="append", default=[], dest="sets", help="a --set for every driver (repeatable)")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes: checks the harness, numbers mean nothing")
+    add_places(p)
+
+
+def settings(a: argparse.Namespace) -> argparse.Namespace:
+    """The command line, with the smoke sizes under `--smoke` (the report's JSON holds it as `args`)."""
+    return argparse.Namespace(**{**vars(a), **(SMOKE if a.smoke else {})})
+
+
+def run(args: argparse.Namespace) -> int:
+    a = settings(args)
+    drivers = sorted(set(ints(a.drivers)))
     s = replace(
         BenchSettings(),
         size="scale-out",
@@ -314,30 +297,24 @@ def main(argv: list[str] | None = None) -> int:
         contenders=("sharelake",),
         sharelake_sets=tuple(a.sets),
     )
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    work = WORK_ROOT / f"{time.strftime('%Y-%m-%d-%H%M%S')}-scale-out"
+    at = stamp()
     facts = machine_facts()
     runs: list[ScaleRun] = []
-    with network.Network("bso") as net:
-        client, hosts = net.host("client"), hosts_for(net, max(drivers))
-        kafka = EmbeddedKafka(work / "broker", heap="1g", host=net.host("broker"))
-        kafka.start()
-        try:
-            for i in range(a.rounds):
-                for k in drivers:
-                    log.info("round %d: %d driver(s), %d records/s for %d s", i + 1, k, a.rate, a.seconds)
-                    r = run_drivers(kafka, client, hosts, s, a, k, i, work / "runs" / f"r{i}-k{k}")
-                    log.info("  -> %s", f"{100 * r.refused_share:.1f}% refused" if r.ok else f"FAILED: {r.error[:300]}")
-                    runs.append(r)
-        finally:
-            kafka.stop()
-    check_exactly_once(runs, lambda r: r.offered)
-    report = write_report(runs, a, drivers, facts)
-    shutil.rmtree(work, ignore_errors=True)
-    print(f"bench.scale_out: report written to {report}")
+    with work_folder(a.work_dir, f"{at.file}-scale-out", a.keep_work) as work:
+        with network.Network("bso") as net:
+            client, hosts = net.host("client"), hosts_for(net, max(drivers))
+            kafka = EmbeddedKafka(work / "broker", heap="1g", host=net.host("broker"))
+            kafka.start()
+            try:
+                for i in range(a.rounds):
+                    for k in drivers:
+                        log.info("round %d: %d driver(s), %d records/s for %d s", i + 1, k, a.rate, a.seconds)
+                        r = run_drivers(kafka, client, hosts, s, a, k, i, work / "runs" / f"r{i}-k{k}")
+                        done = f"{100 * r.refused_share:.1f}% refused" if r.ok else f"FAILED: {r.error[:300]}"
+                        log.info("  -> %s", done)
+                        runs.append(r)
+            finally:
+                kafka.stop()
+        check_exactly_once(runs, lambda r: r.offered)
+    write_report(runs, a, drivers, facts, at)
     return 0 if all(r.ok for r in runs) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,21 +1,19 @@
 """The benchmark's sizes and knobs, with the full-size defaults and the `--smoke` preset.
 
-Built by `bench.run` from the command line and handed to every phase; nothing else reads flags.
+Built from the command line of `python -m bench run` (and `cycle`) and handed to every phase.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from devkit.paths import CACHE_DIR, PROJECT_ROOT
+from bench.harness import RESULTS_DIR, WORK_ROOT, add_places, add_settings, settings_from
+from devkit.paths import CACHE_DIR
 
-BENCH_DIR = PROJECT_ROOT / "bench"
-RESULTS_DIR = BENCH_DIR / "results"
 BENCH_JARS = CACHE_DIR / "jars" / "bench"
-WORK_ROOT = CACHE_DIR / "bench"  # broker data, Delta tables, job logs of each run
 
 
 @dataclass(frozen=True)
@@ -103,66 +101,38 @@ SMOKE: dict[str, Any] = {
 }
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split(",") if x.strip())
+HELPS = {  # the options of `python -m bench run` (and `cycle`): BenchSettings' fields a run may change
+    "records": "records per throughput topic",
+    "partitions": "partition counts, comma-separated",
+    "runs": "runs per contender and partition count",
+    "members": "share-group members of every contender",
+    "contenders": "a subset, comma-separated",
+    "latency_rate": "offered load, records/s",
+    "latency_seconds": "measured load duration",
+    "latency_warmup_seconds": "load before the measured part",
+    "latency_partitions": "partitions of the latency topics",
+    "latency_window_seconds": "p50/p99 per window of this length over the run",
+    "latency_trigger": "processingTime trigger of Spark's Kafka source in the latency phase",
+    "memory_records": "backlog for the memory phase, 0 to skip",
+    "memory_partitions": "partitions of the memory topic",
+    "scaling_members": "pump.members values",
+    "scaling_partitions": "partition counts for the scaling table",
+    "scaling_runs": "runs per scaling cell",
+    "cycle_records": "the cycle breakdown's topic, 0 to skip",
+    "cycle_partitions": "partitions of the cycle topic",
+    "cycle_tuned": "the tuned run's overrides, comma-separated section.key=value",
+    "lock_caps": "record-lock caps for the extra throughput rows",
+    "failover_records": "the failover phase's records, 0 to skip",
+    "failover_rate": "its steady produce rate, records/s",
+    "idle_timeout_ms": "Sharelake run.idle_timeout_ms",
+    "producer_batch_bytes": "producer batch.size",
+    "run_timeout_s": "bound of one contender run",
+}
 
 
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(x.strip() for x in text.split(",") if x.strip())
-
-
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m bench.run",
-        description="Sharelake against Spark's Kafka source, a plain ShareConsumer drain and Kafka's "
-        "share-consumer perf tool, side by side on one embedded broker; writes bench/results/<date>-<size>.md",
-    )
-    d = BenchSettings()
-    p.add_argument("--smoke", action="store_true", help="tiny sizes that only check the harness works")
-    p.add_argument("--records", type=int, help=f"records per throughput topic (default {d.records:,})")
-    p.add_argument("--partitions", type=_ints, help="partition counts, comma-separated (default 1,4,16)")
-    p.add_argument("--runs", type=int, help=f"runs per contender and partition count (default {d.runs})")
-    p.add_argument("--members", type=int, help=f"share-group members of every contender (default {d.members})")
-    p.add_argument("--contenders", type=_names, help="subset, comma-separated: " + ",".join(d.contenders))
-    p.add_argument("--latency-rate", type=int, help=f"offered load, records/s (default {d.latency_rate})")
-    p.add_argument("--latency-seconds", type=float, help=f"measured load duration (default {d.latency_seconds:g})")
-    p.add_argument("--latency-warmup-seconds", type=float, help="load before the measured part (default 10)")
-    p.add_argument("--latency-partitions", type=int, help=f"(default {d.latency_partitions})")
-    p.add_argument(
-        "--latency-window-seconds",
-        type=float,
-        help=f"p50/p99 per window of this length over the run (default {d.latency_window_seconds:g})",
-    )
-    p.add_argument(
-        "--latency-trigger",
-        help=f"processingTime trigger of Spark's Kafka source in the latency phase (default {d.latency_trigger!r})",
-    )
-    p.add_argument(
-        "--memory-records", type=int, help=f"backlog for the memory phase, 0 to skip (default {d.memory_records:,})"
-    )
-    p.add_argument("--memory-partitions", type=int, help=f"(default {d.memory_partitions})")
-    p.add_argument("--scaling-members", type=_ints, help="pump.members values (default 1,2,4,8)")
-    p.add_argument("--scaling-partitions", type=_ints, help="partition counts for the scaling table (default 1,4)")
-    p.add_argument("--scaling-runs", type=int, help=f"runs per scaling cell (default {d.scaling_runs})")
-    p.add_argument(
-        "--cycle-records", type=int, help=f"the cycle breakdown's topic, 0 to skip (default {d.cycle_records:,})"
-    )
-    p.add_argument("--cycle-partitions", type=int, help=f"(default {d.cycle_partitions})")
-    p.add_argument(
-        "--cycle-tuned",
-        type=_names,
-        help="the tuned run's overrides, comma-separated section.key=value (default: 8 members, ...)",
-    )
-    p.add_argument("--lock-caps", type=_ints, help="record-lock caps for the extra throughput rows (default 2000,4000)")
-    p.add_argument(
-        "--failover-records", type=int, help=f"the failover phase's records, 0 to skip (default {d.failover_records:,})"
-    )
-    p.add_argument(
-        "--failover-rate", type=int, help=f"its steady produce rate, records/s (default {d.failover_rate:,})"
-    )
-    p.add_argument("--idle-timeout-ms", type=int, help="Sharelake run.idle_timeout_ms (default 3000)")
-    p.add_argument("--producer-batch-bytes", type=int, help="producer batch.size (default 16384)")
-    p.add_argument("--run-timeout-s", type=float, help="bound of one contender run (default 1800)")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Every size and knob of `BenchSettings` (`python -m bench run` and `python -m bench cycle`)."""
+    add_settings(p, BenchSettings(), HELPS)
     p.add_argument(
         "--set",
         dest="sharelake_sets",
@@ -170,19 +140,42 @@ def parser() -> argparse.ArgumentParser:
         metavar="SECTION.KEY=VALUE",
         help="extra override for every Sharelake run (repeatable), e.g. --set batch.max_records=50000",
     )
-    p.add_argument("--work-dir", type=Path, help=f"broker data, tables, logs (default {WORK_ROOT})")
-    p.add_argument("--results-dir", type=Path, help=f"where the report goes (default {RESULTS_DIR})")
-    p.add_argument("--keep-work", action="store_true", default=None, help="keep broker data, tables and logs")
-    return p
+    add_places(p)
 
 
-def settings_from_args(argv: list[str] | None = None) -> BenchSettings:
-    args = parser().parse_args(argv)
-    s = replace(BenchSettings(), **SMOKE) if args.smoke else BenchSettings()
-    given = {k: v for k, v in vars(args).items() if k != "smoke" and v is not None}
-    if "sharelake_sets" in given:
-        given["sharelake_sets"] = tuple(given["sharelake_sets"])
-    s = replace(s, **given)
+def carried(s: Any, **more: Any) -> BenchSettings:
+    """The `BenchSettings` the contenders and the latency runs read, for a scenario whose own settings
+    are `s` (a dataclass): the fields it shares with them (same name and type, e.g. `size`,
+    `run_timeout_s` and the places) carried over, and `more`."""
+    d = BenchSettings()
+    same = {f.name: getattr(s, f.name) for f in fields(s) if type(getattr(d, f.name, None)) is type(getattr(s, f.name))}
+    return replace(d, **same, **more)
+
+
+def add_drain_arguments(p: argparse.ArgumentParser, partitions: int = 4) -> None:
+    """The sizes of a scenario whose every run drains one backlog: records, partitions, rounds."""
+    p.add_argument("--records", type=int, default=200_000, help="the backlog (default 200,000)")
+    p.add_argument("--partitions", type=int, default=partitions, help=f"of the topic (default {partitions})")
+    p.add_argument("--rounds", type=int, default=2, help="runs of each kind, interleaved round by round (default 2)")
+    add_places(p)
+
+
+def drain_settings(args: argparse.Namespace) -> BenchSettings:
+    """`add_drain_arguments`' sizes as settings (`runs` = the rounds; members 0: the shipped default)."""
+    return replace(
+        BenchSettings(),
+        records=args.records,
+        partitions=(args.partitions,),
+        runs=args.rounds,
+        members=0,
+        work_dir=args.work_dir,
+        results_dir=args.results_dir,
+        keep_work=args.keep_work,
+    )
+
+
+def from_args(args: argparse.Namespace) -> BenchSettings:
+    s = settings_from(args, BenchSettings(), SMOKE)
     unknown = set(s.contenders) - set(BenchSettings().contenders)
     if unknown:
         raise SystemExit(f"bench: unknown contender(s) {', '.join(sorted(unknown))}")

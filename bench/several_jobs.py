@@ -1,6 +1,6 @@
 """Several Sharelake jobs in one share group writing one table: what scaling out by jobs costs.
 
-Run on its own (not a phase of `bench.run`): `.cache/venv/bin/python -m bench.several_jobs
+Run on its own (not a phase of `bench.run`): `.cache/venv/bin/python -m bench several-jobs
 --records 200000 --partitions 8 --jobs 1,2,3 --rounds 2` (`--smoke` for tiny sizes). One broker,
 one topic holding the backlog; per round, for each job count k (interleaved round by round), k
 `jobs/ingest.py` processes are started at once, until-drained, with the same fresh share group and
@@ -22,12 +22,8 @@ rounds, each round's figures, and the ratio to one job's rate in the same round.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
-import shutil
-import sys
-import time
 import uuid
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -35,14 +31,15 @@ from pathlib import Path
 from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders.base import RunContext, tail
 from bench.contenders.sharelake import SharelakeJob, parse_job_log, start_sharelake
-from bench.figures import finite_median, finite_or_none, fmt, fmt_rate, md_table
+from bench.figures import finite_median, finite_values, fmt, fmt_rate, kv_table, md_table, save_report
+from bench.harness import Stamp, backlog, ints, stamp, work_folder
 from bench.machine import machine_facts
-from bench.settings import RESULTS_DIR, WORK_ROOT, BenchSettings
+from bench.settings import BenchSettings, add_drain_arguments, drain_settings
 from bench.verify import check_exactly_once
-from bench.workload import produce_backlog
 from devkit.delta_log import data_commits, read_commits
 
-log = logging.getLogger("bench")
+HELP = "several Sharelake jobs in one share group drain one backlog into one table: what scaling out by jobs costs"
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -114,7 +111,17 @@ def run_jobs(kafka: EmbeddedKafka, s: BenchSettings, topic: str, k: int, i: int,
     return out
 
 
-def write_report(runs: list[JobsRun], s: BenchSettings, jobs: list[int], facts: dict[str, str], path: Path) -> Path:
+SUMMARY_HEAD = [
+    "jobs", "runs ok", "steady rows/s", "vs 1 job", "scheduled rows/s", "commits", "refused per commit", "refused s",
+    "refused % of write",
+]  # fmt: skip
+RUNS_HEAD = [
+    "round", "jobs", "ok", "steady rows/s", "vs 1 job", "scheduled rows/s", "rows", "dup", "commits", "per job",
+    "refused", "refused s", "write s",
+]  # fmt: skip
+
+
+def write_report(runs: list[JobsRun], s: BenchSettings, jobs: list[int], facts: dict[str, str], at: Stamp) -> Path:
     ok = [r for r in runs if r.ok]
     one = {r.round: r.steady_rate for r in ok if r.jobs == 1}
 
@@ -158,7 +165,7 @@ def write_report(runs: list[JobsRun], s: BenchSettings, jobs: list[int], facts: 
     ]
     text = "\n\n".join(
         [
-            f"# Several jobs on one table ({time.strftime('%Y-%m-%d %H:%M')})",
+            f"# Several jobs on one table ({at.minute})",
             f"{s.records:,} JSON records on {s.partitions[0]} partitions, drained by k Sharelake jobs started at "
             "once in one share group, all appending to one table on local disk; "
             f"{len({r.round for r in runs})} round(s), job counts interleaved in each. Steady state: the rows of "
@@ -166,107 +173,52 @@ def write_report(runs: list[JobsRun], s: BenchSettings, jobs: list[int], facts: 
             "process start -> last data commit). Refused: commits Delta sent back because another job "
             "committed first (each re-checked and committed again with the same files); their seconds run "
             "from an append's first refusal until its commit is durable, against the jobs' `write` step seconds.",
-            md_table(
-                [
-                    "jobs",
-                    "runs ok",
-                    "steady rows/s",
-                    "vs 1 job",
-                    "scheduled rows/s",
-                    "commits",
-                    "refused per commit",
-                    "refused s",
-                    "refused % of write",
-                ],
-                summary_rows,
-            ),
+            md_table(SUMMARY_HEAD, summary_rows),
             "## Every run",
-            md_table(
-                [
-                    "round",
-                    "jobs",
-                    "ok",
-                    "steady rows/s",
-                    "vs 1 job",
-                    "scheduled rows/s",
-                    "rows",
-                    "dup",
-                    "commits",
-                    "per job",
-                    "refused",
-                    "refused s",
-                    "write s",
-                ],
-                round_rows,
-            ),
-            "## Machine\n\n" + md_table(["", ""], [[k, v] for k, v in facts.items()]),
-            "## Settings\n\n" + md_table(["", ""], [[k, v] for k, v in s.as_table().items()]),
+            md_table(RUNS_HEAD, round_rows),
+            "## Machine\n\n" + kv_table(facts),
+            "## Settings\n\n" + kv_table(s.as_table()),
         ]
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text + "\n")
-    raw = [
-        {k: finite_or_none(v) if isinstance(v, float) else v for k, v in {**asdict(r), "ratio": ratio(r)}.items()}
-        for r in runs
-    ]
-    path.with_suffix(".json").write_text(
-        json.dumps({"settings": s.as_table(), "machine": facts, "runs": raw}, indent=2)
-    )
-    return path
+    raw = [finite_values({**asdict(r), "ratio": ratio(r)}) for r in runs]
+    data = {"settings": s.as_table(), "machine": facts, "runs": raw}
+    return save_report(s.results_dir, f"{at.file}-{s.size}", text + "\n", data)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--records", type=int, default=200_000)
-    ap.add_argument("--partitions", type=int, default=8)
-    ap.add_argument("--jobs", default="1,2,3", help="job counts, comma-separated (1 is the baseline)")
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--members", type=int, default=0, help="pump.members of each job (0: the shipped default)")
-    ap.add_argument("--set", action="append", default=[], dest="sets", help="a --set for every job (repeatable)")
-    ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks the harness, numbers mean nothing")
-    ap.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
-    ap.add_argument("--keep-work", action="store_true")
-    a = ap.parse_args(argv)
-    records, partitions, rounds = (4_000, 2, 1) if a.smoke else (a.records, a.partitions, a.rounds)
-    sets = ("pump.max_poll_records=250", *a.sets) if a.smoke else tuple(a.sets)  # smoke: several commits
-    jobs = sorted({int(x) for x in a.jobs.split(",")} | {1})
-    s = replace(
-        BenchSettings(),
-        size="several-jobs-smoke" if a.smoke else "several-jobs",
-        records=records,
-        partitions=(partitions,),
-        runs=rounds,
-        members=a.members,
-        contenders=("sharelake",),
-        sharelake_sets=sets,
-        results_dir=a.results_dir,
-        keep_work=a.keep_work,
-    )
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    stamp = time.strftime("%Y-%m-%d-%H%M%S")
-    work = WORK_ROOT / f"{stamp}-{s.size}"
+def configure(p: argparse.ArgumentParser) -> None:
+    add_drain_arguments(p, partitions=8)
+    p.add_argument("--jobs", type=ints, default=(1, 2, 3), help="job counts, comma-separated (1 is the baseline)")
+    p.add_argument("--members", type=int, default=0, help="pump.members of each job (0: the shipped default)")
+    p.add_argument("--set", action="append", default=[], dest="sets", help="a --set for every job (repeatable)")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes: checks the harness, numbers mean nothing")
+
+
+def settings(a: argparse.Namespace) -> BenchSettings:
+    s = replace(drain_settings(a), size="several-jobs", members=a.members, contenders=("sharelake",))
+    if not a.smoke:
+        return replace(s, sharelake_sets=tuple(a.sets))
+    return replace(  # smoke: several commits
+        s, size="several-jobs-smoke", records=4_000, partitions=(2,), runs=1,
+        sharelake_sets=("pump.max_poll_records=250", *a.sets),
+    )  # fmt: skip
+
+
+def run(a: argparse.Namespace) -> int:
+    s = settings(a)
+    jobs = sorted({*a.jobs, 1})
+    at = stamp()
     facts = machine_facts()
     runs: list[JobsRun] = []
-    try:
-        with EmbeddedKafka(work / "broker", heap="1g") as kafka:
-            topic = f"bench-jobs-p{partitions}-n{records}"
-            kafka.create_topic(topic, partitions=partitions)
-            produce_backlog(kafka.bootstrap, topic, records, s.producer_batch_bytes)
-            for i in range(rounds):
+    records, partitions = s.records, s.partitions[0]
+    topic = f"bench-jobs-p{partitions}-n{records}"
+    with work_folder(s.work_dir, f"{at.file}-{s.size}", s.keep_work) as work:
+        with backlog(work, topic, partitions, records) as kafka:
+            for i in range(s.runs):
                 for k in jobs:
                     log.info("round %d: %d job(s) on one table", i + 1, k)
                     r = run_jobs(kafka, s, topic, k, i, work / "runs" / f"r{i}-k{k}")
                     log.info("  -> %s", f"{r.steady_rate:,.0f} rows/s steady" if r.ok else f"FAILED: {r.error[:300]}")
                     runs.append(r)
         check_exactly_once(runs, lambda r: records)
-        report = write_report(runs, s, jobs, facts, s.results_dir / f"{stamp}-{s.size}.md")
-    finally:
-        if not s.keep_work:
-            shutil.rmtree(work, ignore_errors=True)
-    print(f"bench.several_jobs: report written to {report}")
+        write_report(runs, s, jobs, facts, at)
     return 0 if all(r.ok for r in runs) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Soak: a long steady load at 60% of the measured maximum, with kill -9 of the driver and broker restarts.
 
-Run by `python -m bench.soak` (30 minutes; the report goes to `bench/results/<stamp>-soak.md`) and
+Run by `python -m bench soak` (30 minutes; the report goes to `bench/results/<stamp>-soak.md`) and
 by `tests/test_soak.py` (a bounded 3-minute run in CI, asserting on what `run_soak` returns).
 
 One embedded broker (the demo's deployment) holds a 4-partition topic; the ingest job runs as users
@@ -32,7 +32,6 @@ time of its full micro-batches (from the progress lines), which shows the job's 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import os
@@ -41,8 +40,10 @@ import statistics
 import subprocess
 import threading
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from pyspark.sql import SparkSession
@@ -50,16 +51,18 @@ from pyspark.sql import functions as F
 
 from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders.base import RunContext, stop_group
-from bench.contenders.sharelake import parse_job_log, sharelake_command
+from bench.contenders.sharelake import dead_letter_of, parse_job_log, sharelake_command
 from bench.cycle import progress_batches
-from bench.figures import md_table
+from bench.figures import md_table, save_report
+from bench.harness import add_places, stamp, work_folder
 from bench.procmem import MIB, tree_rss
-from bench.settings import RESULTS_DIR, WORK_ROOT, BenchSettings
+from bench.settings import BenchSettings
 from bench.workload import RateProducer, produce_backlog
 from devkit.delta_log import Commit, CommitTail, rows_in
 from devkit.job_logs import race_counts
 from devkit.paths import PROJECT_ROOT
 
+HELP = "a long steady load at 60% of the measured maximum, with kill -9 of the driver and broker restarts"
 log = logging.getLogger(__name__)
 
 PARTITIONS = 4
@@ -388,10 +391,9 @@ def batches_by_start(run_dir: Path, starts: int) -> list[dict[str, float]]:
 
 
 def _check(run: SoakRun, spark: SparkSession | None, table: Path, topic: str) -> None:
-    from bench.verify import open_spark  # the benchmark's verification session, only when none is given
+    from bench.verify import spark_session  # the benchmark's verification session, only when none is given
 
-    session = spark or open_spark()
-    try:
+    with nullcontext(spark) if spark is not None else spark_session() as session:
         df = session.read.format("delta").load(str(table)).where(F.col("topic") == topic)
         row = df.agg(
             F.count(F.lit(1)).alias("n"),
@@ -400,12 +402,9 @@ def _check(run: SoakRun, spark: SparkSession | None, table: Path, topic: str) ->
         ).first()
         assert row is not None
         run.rows, run.distinct_offsets, run.distinct_keys = int(row["n"]), int(row["offsets"]), int(row["keys"])
-        dead_letter = Path(f"{table}_dead_letter")
+        dead_letter = dead_letter_of(table)
         if (dead_letter / "_delta_log").exists():
             run.dead_lettered = session.read.format("delta").load(str(dead_letter)).count()
-    finally:
-        if spark is None:
-            session.stop()
 
 
 def memory_by_incarnation(run: SoakRun) -> list[dict[str, float]]:
@@ -533,39 +532,39 @@ def soak_json(run: SoakRun) -> dict[str, object]:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--minutes", type=float, default=30.0)
-    ap.add_argument("--fault-every-minutes", type=float, default=2.5)
-    ap.add_argument("--fraction", type=float, default=0.6, help="of the measured maximum (default 0.6)")
-    ap.add_argument("--rate", type=int, help="offer this many records/s instead of a fraction of the maximum")
-    ap.add_argument("--calibrate-records", type=int, default=500_000)
-    ap.add_argument(
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--minutes", type=float, default=30.0)
+    p.add_argument("--fault-every-minutes", type=float, default=2.5)
+    p.add_argument("--fraction", type=float, default=0.6, help="of the measured maximum (default 0.6)")
+    p.add_argument("--rate", type=int, help="offer this many records/s instead of a fraction of the maximum")
+    p.add_argument("--calibrate-records", type=int, default=500_000)
+    p.add_argument(
         "--pattern", default="DBB",
         help="the faults' order, repeated: D = driver kill -9, B = broker restart (default DBB: each job start "
         "lives through two broker restarts, long enough to judge its memory)",
     )  # fmt: skip
-    ap.add_argument("--work-dir", type=Path, default=WORK_ROOT / "soak")
-    ap.add_argument(
+    add_places(p)
+    p.add_argument(
         "--set", dest="sets", action="append", default=[], metavar="SECTION.KEY=VALUE",
         help="an override for the job (repeatable), e.g. --set 'delta.log_retention=\"interval 5 minutes\"'",
     )  # fmt: skip
-    args = ap.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    stamp = time.strftime("%Y-%m-%d-%H%M%S")
-    work = args.work_dir / stamp
-    with EmbeddedKafka(work / "broker") as broker:
-        run = run_soak(
-            broker, work / "run", duration_s=args.minutes * 60, fault_every_s=args.fault_every_minutes * 60,
-            fraction=args.fraction, calibrate_records=args.calibrate_records, rate=args.rate, pattern=args.pattern,
-            sets=tuple(args.sets),
-        )  # fmt: skip
-    report = RESULTS_DIR / f"{stamp}-soak.md"
-    settings = f"The job's overrides: `{' '.join(args.sets)}`.\n" if args.sets else ""
-    report.write_text("\n".join([f"# Sharelake soak, {stamp}\n", settings, *soak_section(run)]))
-    report.with_suffix(".json").write_text(json.dumps(soak_json(run), indent=2, default=str))
-    print(f"soak: report written to {report}")
 
 
-if __name__ == "__main__":
-    main()
+def settings(args: argparse.Namespace) -> dict[str, Any]:
+    """`run_soak`'s arguments, but its broker and work folder."""
+    return {
+        "duration_s": args.minutes * 60, "fault_every_s": args.fault_every_minutes * 60, "fraction": args.fraction,
+        "calibrate_records": args.calibrate_records, "rate": args.rate, "pattern": args.pattern,
+        "sets": tuple(args.sets),
+    }  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    soak = settings(args)
+    at = stamp()
+    with work_folder(args.work_dir, f"{at.file}-soak", args.keep_work) as work, EmbeddedKafka(work / "broker") as kafka:
+        soaked = run_soak(kafka, work / "run", **soak)
+    overrides = f"The job's overrides: `{' '.join(args.sets)}`.\n" if args.sets else ""
+    text = "\n".join([f"# Sharelake soak, {at.file}\n", overrides, *soak_section(soaked)])
+    save_report(args.results_dir, f"{at.file}-soak", text, soak_json(soaked))
+    return 0

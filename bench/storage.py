@@ -1,4 +1,4 @@
-"""The storage mode of the benchmark: `python -m bench.storage [--records N] [--rounds R] ...`.
+"""The storage mode of the benchmark: `python -m bench storage [--records N] [--rounds R] ...`.
 
 Not a phase of `bench.run` (run it on its own; `make bench-storage`). What a table's storage and
 its small-file policy cost the ingest, every variant measured in the same run on one embedded
@@ -25,9 +25,7 @@ bench/results/<date>-storage.md and .json.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import shutil
 import subprocess
 import threading
 import time
@@ -41,15 +39,18 @@ from delta.tables import DeltaTable
 from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders.base import RunContext, tail
 from bench.contenders.sharelake import parse_job_log, start_sharelake
+from bench.figures import finite_median, save_report
+from bench.harness import add_places, stamp, work_folder
 from bench.latency import run_latency
 from bench.machine import machine_facts
-from bench.settings import RESULTS_DIR, WORK_ROOT, BenchSettings
-from bench.verify import open_spark, table_latency
+from bench.settings import BenchSettings
+from bench.verify import spark_session, table_latency
 from bench.workload import produce_backlog
 from devkit.paths import PROJECT_ROOT
 from devkit.s3_server import EmbeddedS3
 
-log = logging.getLogger("bench.storage")
+HELP = "local against S3 tables, auto compaction, optimized writes and jobs/maintain.py (make bench-storage)"
+log = logging.getLogger(__name__)
 
 S3_BUCKET = "bench"
 
@@ -170,18 +171,18 @@ def under_load(kafka: EmbeddedKafka, s: BenchSettings, v: Variant, work: Path) -
     return LoadRun(v.name, True, r.records, maintenance=" ".join(maintenance)), run_dir / "table", run.warmup_records
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.storage", description=__doc__.split("\n\n")[0])
+def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--records", type=int, default=100_000, help="backlog of each drain run")
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--rounds", type=int, default=2, help="drain rounds (each variant once per round)")
     p.add_argument("--rate", type=int, default=3000, help="offered load of the latency runs, records/s")
     p.add_argument("--seconds", type=float, default=90.0, help="measured load of the latency runs")
     p.add_argument("--variants", default=",".join(v.name for v in VARIANTS))
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    chosen = [v for v in VARIANTS if v.name in args.variants.split(",")]
-    s = replace(
+    add_places(p)
+
+
+def settings(args: argparse.Namespace) -> BenchSettings:
+    return replace(
         BenchSettings(),
         size="storage",
         records=args.records,
@@ -190,12 +191,23 @@ def main(argv: list[str] | None = None) -> int:
         latency_seconds=args.seconds,
         latency_warmup_seconds=10.0,
         latency_partitions=args.partitions,
+        work_dir=args.work_dir,
+        results_dir=args.results_dir,
+        keep_work=args.keep_work,
     )
-    work = WORK_ROOT / f"storage-{time.strftime('%Y%m%d-%H%M%S')}"
-    started = time.strftime("%Y-%m-%d-%H%M%S")
+
+
+def run(args: argparse.Namespace) -> int:
+    s = settings(args)
+    chosen = [v for v in VARIANTS if v.name in args.variants.split(",")]
+    at = stamp()
     drains: list[tuple[DrainRun, str]] = []
     loads: list[tuple[LoadRun, Path, int]] = []
-    with EmbeddedKafka(work / "broker") as kafka, EmbeddedS3(work / "s3") as s3:
+    with (
+        work_folder(s.work_dir, f"{at.file}-storage", s.keep_work) as work,
+        EmbeddedKafka(work / "broker") as kafka,
+        EmbeddedS3(work / "s3") as s3,
+    ):
         s3.bucket(S3_BUCKET)
         topic = f"bench-storage-p{args.partitions}"
         kafka.create_topic(topic, partitions=args.partitions)
@@ -213,46 +225,41 @@ def main(argv: list[str] | None = None) -> int:
                 log.exception("under load: %s failed", v.name)
                 loads.append((LoadRun(v.name, False, error=repr(e)[:300]), work / "none", 0))
         # every table, checked with one session (S3's data lives only as long as the server)
-        spark = open_spark()
-        hadoop = spark.sparkContext._jsc.hadoopConfiguration()
-        keys = s3.credentials_env()
-        reach = {"fs.s3a.access.key": keys["AWS_ACCESS_KEY_ID"], "fs.s3a.secret.key": keys["AWS_SECRET_ACCESS_KEY"]}
-        for key, value in {**{k.removeprefix("spark.hadoop."): v for k, v in s3.spark_conf().items()}, **reach}.items():
-            hadoop.set(key, value)
-        for run, location in drains:
-            if run.ok:
-                df = spark.read.format("delta").load(location)
-                run.duplicates = df.count() - df.select("topic", "partition", "offset").distinct().count()
-                run.data_files, run.mean_file_kib = _files(spark, location)
-        for lrun, table, first_measured in loads:
-            if lrun.ok:
-                lat = table_latency(spark, table, first_measured, s.latency_window_seconds, args.seconds)
-                proxy = lat.proxy_ms if lat.proxy_ms is not None else np.array([np.nan])
-                lrun.p50_ms, lrun.p99_ms, lrun.max_ms = (float(np.nanpercentile(proxy, q)) for q in (50, 99, 100))
-                lrun.data_files, lrun.mean_file_kib = _files(spark, str(table))
-        spark.stop()
-    write_report(started, args, chosen, [d for d, _ in drains], [ld for ld, _, _ in loads])
-    shutil.rmtree(work, ignore_errors=True)
+        with spark_session() as spark:
+            hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+            keys = s3.credentials_env()
+            reach = {"fs.s3a.access.key": keys["AWS_ACCESS_KEY_ID"], "fs.s3a.secret.key": keys["AWS_SECRET_ACCESS_KEY"]}
+            for key, value in {
+                **{k.removeprefix("spark.hadoop."): v for k, v in s3.spark_conf().items()},
+                **reach,
+            }.items():
+                hadoop.set(key, value)
+            for drained, location in drains:
+                if drained.ok:
+                    df = spark.read.format("delta").load(location)
+                    drained.duplicates = df.count() - df.select("topic", "partition", "offset").distinct().count()
+                    drained.data_files, drained.mean_file_kib = _files(spark, location)
+            for lrun, table, first_measured in loads:
+                if lrun.ok:
+                    lat = table_latency(spark, table, first_measured, s.latency_window_seconds, args.seconds)
+                    proxy = lat.proxy_ms if lat.proxy_ms is not None else np.array([np.nan])
+                    lrun.p50_ms, lrun.p99_ms, lrun.max_ms = (float(np.nanpercentile(proxy, q)) for q in (50, 99, 100))
+                    lrun.data_files, lrun.mean_file_kib = _files(spark, str(table))
+    write_report(at.file, args, chosen, [d for d, _ in drains], [ld for ld, _, _ in loads])
     return 0
-
-
-def _median(values: list[float]) -> float:
-    return float(np.median(values)) if values else float("nan")
 
 
 def write_report(
     started: str, args: argparse.Namespace, chosen: list[Variant], drains: list[DrainRun], loads: list[LoadRun]
 ) -> Path:
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    base = RESULTS_DIR / f"{started}-storage"
-    ref = _median([d.rate for d in drains if d.variant == "local" and d.ok])
+    ref = finite_median([d.rate for d in drains if d.variant == "local" and d.ok])
     machine = ", ".join(f"{k} {v}" for k, v in machine_facts().items())
     md = [
         f"# Storage and small files: {started}",
         "",
         f"Machine: {machine}. Backlog {args.records:,} JSON records on {args.partitions} partitions, "
         f"{args.rounds} round(s) of drains (variants back to back in each round); load runs at {args.rate:,} "
-        f"records/s for {args.seconds:g} s after a 10 s warm-up. `python -m bench.storage` (bench/storage.py).",
+        f"records/s for {args.seconds:g} s after a 10 s warm-up. `python -m bench storage` (bench/storage.py).",
         "",
         "## Drains: records/s (first record -> last commit), against `local` in the same run",
         "",
@@ -266,7 +273,7 @@ def write_report(
         last = runs[-1] if runs else None
         md.append(
             f"| `{v.name}` | {v.what} | {', '.join(f'{r:,.0f}' for r in rates) or 'FAILED ' + errors} | "
-            f"{_median(rates):,.0f} | {_median(rates) / ref:.2f} | {last.data_files if last else '-'} | "
+            f"{finite_median(rates):,.0f} | {finite_median(rates) / ref:.2f} | {last.data_files if last else '-'} | "
             f"{last.mean_file_kib if last else float('nan'):,.0f} KiB | {sum(d.duplicates for d in runs)} |"
         )
     md += [
@@ -284,12 +291,5 @@ def write_report(
             f"| `{ld.variant}` | {ld.rows:,} | {ld.p50_ms:,.0f} | {ld.p99_ms:,.0f} | {ld.max_ms:,.0f} | "
             f"{ld.data_files} | {ld.mean_file_kib:,.0f} KiB | {ld.maintenance or '-'} |"
         )
-    base.with_suffix(".md").write_text("\n".join(md) + "\n")
     payload = {"args": vars(args), "drains": [asdict(d) for d in drains], "loads": [asdict(ld) for ld in loads]}
-    base.with_suffix(".json").write_text(json.dumps(payload, indent=1, default=str))
-    log.info("report: %s", base.with_suffix(".md"))
-    return base
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return save_report(args.results_dir, f"{started}-storage", "\n".join(md) + "\n", payload)

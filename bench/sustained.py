@@ -1,6 +1,6 @@
 """The sustained rate: the highest offered load Sharelake, and Spark's Kafka source beside it, keep up with.
 
-Run on its own, not a phase of `bench.run`: `.cache/venv/bin/python -m bench.sustained [--smoke]
+Run on its own, not a phase of `bench.run`: `.cache/venv/bin/python -m bench sustained [--smoke]
 [--rates 5000,10000,...] [--seconds 60] ...`; it writes bench/results/<date>-sustained.md and .json.
 On one embedded broker each contender (Sharelake first, then Spark's Kafka source) runs once per
 offered rate, lowest first, each step on a fresh topic: `bench.latency.run_latency` (warm-up, then
@@ -20,13 +20,9 @@ lists every step run, a failed one with its reasons, and both ratios Sharelake /
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import multiprocessing
-import os
-import shutil
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
@@ -35,13 +31,15 @@ from typing import Any
 
 from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders import LABELS
-from bench.figures import finite_or_none, fmt, md_table
+from bench.figures import finite_or_none, finite_values, fmt, kv_table, md_table, save_report
+from bench.harness import RESULTS_DIR, WORK_ROOT, add_places, add_settings, settings_from, stamp, work_folder
 from bench.latency import CONTENDERS, LatencyRun, run_latency
-from bench.machine import machine_facts
-from bench.settings import RESULTS_DIR, WORK_ROOT, BenchSettings
-from bench.verify import Window, open_spark, table_latency
+from bench.machine import load_average, machine_facts
+from bench.settings import BenchSettings, carried
+from bench.verify import Window, spark_session, table_latency
 
-log = logging.getLogger("bench.sustained")
+HELP = "the highest offered rate Sharelake, and Spark's Kafka source beside it, keep up with"
+log = logging.getLogger(__name__)
 
 PRODUCER_LAG_LIMIT_S = 2.0  # the producer fell behind its schedule by more: the offered load was not offered
 GROWTH_FACTOR = 2.0  # falls behind: the last window's p99 is more than this times the early windows' ...
@@ -68,20 +66,10 @@ class SustainedSettings:
 
     def bench_settings(self, rate: int) -> BenchSettings:
         """What `run_latency` and the contenders read, for one step."""
-        return replace(
-            BenchSettings(),
-            size=self.size,
-            contenders=self.contenders,
-            latency_rate=rate,
-            latency_seconds=self.seconds,
-            latency_warmup_seconds=self.warmup_seconds,
-            latency_partitions=self.partitions,
-            latency_window_seconds=self.window_seconds,
-            run_timeout_s=self.run_timeout_s,
-            work_dir=self.work_dir,
-            results_dir=self.results_dir,
-            keep_work=self.keep_work,
-        )
+        return carried(
+            self, latency_rate=rate, latency_seconds=self.seconds, latency_warmup_seconds=self.warmup_seconds,
+            latency_partitions=self.partitions, latency_window_seconds=self.window_seconds,
+        )  # fmt: skip
 
     def as_table(self) -> dict[str, str]:
         b = BenchSettings()
@@ -182,11 +170,8 @@ class SustainedOutcome:
 
 def step_figures(table: str, min_id: int, window_s: float, span_s: float) -> StepFigures:
     """Run in a child process: a SparkSession, the step's latency from its table; the JVM ends with the process."""
-    spark = open_spark()
-    try:
+    with spark_session() as spark:
         lat = table_latency(spark, Path(table), min_id, window_s, span_s)
-    finally:
-        spark.stop()
     return StepFigures(lat.samples, lat.unmatched, lat.rewritten, lat.pct(50), lat.pct(99), lat.pct(100), lat.windows)
 
 
@@ -355,17 +340,12 @@ def report_markdown(o: SustainedOutcome) -> str:
                 )
     md.append("Produced and landed count the warm-up records too; p50 / p99 are over the measured records only.\n")
     md.append("## Settings\n")
-    md.append(md_table(["setting", "value"], [[k, v] for k, v in s.as_table().items()]) + "\n")
+    md.append(kv_table(s.as_table(), ("setting", "value")) + "\n")
     md.append("## Machine\n")
     facts = {**o.machine, "load average at the end (1, 5, 15 min)": o.load_after}
-    md.append(md_table(["", ""], [[k, v] for k, v in facts.items()]) + "\n")
+    md.append(kv_table(facts) + "\n")
     md.append(f"Whole run: {o.seconds / 60:.1f} min.\n")
     return "\n".join(md)
-
-
-def _finite(d: dict[str, Any]) -> dict[str, Any]:
-    """For JSON: NaN floats become null."""
-    return {k: finite_or_none(v) if isinstance(v, float) else v for k, v in d.items()}
 
 
 def report_json(o: SustainedOutcome) -> dict[str, Any]:
@@ -385,8 +365,8 @@ def report_json(o: SustainedOutcome) -> dict[str, Any]:
         }  # fmt: skip
         if f is not None:
             early, last = f.growth()
-            entry |= _finite(asdict(f)) | {"early_p99_ms": finite_or_none(early), "last_p99_ms": finite_or_none(last)}
-            entry["windows"] = [_finite(asdict(w)) for w in f.windows]
+            entry |= finite_values({**asdict(f), "early_p99_ms": early, "last_p99_ms": last})
+            entry["windows"] = [finite_values(asdict(w)) for w in f.windows]
         steps.append(entry)
     return {
         "started": o.started,
@@ -408,79 +388,40 @@ def report_json(o: SustainedOutcome) -> dict[str, Any]:
     }
 
 
-def write_report(o: SustainedOutcome, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(report_markdown(o))
-    path.with_suffix(".json").write_text(json.dumps(report_json(o), indent=2, default=str))
-    return path
-
-
 # -- the command -----------------------------------------------------------------------------------------
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split(",") if x.strip())
+def configure(p: argparse.ArgumentParser) -> None:
+    add_settings(p, SustainedSettings(), {
+        "rates": "offered records/s, comma-separated", "seconds": "measured load per step",
+        "warmup_seconds": "load before it", "partitions": "partitions of every topic",
+        "p99_limit_s": "a step's p99 limit", "window_seconds": "falls-behind check windows",
+        "contenders": "a subset, comma-separated",
+    })  # fmt: skip
+    add_places(p)
 
 
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(x.strip() for x in text.split(",") if x.strip())
-
-
-def parser() -> argparse.ArgumentParser:
-    d = SustainedSettings()
-    p = argparse.ArgumentParser(
-        prog="python -m bench.sustained",
-        description="Steps the offered rate up until the p99 passes a limit or the job falls behind, for Sharelake "
-        "and Spark's Kafka source; writes bench/results/<date>-sustained.md",
-    )
-    p.add_argument("--smoke", action="store_true", help="tiny sizes that only check the harness works")
-    p.add_argument("--rates", type=_ints, help="offered records/s, comma-separated (default 2500,5000,10000,...,30000)")
-    p.add_argument("--seconds", type=float, help=f"measured load per step (default {d.seconds:g})")
-    p.add_argument("--warmup-seconds", type=float, help=f"load before it (default {d.warmup_seconds:g})")
-    p.add_argument("--partitions", type=int, help=f"partitions of every topic (default {d.partitions})")
-    p.add_argument("--p99-limit-s", type=float, help=f"a step's p99 limit (default {d.p99_limit_s:g})")
-    p.add_argument("--window-seconds", type=float, help=f"falls-behind check windows (default {d.window_seconds:g})")
-    p.add_argument("--contenders", type=_names, help="subset, comma-separated: " + ",".join(CONTENDERS))
-    p.add_argument("--work-dir", type=Path, help=f"broker data, tables, logs (default {WORK_ROOT})")
-    p.add_argument("--results-dir", type=Path, help=f"where the report goes (default {RESULTS_DIR})")
-    p.add_argument("--keep-work", action="store_true", default=None, help="keep broker data, tables and logs")
-    return p
-
-
-def settings_from_args(argv: list[str] | None = None) -> SustainedSettings:
-    args = parser().parse_args(argv)
-    s = replace(SustainedSettings(), **SMOKE) if args.smoke else SustainedSettings()
-    s = replace(s, **{k: v for k, v in vars(args).items() if k != "smoke" and v is not None})
+def settings(args: argparse.Namespace) -> SustainedSettings:
+    s = settings_from(args, SustainedSettings(), SMOKE)
     unknown = set(s.contenders) - set(CONTENDERS)
     if unknown:
-        raise SystemExit(f"bench.sustained: unknown contender(s) {', '.join(sorted(unknown))}")
+        raise SystemExit(f"bench sustained: unknown contender(s) {', '.join(sorted(unknown))}")
     if not s.rates or min(s.rates) < 1 or s.seconds <= 0 or s.partitions < 1 or s.window_seconds <= 0:
-        raise SystemExit("bench.sustained: need rates >= 1, --seconds > 0, --partitions >= 1, --window-seconds > 0")
+        raise SystemExit("bench sustained: need rates >= 1, --seconds > 0, --partitions >= 1, --window-seconds > 0")
     return replace(s, rates=tuple(sorted(set(s.rates))), contenders=tuple(c for c in CONTENDERS if c in s.contenders))
 
 
-def main(argv: list[str] | None = None) -> int:
-    s = settings_from_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    stamp = time.strftime("%Y-%m-%d-%H%M%S")
+def run(args: argparse.Namespace) -> int:
+    s = settings(args)
+    at = stamp()
     suffix = "sustained" if s.size == "sustained" else f"sustained-{s.size}"
-    work = s.work_dir / f"{stamp}-{suffix}"
-    out = SustainedOutcome(s, time.strftime("%Y-%m-%d %H:%M:%S %Z"), machine_facts())
+    out = SustainedOutcome(s, at.text, machine_facts())
     began = time.monotonic()
-    try:
+    with work_folder(s.work_dir, f"{at.file}-{suffix}", s.keep_work) as work:
         with EmbeddedKafka(work / "broker", heap="1g") as kafka:
             for contender in s.contenders:
                 out.steps += run_steps(kafka, s, contender, work / "runs")
-        out.load_after = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+        out.load_after = load_average()
         out.seconds = time.monotonic() - began
-        report = write_report(out, s.results_dir / f"{stamp}-{suffix}.md")
-    finally:
-        if not s.keep_work:
-            shutil.rmtree(work, ignore_errors=True)
-    print(f"bench.sustained: report written to {report}")
+        save_report(s.results_dir, f"{at.file}-{suffix}", report_markdown(out), report_json(out))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Upserts against appends and against Spark's hand-written MERGE.
 
-    python -m bench.upserts [--records N] [--partitions P] [--rounds R]
+    python -m bench upserts [--records N] [--partitions P] [--rounds R]
 
 Run on its own (not a phase of `bench.run`). One broker, one topic holding the workload's JSON
 backlog keyed by `user` (`bench.workload.user_key`: 9,973 users, so each user's records share a
@@ -24,26 +24,26 @@ from __future__ import annotations
 
 import argparse
 import logging
-import statistics
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders.base import RunContext, run_logged, started_at, tail
 from bench.contenders.sharelake import parse_job_log, start_sharelake
 from bench.contenders.spark_kafka_source import submit_command
-from bench.figures import fmt_rate, save_report
+from bench.figures import finite_median, fmt_rate, runs_data, save_report, table_report
+from bench.harness import backlog, stamp, work_folder
 from bench.machine import machine_facts
-from bench.settings import RESULTS_DIR, WORK_ROOT, BenchSettings
-from bench.verify import check_table, open_spark
-from bench.workload import produce_backlog, user_key
+from bench.settings import add_drain_arguments, drain_settings
+from bench.verify import check_table, spark_session
+from bench.workload import user_key
 from devkit.delta_log import read_commits
 from devkit.paths import PROJECT_ROOT
 
-log = logging.getLogger("bench")
+HELP = "upserts against appends and against Spark's hand-written foreachBatch MERGE, one backlog keyed by user"
+log = logging.getLogger(__name__)
 
 USERS = 9973  # bench.workload's users: record i belongs to user i % USERS
 MERGE_JOB = PROJECT_ROOT / "bench" / "spark_jobs" / "kafka_source_merge.py"
@@ -105,75 +105,59 @@ def check_upserted(spark: SparkSession, table: Path, records: int) -> str:
     return f"{len(wrong)} users not at their newest record, e.g. {wrong[0]}" if wrong else ""
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.upserts", description="Upserts against appends and Spark's MERGE")
-    p.add_argument("--records", type=int, default=200_000)
-    p.add_argument("--partitions", type=int, default=4)
-    p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    s = replace(BenchSettings(), records=args.records, partitions=(args.partitions,), members=0)
-    stamp = time.strftime("%Y-%m-%d-%H%M%S")
-    work = WORK_ROOT / f"upserts-{stamp}"
+def configure(p: argparse.ArgumentParser) -> None:
+    add_drain_arguments(p)
+
+
+settings = drain_settings
+
+
+def run(args: argparse.Namespace) -> int:
+    s = settings(args)
+    records, partitions = s.records, s.partitions[0]
+    at = stamp()
     facts = machine_facts()
     runs: list[UpsertRun] = []
-    with EmbeddedKafka(work / "broker", heap="1g") as kafka:
-        kafka.create_topic("upserts", partitions=args.partitions)
-        produce_backlog(kafka.bootstrap, "upserts", args.records, s.producer_batch_bytes, key_of=user_key)
-        for i in range(args.rounds):
-            for name in CONTENDERS:
-                ctx = RunContext(kafka.bootstrap, "upserts", args.partitions, args.records, 0, work / f"{name}-{i}", s)
-                runs.append(run_one(ctx, name))
-                log.info("%s round %d: %s", name, i, asdict(runs[-1]))
-    spark = open_spark()
-    try:
-        for run in (r for r in runs if r.ok):
-            table = work / f"{run.contender}-{run.round}" / "table"
-            if run.contender == "sharelake-append":
-                checked = check_table(spark, table)
-                ok = checked.rows == args.records and checked.duplicates == 0
-                run.checked = "" if ok else f"{checked.rows} rows, {checked.duplicates} duplicates"
-            else:
-                run.checked = check_upserted(spark, table, args.records)
-            run.ok = not run.checked
-    finally:
-        spark.stop()
+    with work_folder(s.work_dir, f"{at.file}-upserts", s.keep_work) as work:
+        with backlog(work, "upserts", partitions, records, key_of=user_key) as kafka:
+            for i in range(s.runs):
+                for name in CONTENDERS:
+                    ctx = RunContext(kafka.bootstrap, "upserts", partitions, records, 0, work / f"{name}-{i}", s)
+                    runs.append(run_one(ctx, name))
+                    log.info("%s round %d: %s", name, i, asdict(runs[-1]))
+        with spark_session() as spark:
+            for upserted in (r for r in runs if r.ok):
+                table = work / f"{upserted.contender}-{upserted.round}" / "table"
+                if upserted.contender == "sharelake-append":
+                    checked = check_table(spark, table)
+                    ok = checked.rows == records and checked.duplicates == 0
+                    upserted.checked = "" if ok else f"{checked.rows} rows, {checked.duplicates} duplicates"
+                else:
+                    upserted.checked = check_upserted(spark, table, records)
+                upserted.ok = not upserted.checked
     base = [r.window_rate for r in runs if r.contender == "sharelake-append" and r.ok]
     rows = []
     for name in CONTENDERS:
         mine = [r for r in runs if r.contender == name and r.ok]
-        window = statistics.median([r.window_rate for r in mine]) if mine else float("nan")
-        scheduled = statistics.median([r.scheduled_rate for r in mine]) if mine else float("nan")
+        window = finite_median([r.window_rate for r in mine])
         rows.append(
             [
                 name,
                 fmt_rate(window),
-                f"{window / statistics.median(base):.2f}" if mine and base else "-",
-                fmt_rate(scheduled),
+                f"{window / finite_median(base):.2f}" if mine and base else "-",
+                fmt_rate(finite_median([r.scheduled_rate for r in mine])),
                 ", ".join(str(r.commits) for r in mine),
                 "ok"
-                if len(mine) == args.rounds
+                if len(mine) == s.runs
                 else "FAILED: "
                 + "; ".join((r.error or r.checked)[:200] for r in runs if r.contender == name and not r.ok),
             ]
         )
-    head = [
-        "contender",
-        "records/s (job window, median)",
-        "/ sharelake-append",
-        "records/s (process)",
-        "commits",
-        "tables",
-    ]
+    head = ["contender", "records/s (job window, median)", "/ sharelake-append", "records/s (process)", "commits"]
+    head.append("tables")
     title = (
-        f"Upserts: {args.records:,} JSON records keyed by {min(USERS, args.records):,} users on "
-        f"{args.partitions} partitions, {args.rounds} rounds"
+        f"Upserts: {records:,} JSON records keyed by {min(USERS, records):,} users on "
+        f"{partitions} partitions, {s.runs} rounds"
     )
-    text = save_report(args.results_dir, f"{stamp}-upserts", title, (head, rows), facts, runs)
-    print(text)
+    save_report(s.results_dir, f"{at.file}-upserts", table_report(title, (head, rows), facts), runs_data(runs))
     return 0 if all(r.ok for r in runs) else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -78,9 +79,15 @@ class Latency:
         return float(np.percentile(values, q)) if values is not None and len(values) else math.nan
 
 
-def open_spark() -> SparkSession:
+@contextmanager
+def spark_session() -> Iterator[SparkSession]:
+    """The benchmark's own SparkSession (not a job's), which reads the runs' tables; stopped at the end."""
     os.environ.setdefault("SHARELAKE_JARS", jars_env())  # the checkout's jars
-    return build_spark("sharelake-bench-verify", "local[2]", VERIFY_CONF)
+    spark = build_spark("sharelake-bench-verify", "local[2]", VERIFY_CONF)
+    try:
+        yield spark
+    finally:
+        spark.stop()
 
 
 def check_table(spark: SparkSession, table: Path) -> TableCheck:
@@ -166,8 +173,7 @@ R = TypeVar("R", bound=TableRun)
 def check_exactly_once(runs: Sequence[R], expected: Callable[[R], int]) -> None:
     """Rows and duplicate offsets of every ok run's table (one SparkSession); a table that does not
     hold exactly `expected(run)` rows, each offset once, fails its run."""
-    spark = open_spark()
-    try:
+    with spark_session() as spark:
         for r in runs:
             if not r.ok:
                 continue
@@ -176,5 +182,3 @@ def check_exactly_once(runs: Sequence[R], expected: Callable[[R], int]) -> None:
             want = expected(r)
             if r.rows != want or r.duplicates:
                 r.ok, r.error = False, f"not exactly once: {r.rows} rows of {want}, {r.duplicates} duplicates"
-    finally:
-        spark.stop()

@@ -1,4 +1,4 @@
-"""How the sustained-rate bench judges a step and a contender (`bench.sustained`): no broker, no Spark.
+"""How the sustained-rate bench (`python -m bench sustained`) judges a step and a contender: no broker, no Spark.
 
 A bench that passed a job falling behind, or called a bound an exact rate, would report a target
 met that was not; these pin the rules the report states.

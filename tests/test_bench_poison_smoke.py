@@ -1,4 +1,4 @@
-"""The poison storm benchmark (`python -m bench.poison_storm --smoke`) must keep working, and its judging
+"""The poison storm benchmark (`python -m bench poison-storm --smoke`) must keep working, and its judging
 must say what it should.
 
 No timing is asserted: a smoke run's rates mean nothing. To stay cheap (each run is a job's start)
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_poison_storm_smoke_decides_every_record_exactly_once(tmp_path: Path) -> None:
     results = tmp_path / "results"
     done = subprocess.run(
-        [sys.executable, "-m", "bench.poison_storm", "--smoke", "--kinds", "poison", "--work-dir",
+        [sys.executable, "-m", "bench", "poison-storm", "--smoke", "--kinds", "poison", "--work-dir",
          str(tmp_path / "work"), "--results-dir", str(results)],
         cwd=ROOT, capture_output=True, text=True, timeout=280,
     )  # fmt: skip

@@ -1,4 +1,4 @@
-"""The benchmark harness at smoke size (`python -m bench.run --smoke`): it must keep working.
+"""The benchmark harness at smoke size (`python -m bench run --smoke`): it must keep working.
 
 No timing is asserted: the numbers of a smoke run mean nothing. The run must write its report,
 give every contender a number, leave Delta tables with exactly the records of their topic, and
@@ -34,7 +34,8 @@ def test_bench_smoke_writes_a_report_with_every_contender(tmp_path: Path) -> Non
         [
             sys.executable,
             "-m",
-            "bench.run",
+            "bench",
+            "run",
             "--smoke",
             "--work-dir",
             str(tmp_path / "work"),

@@ -4,7 +4,8 @@ Delta serialises the commits to a `file:` table inside one JVM only (its local r
 commit file that appeared meanwhile), so Sharelake's drivers take turns on
 a lock file beside the table (`app.sink.delta.commit_lock`). Here another process, standing in for
 another driver, holds the lock: this driver's append writes its files but commits only once the
-other lets go. Found by `bench.scale_out`, where two drivers lost an ACCEPTed commit without it.
+other lets go. Found by the scale-out bench (`python -m bench scale-out`), where two drivers lost
+an ACCEPTed commit without it.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """Broker deaths on a replicated 3-node cluster while the job runs: nothing lost, doubled or dead-lettered.
 
 The cluster (3 KRaft nodes, replication factor 3, min.insync.replicas 2) is started once for this
-module; the rest of the suite keeps the single-node broker. `bench.failover` runs the scenario:
-a steady producer, kill -9 of the node leading the most partitions and of the group's
-coordinator (each restarted later), the job never restarted. The stalls it measures are printed
-here and reported against their target by the benchmark, never asserted on time.
+module; the rest of the suite keeps the single-node broker. `bench.failover` runs the scenario
+(`python -m bench failover` alone): a steady producer, kill -9 of the node leading the most
+partitions and of the group's coordinator (each restarted later), the job never restarted. The
+stalls it measures are printed here and reported against their target by the benchmark, never
+asserted on time.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Several drivers on one table, each a host of its own (`python -m bench.scale_out --smoke`).
+"""Several drivers on one table, each a host of its own (`python -m bench scale-out --smoke`).
 
 The scale-out harness at smoke size, under `make chaos` (the network's namespaces need root): two
 drivers on two hosts in one share group, at a steady offered rate, land every record once, and
@@ -27,7 +27,7 @@ def test_two_drivers_on_two_hosts_land_every_record_once(tmp_path: Path) -> None
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
     done = subprocess.run(
-        [sys.executable, "-m", "bench.scale_out", "--smoke", "--drivers", "1,2", "--results-dir", str(tmp_path)],
+        [sys.executable, "-m", "bench", "scale-out", "--smoke", "--drivers", "1,2", "--results-dir", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=540,
     )  # fmt: skip
     assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]

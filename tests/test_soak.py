@@ -1,6 +1,6 @@
 """The soak, bounded: 75 s at 60% of the measured maximum, a broker restart and a driver kill -9.
 
-`bench.soak` runs the same thing for 30 minutes (`python -m bench.soak`); `make chaos` runs this bounded form
+`bench.soak` runs the same thing for 30 minutes (`python -m bench soak`); `make chaos` runs this bounded form
 (`SHARELAKE_SOAK_SECONDS`, default 75; a start's memory measured from 20 s after it, where the
 long soak waits 60 s). The test's own broker is killed and restarted, so the session's shared
 broker is left alone.
@@ -57,7 +57,7 @@ def test_soak_under_kills_lands_everything_once(spark: SparkSession, tmp_path: P
         assert run.rows == run.delivered and run.dead_lettered == 0
         assert (run.replans, run.commit_conflicts) == (0, 0)  # one job at a time: no race to meet
         # the job went on landing rows after each fault: the next fault waited for it, the last
-        # one's rows count through the drain (how fast the lag came back is `bench.soak`'s figure)
+        # one's rows count through the drain (how fast the lag came back is `python -m bench soak`'s figure)
         assert all(f.landed > 0 for f in run.faults), run.faults
         assert memory_by_incarnation(run), "no job start ran long enough to measure its memory"
         assert nothing_left(broker, "soak", "g-soak")

@@ -15,13 +15,10 @@ Called by `bench.formats` (its rounds), beside the JSON contenders it takes from
 
 from __future__ import annotations
 
-import time
-
 from bench.avro_workload import AVRO_SCHEMA_JSON
-from bench.contenders.base import RunContext, RunResult, delta_job_result, failed, run_logged
-from bench.contenders.sharelake import result_of, start_sharelake
-from bench.contenders.spark_kafka_source import JOB, submit_command
-from bench.settings import BENCH_JARS
+from bench.contenders.base import RunContext, RunResult
+from bench.contenders.sharelake import run_sharelake
+from bench.contenders.spark_kafka_source import run_spark_kafka_source
 
 SHARELAKE_AVRO = "sharelake-avro"
 SPARK_AVRO = "spark-kafka-source-avro"
@@ -33,20 +30,8 @@ def avro_payload(registry_url: str) -> tuple[str, ...]:
 
 
 def run_sharelake_avro(ctx: RunContext, registry_url: str) -> RunResult:
-    job = start_sharelake(ctx, "until-drained", payload=avro_payload(registry_url))
-    code = job.wait(ctx.settings.run_timeout_s)
-    result = result_of(ctx, job, code)
-    result.contender = SHARELAKE_AVRO
-    return result
+    return run_sharelake(ctx, SHARELAKE_AVRO, payload=avro_payload(registry_url))
 
 
 def run_spark_kafka_avro(ctx: RunContext) -> RunResult:
-    ctx.run_dir.mkdir(parents=True, exist_ok=True)
-    table, log = ctx.run_dir / "table", ctx.run_dir / "spark-kafka-source-avro.log"
-    try:
-        cmd, env = submit_command(ctx, JOB, table, "--avro-schema", AVRO_SCHEMA_JSON)
-    except FileNotFoundError:
-        return failed(ctx, SPARK_AVRO, f"no jars in {BENCH_JARS}: run `make bench-setup`")
-    launched_at = time.time()
-    code = run_logged(cmd, log, ctx.settings.run_timeout_s, env=env)
-    return delta_job_result(ctx, SPARK_AVRO, code, log, table, launched_at=launched_at)
+    return run_spark_kafka_source(ctx, SPARK_AVRO, "--avro-schema", AVRO_SCHEMA_JSON)

@@ -6,11 +6,14 @@ returns `RunResult(ok=False, error=...)` so that the report can say what failed 
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
 import subprocess
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -18,6 +21,8 @@ from pathlib import Path
 from bench.settings import BenchSettings
 from devkit.delta_log import data_commits, read_commits, rows_in
 from devkit.paths import PROJECT_ROOT
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,32 @@ class RunResult:
 
 def failed(ctx: RunContext, contender: str, error: str, log: Path | None = None) -> RunResult:
     return RunResult(contender, ctx.phase, ctx.partitions, ctx.members, ok=False, error=error, log=log)
+
+
+def attempt(name: str, run: Callable[[RunContext], RunResult], ctx: RunContext) -> RunResult:
+    """`run(ctx)`, a raise turned into a failed result; `expected` set to the topic's records; logged."""
+    try:
+        r = run(ctx)
+    except Exception as e:
+        logger.exception("%s failed", name)
+        r = failed(ctx, name, f"raised {e!r}")
+    r.expected = ctx.records
+    logger.info(
+        "  -> %s", f"{r.rate:,.0f} records/s ({r.records} in {r.seconds:.1f}s)" if r.ok else f"FAILED: {r.error[:300]}"
+    )
+    return r
+
+
+def wait_until(done: Callable[[], bool], alive: Callable[[], bool], timeout_s: float, poll_s: float = 0.2) -> bool:
+    """Whether `done()` came true before the timeout; False as soon as `alive()` is not (a job exited)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if done():
+            return True
+        if not alive():
+            return False
+        time.sleep(poll_s)
+    return False
 
 
 def tail(path: Path | None, lines: int = 15) -> str:

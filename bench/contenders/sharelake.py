@@ -30,6 +30,7 @@ from devkit.network import Host
 from devkit.paths import PROJECT_ROOT
 
 NAME = "sharelake"
+DEAD_LETTER_SUFFIX = "_dead_letter"  # the default dead-letter table: the main table's path + this
 JSON_PAYLOAD = ("payload.format=json", f"payload.schema={SCHEMA_DDL}")  # the workload's values
 
 
@@ -62,6 +63,11 @@ def sharelake_command(
     for s in sets:
         cmd += ["--set", s]
     return cmd
+
+
+def dead_letter_of(table: Path) -> Path:
+    """The job's default dead-letter table, beside its `table`."""
+    return table.with_name(table.name + DEAD_LETTER_SUFFIX)
 
 
 @dataclass
@@ -126,8 +132,9 @@ class JobLog:
 
 
 def parse_job_log(log: Path) -> JobLog:
+    """The job's start and its `run ended: k=v ...` counters, from its log (none when it has no log yet)."""
     started, summary = None, {}
-    for line in log.read_text(errors="replace").splitlines():
+    for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
         m = re.search(r"run ended: (.*)", line)
         if m:
             summary = {k: float(v) for k, v in (kv.split("=", 1) for kv in m.group(1).split())}
@@ -163,7 +170,9 @@ def result_of(
     return RunResult(name, ctx.phase, ctx.partitions, ctx.members, True, rows, window, "", job.table, job.log, details)
 
 
-def run_sharelake(ctx: RunContext) -> RunResult:
-    job = start_sharelake(ctx, "until-drained")
-    code = job.wait(ctx.settings.run_timeout_s)
-    return result_of(ctx, job, code)
+def run_sharelake(
+    ctx: RunContext, name: str = NAME, extra_sets: tuple[str, ...] = (), payload: tuple[str, ...] = JSON_PAYLOAD
+) -> RunResult:
+    """One until-drained run (`name` and the settings: contender (a2) and the Avro contender)."""
+    job = start_sharelake(ctx, "until-drained", extra_sets, payload=payload)
+    return result_of(ctx, job, job.wait(ctx.settings.run_timeout_s), name=name)

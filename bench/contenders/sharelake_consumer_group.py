@@ -8,12 +8,10 @@ each Delta commit, at most one member per partition). Its records/s is measured 
 from __future__ import annotations
 
 from bench.contenders.base import RunContext, RunResult
-from bench.contenders.sharelake import result_of, start_sharelake
+from bench.contenders.sharelake import run_sharelake
 
 NAME = "sharelake-consumer-group"
 
 
 def run_sharelake_consumer_group(ctx: RunContext) -> RunResult:
-    job = start_sharelake(ctx, "until-drained", extra_sets=("kafka.group_type=consumer",))
-    code = job.wait(ctx.settings.run_timeout_s)
-    return result_of(ctx, job, code, name=NAME)
+    return run_sharelake(ctx, NAME, extra_sets=("kafka.group_type=consumer",))
