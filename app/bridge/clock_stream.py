@@ -13,7 +13,10 @@ Spark's default manager.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 CHECKPOINT_MANAGER_CONF = "spark.sql.streaming.checkpointFileManagerClass"
 FILE_SYSTEM_MANAGER = "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
@@ -29,3 +32,34 @@ def clock_session(spark: SparkSession, local_checkpoint: bool) -> SparkSession:
 
 def clock_stream(spark: SparkSession) -> DataFrame:
     return spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 1).option("numPartitions", 1).load()
+
+
+class ClockQuery:
+    """The clock stream's query: its session, checkpoint and name; started once, stopped once (a stop
+    before any start does nothing)."""
+
+    def __init__(self, clock: SparkSession, checkpoint: str, name: str):
+        self._clock = clock
+        self.checkpoint = checkpoint
+        self.name = name
+        self.query: StreamingQuery | None = None
+
+    def add_listener(self, listener: StreamingQueryListener) -> Callable[[], None]:
+        """`listener` on the clock's session; the call that removes it."""
+        self._clock.streams.addListener(listener)
+        return lambda: self._clock.streams.removeListener(listener)
+
+    def start(self, each_batch: Callable[[DataFrame, int], None]) -> StreamingQuery:
+        """The query, started: `each_batch` runs for every micro-batch of the clock."""
+        self.query = (
+            clock_stream(self._clock)
+            .writeStream.foreachBatch(each_batch)
+            .option("checkpointLocation", self.checkpoint)
+            .queryName(self.name)
+            .start()
+        )
+        return self.query
+
+    def stop(self) -> None:
+        if self.query is not None:
+            self.query.stop()

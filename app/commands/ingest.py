@@ -36,8 +36,8 @@ def run(args: argparse.Namespace) -> int:
     shutdown.install(spark)
     run = IngestRun(spark, cfg, shutdown.stop_requested)
     try:
-        summary = run.run()
-        log.info("run ended: %s", summary.line())
+        finished = run.run()
+        log.info("run ended: %s", finished.summary.line())
     except IngestError as e:
         log.error("run failed: %s", e)
         return 1
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     if shutdown.stop_requested.is_set():
         return 0
     if args.summary:
-        routes = run.opened.routes  # each table located
+        routes = finished.opened.routes  # each table located
         dead = routes.dead_letter.path if routes.dead_letter is not None else None
         print_tables_summary(spark, [r.location.path for r in routes.main], dead)
     spark.stop()

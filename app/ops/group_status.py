@@ -1,13 +1,13 @@
 """`sharelake status`'s reader: the group's state now (its members, each partition's offset and lag)
 and each table's last Sharelake commit.
 
-Called by `sharelake status` (`app.commands.status`: text or `--json`). The group's state is the
-group type's (`GroupType.read_state`, `app.consume.group_client`; the type chosen by
-`app.consume.group_types`), read through `app.consume.group_admin.GroupAdmin`: a share group's members,
-share-partition start offsets and lag from the Kafka Java Admin; a consumer group's members,
-committed offsets and lag to the end offsets from librdkafka's. The commits come from each table's
-Delta history (the newest commit whose userMetadata Sharelake wrote, `app.sink.dedup.commit_log`). The
-job's lag gauge (`app.observe.group_lag`) reads the same group state on a timer.
+Shown as text or `--json`. The group's state is the group type's (`GroupType.read_state`,
+`app.consume.group_client`; the type chosen by `app.consume.group_types`), read through
+`app.consume.group_admin.GroupAdmin`: a share group's members, share-partition start offsets and lag
+from the Kafka Java Admin; a consumer group's members, committed offsets and lag to the end offsets from
+librdkafka's. The commits come from each table's Delta history (the newest commit whose userMetadata
+Sharelake wrote, `app.sink.dedup.commit_log`). The job's lag gauge (`app.observe.group_lag`) reads the
+same group state on a timer.
 
 What the admin API gives per partition is an offset and a lag, not how many records are in flight
 (acquired, undecided) now; a running job's in-flight count is its own metric (polled minus decided).

@@ -1,8 +1,7 @@
 """Table maintenance beside the ingest: OPTIMIZE (compaction of small files), then VACUUM.
 
-Called by `jobs/maintain.py` (a scheduled job: it runs once over every table of the config and
-exits) and by the maintenance test, which runs it in a loop beside a live ingest job. Each
-micro-batch of the ingest is one Delta commit with its own small files; OPTIMIZE rewrites them into
+One call runs once over every table of the config (a scheduled job), and is safe beside a live
+ingest job. Each micro-batch of the ingest is one Delta commit with its own small files; OPTIMIZE rewrites them into
 fewer large ones (a commit that only removes and adds files: no offsets, so the dedup cache passes
 over it), and VACUUM deletes the files no version within the retention needs any more.
 

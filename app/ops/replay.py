@@ -1,6 +1,6 @@
 """Re-publishes dead-letter records to Kafka after a fix, and marks them replayed.
 
-Called by `jobs/replay_dlq.py` (spark-submit) and the tests. Selects the dead-letter rows not
+Selects the dead-letter rows not
 replayed yet that match a SQL filter, produces each record's raw key, value and headers (plus a
 `sharelake.replay_of` header naming the original topic/partition/offset) to its original topic or
 to `to_topic` with an idempotent producer, waits for every delivery, and only then marks exactly

@@ -1,6 +1,6 @@
 """Re-publishes the records of the share group's broker-side dead-letter topic to their source topics.
 
-Called by `jobs/replay_dlq.py --from-broker-topic` and the tests. The topic is
+The topic is
 `kafka.broker_dead_letter_topic` (KIP-1191, app.consume.broker_dead_letter_topic). A consumer group
 of the replay's own (`<group_id>.broker-dlq-replay`) reads it from where the last replay stopped to
 its end at start, and keeps the records the broker wrote for this share group (header

@@ -1,6 +1,6 @@
 """A human summary of a job's Delta tables and its dead-letter table: rows, columns, offsets, duplicates.
 
-Called by `jobs/ingest.py --summary` (the demo uses it) to show what landed: each main table (its
+What landed, for a person (`sharelake ingest --summary`): each main table (its
 payload columns, so a column a new writer schema added shows; its data files, count and size, the
 cost small commits leave), then the dead letters by class.
 """

@@ -1,8 +1,7 @@
-"""One ingest run, in named stages (`IngestRun`): open -> join -> warm -> loop -> close.
-
-Called by `sharelake ingest` (`app.commands.ingest`) and by the tests in-process (`run_ingest`);
-`sharelake check` (`app.commands.check`) runs the open stage alone. The record's way through what
-the stages wire: group settings -> member pool -> RecordBuffer -> clock query -> DeltaSink.
+"""One ingest run, in named stages (`IngestRun`): open -> join -> warm -> loop -> close, each stage
+taking the value the one before returned (`Opened`, `Joined`, `Warmed`, `Ended`); `sharelake check`
+runs the open stage alone. The record's way through what the stages wire: group settings -> member
+pool -> RecordBuffer -> clock query -> DeltaSink.
 
 A run blocks until it ends: in `until-drained` mode when the backlog is drained, in `continuous`
 mode when `stop_event` is set (SIGTERM/SIGINT in the job). It then stops gracefully: members stop
@@ -39,7 +38,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from app.acknowledge.window import DecisionWindow
-from app.bridge.clock_stream import clock_session, clock_stream
+from app.bridge.clock_stream import ClockQuery, clock_session
 from app.bridge.record_buffer import RecordBuffer
 from app.config.routes import Route, Routes
 from app.config.settings import SharelakeConfig
@@ -173,21 +172,70 @@ class Opened:
         return [*(d.table for d in self.destinations), *self.dead_letters.tables()]
 
 
-class IngestRun:
-    """One ingest run, in named stages. `run()` takes them in order:
+@dataclass(frozen=True)
+class Joined:
+    """What the join stage built on `opened`: the member pool (its members joining the group), the sink
+    they feed through the buffer, and the clock query that will run it."""
 
-    - `open`: the start-up checks (`app.run.preflight`: ConfigError, one line, exit 2), every payload
-      format started, the tables opened with their dedup caches loaded, the writer leases held (S3).
-      `sharelake check` runs this stage alone, with `apply=False`: nothing changed on the broker,
-      no lease taken.
-    - `join`: the buffer, the member pool and the sink built; the members join the group (they
-      acquire nothing before they poll); the metrics, the lag reader and the progress log start.
-    - `warm`: older writers' leftover duplicates repaired, the write path warmed up
+    opened: Opened
+    pool: MemberPool
+    sink: DeltaSink
+    clock: ClockQuery
+    job_name: str
+
+    def counters(self) -> list[Any]:
+        """The run's counters: the members', the sink's, each table's (`app.observe.counters` collects them)."""
+        return [*self.pool.member_stats(), self.sink.stats, *(t.stats for t in self.opened.tables)]
+
+    def owners(self) -> list[Any]:
+        """Every counter and gauge of the run, for the progress line and Prometheus."""
+        return [*self.counters(), self.pool.gauges()]
+
+
+@dataclass(frozen=True)
+class Warmed:
+    """What the warm stage left running: the clock query, past its first micro-batch."""
+
+    joined: Joined
+    query: StreamingQuery
+    warm_up_s: float
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How the loop stage ended: the error that ended it (None: drained or stopped), when the members
+    started."""
+
+    warmed: Warmed
+    error: BaseException | None
+    members_at: float
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A whole run: what it opened (its routes: where it wrote) and its summary."""
+
+    opened: Opened
+    summary: RunSummary
+
+
+class IngestRun:
+    """One ingest run, in named stages, each taking the value the one before returned (`run()` takes
+    them in order):
+
+    - `open() -> Opened`: the start-up checks (`app.run.preflight`: ConfigError, one line, exit 2),
+      every payload format started, the tables opened with their dedup caches loaded, the writer
+      leases held (S3). `sharelake check` runs this stage alone, with `apply=False`: nothing changed
+      on the broker, no lease taken.
+    - `join(Opened) -> Joined`: the buffer, the member pool and the sink built; the members join the
+      group (they acquire nothing before they poll); the metrics, the lag reader and the progress
+      log start.
+    - `warm(Joined) -> Warmed`: older writers' leftover duplicates repaired, the write path warmed up
       (`app.sink.batch.warm_up`), the clock query started and its first micro-batch run, all before
       any record is locked.
-    - `loop`: the members poll; the main thread watches the query and the members, ticks the
-      elastic sizer, and ends the run when drained (`until-drained`) or on `stop_event`.
-    - `close`: everything the stages opened closed once, in reverse (one `ExitStack`): the members
+    - `loop(Warmed) -> Ended`: the members poll; the main thread watches the query and the members,
+      ticks the elastic sizer, and ends the run when drained (`until-drained`) or on `stop_event`.
+    - `close()`: everything the stages opened closed once, in reverse (one `ExitStack`): the members
       stop (the running batch finishes and ACCEPTs, unwritten polls are RELEASEd), the sink stops
       writing, the query stops, the tables finish their post-commit work, the leases are released.
     """
@@ -207,8 +255,6 @@ class IngestRun:
         self._on_pool_started = on_pool_started
         self._closing = ExitStack()
         self._started = time.monotonic()
-        self._members_at: float | None = None
-        self._warm_up_s = 0.0
 
     # -- open ------------------------------------------------------------------------------------
 
@@ -238,136 +284,131 @@ class IngestRun:
         tables = [*(d.table for d in destinations), *dead_letters.tables()]
         positions = table_positions(t.next_offsets() for t in tables)  # a consumer group starts there
         window = group.decision_window(cfg.kafka, facts.group_settings)
-        self.opened = Opened(facts, group, routes, destinations, dead_letters, leases, positions, window)
-        return self.opened
+        return Opened(facts, group, routes, destinations, dead_letters, leases, positions, window)
 
     # -- join ------------------------------------------------------------------------------------
 
-    def join(self) -> None:
+    def join(self, opened: Opened) -> Joined:
         """The pool, the sink and what observes them; the members join the group."""
-        cfg, o = self.cfg, self.opened
+        cfg = self.cfg
         buffer = RecordBuffer(cfg.pump.buffer_max_records)
-        cap = o.group.member_cap(o.facts.partitions)
-        self.pool = pool = MemberPool(cfg.kafka, cfg.pump, buffer, o.group, cap, o.positions)
-        log_banner(cfg, o, pool)
-        self.job_name = f"{cfg.run.app_name}/{cfg.kafka.group_id}@{socket.gethostname()}:{os.getpid()}"
-        self.sink = DeltaSink(
+        cap = opened.group.member_cap(opened.facts.partitions)
+        pool = MemberPool(cfg.kafka, cfg.pump, buffer, opened.group, cap, opened.positions)
+        log_banner(cfg, opened, pool)
+        job_name = f"{cfg.run.app_name}/{cfg.kafka.group_id}@{socket.gethostname()}:{os.getpid()}"
+        sink = DeltaSink(
             buffer,
-            o.destinations,
-            o.dead_letters,
+            opened.destinations,
+            opened.dead_letters,
             cfg.batch,
             cfg.dead_letter.max_delivery_count,
-            o.window,
-            self.job_name,
+            opened.window,
+            job_name,
             on_fatal=pool.stop_polling,
             on_pause=pool.pause_polling,
             on_resume=pool.resume_polling,
-            counts_deliveries=o.group.counts_deliveries,
+            counts_deliveries=opened.group.counts_deliveries,
         )
-        self.query_name = f"sharelake-{cfg.kafka.group_id}"
-        if cfg.delta.checkpoint_path:
-            self.checkpoint = cfg.delta.checkpoint_path
-        else:
-            temp_checkpoint = tempfile.mkdtemp(prefix="sharelake-clock-")
-            self._closing.callback(shutil.rmtree, temp_checkpoint, ignore_errors=True)
-            # by URI: a bare path would resolve against fs.defaultFS (HDFS on YARN), where nothing
-            # removes it and a stop's interrupt mid-write prints an HDFS streamer trace
-            self.checkpoint = Path(temp_checkpoint).as_uri()
-        self.clock = clock_session(self.spark, local_checkpoint=not cfg.delta.checkpoint_path)
-        self._observe()
-        self.query: StreamingQuery | None = None
-        self._closing.callback(self._stop_writing)  # closed first: the members, the sink, the query
+        clock = ClockQuery(
+            clock_session(self.spark, local_checkpoint=not cfg.delta.checkpoint_path),
+            self._clock_checkpoint(),
+            f"sharelake-{cfg.kafka.group_id}",
+        )
+        joined = Joined(opened, pool, sink, clock, job_name)
+        self._observe(joined)
+        self._closing.callback(stop_writing, joined, cfg.run.stop_timeout_s)  # closed first of all
         pool.join_group()  # the members join the group meanwhile; they acquire nothing before they poll
+        return joined
 
-    def owners(self) -> list[Any]:
-        """Every counter of the run (`app.observe.counters` collects them)."""
-        return [*self.pool.member_stats(), self.sink.stats, *(t.stats for t in self.opened.tables), self.pool.gauges()]
+    def _clock_checkpoint(self) -> str:
+        """The clock query's checkpoint: the configured one, or a temporary folder removed at close."""
+        if self.cfg.delta.checkpoint_path:
+            return self.cfg.delta.checkpoint_path
+        temp_checkpoint = tempfile.mkdtemp(prefix="sharelake-clock-")
+        self._closing.callback(shutil.rmtree, temp_checkpoint, ignore_errors=True)
+        # by URI: a bare path would resolve against fs.defaultFS (HDFS on YARN), where nothing
+        # removes it and a stop's interrupt mid-write prints an HDFS streamer trace
+        return Path(temp_checkpoint).as_uri()
 
-    def _observe(self) -> None:
+    def _observe(self, joined: Joined) -> None:
         """The progress log, the group's lag and the Prometheus endpoint, each stopped at close."""
         cfg = self.cfg
         if cfg.metrics.progress_log:
-            listener = ProgressListener(self.query_name, self.owners, self.sink.stats.batch_report)
-            self.clock.streams.addListener(listener)
-            self._closing.callback(self.clock.streams.removeListener, listener)
+            listener = ProgressListener(joined.clock.name, joined.owners, joined.sink.stats.batch_report)
+            self._closing.callback(joined.clock.add_listener(listener))
             self._closing.callback(listener.close)
         if not cfg.metrics.prometheus_port:
             return
-        group = self.opened.group
+        group = joined.opened.group
         group_lag = GroupLag(  # on a timer
             lambda: GroupStateReader(group, cfg.kafka, self.spark), cfg.kafka.subscribed, cfg.metrics.lag_interval_s
         )
         group_lag.start()
         self._closing.callback(group_lag.stop)
-        stop_metrics = serve_metrics(cfg.metrics.prometheus_port, cfg.metrics.prometheus_addr, self.owners, group_lag)
+        stop_metrics = serve_metrics(cfg.metrics.prometheus_port, cfg.metrics.prometheus_addr, joined.owners, group_lag)
         self._closing.callback(stop_metrics)
-
-    def _stop_writing(self) -> None:
-        """The members stop (the running batch finishes), then the sink, then the query; the last
-        commit's post-commit work ends."""
-        self.pool.stop(self.cfg.run.stop_timeout_s)
-        self.sink.close()
-        if self.query is not None:
-            self.query.stop()
-        self.sink.finish()
 
     # -- warm ------------------------------------------------------------------------------------
 
-    def warm(self) -> None:
+    def warm(self, joined: Joined) -> Warmed:
         """Repair, warm-up and the clock query's first micro-batch, before any record is locked."""
-        self.sink.repair_pending()  # duplicates a writer that died before repairing them left behind
-        formats = [d.format for d in self.opened.destinations]
-        self._warm_up_s = warm_up(self.spark, formats, self.cfg.dead_letter.max_delivery_count, self.job_name)
+        joined.sink.repair_pending()  # duplicates a writer that died before repairing them left behind
+        formats = [d.format for d in joined.opened.destinations]
+        warm_up_s = warm_up(self.spark, formats, self.cfg.dead_letter.max_delivery_count, joined.job_name)
         try:
-            self.query = (
-                clock_stream(self.clock)
-                .writeStream.foreachBatch(self.sink)
-                .option("checkpointLocation", self.checkpoint)
-                .queryName(self.query_name)
-                .start()
-            )
+            query = joined.clock.start(joined.sink)
         except Exception as e:
             raise IngestError(f"the streaming query did not start: {one_line(e, 300)}") from e
-        wait_for_first_trigger(self.query, QUERY_READY_TIMEOUT_S)
+        wait_for_first_trigger(query, QUERY_READY_TIMEOUT_S)
+        return Warmed(joined, query, warm_up_s)
 
     # -- loop ------------------------------------------------------------------------------------
 
-    def loop(self) -> BaseException | None:
-        """The members poll until the run ends; the error that ended it, if any."""
-        cfg, pool, query = self.cfg, self.pool, self.query
-        assert query is not None
+    def loop(self, warmed: Warmed) -> Ended:
+        """The members poll until the run ends, with the error that ended it, if any."""
+        joined = warmed.joined
+        cfg, pool = self.cfg, joined.pool
         sizer = ElasticSizer(
             pool,
             pool.bounded(cfg.pump.lowest),
             pool.bounded(cfg.pump.highest),
-            self.opened.window,
-            lambda: self.sink.stats.last_cycle_s,
+            joined.opened.window,
+            lambda: joined.sink.stats.last_cycle_s,
         )
         pool.start()
-        self._members_at = time.monotonic()
+        members_at = time.monotonic()
         log.info(
             "%s members started: %d (start-up took %.1fs, warm-up %.1fs)",
-            self.opened.group.noun,
+            joined.opened.group.noun,
             pool.size,
-            self._members_at - self._started,
-            self._warm_up_s,
+            members_at - self._started,
+            warmed.warm_up_s,
         )
         if self._on_pool_started is not None:
             self._on_pool_started(pool)
-        drain_mode = cfg.run.mode in ("until-drained", "available-now")
         while not self.stop_event.is_set():
-            if self.sink.config_error is not None:  # found by a batch (a key column the registry's schemas lack)
-                return self.sink.config_error
-            if query.exception() is not None:
-                log.warning("the streaming query failed; its error in full: %s", query.exception())
-                return IngestError(f"streaming query failed: {one_line(query.exception())}")
-            if pool.failures():
-                return IngestError(f"{self.opened.group.noun} member failed: {pool.failures()[0]!r}")
-            if drain_mode and pool.drained(cfg.run.idle_timeout_ms / 1000, cfg.run.empty_timeout_ms / 1000):
-                log.info("backlog drained: quiet for the idle timeout and nothing in flight")
-                return None
+            ended = self._ended(warmed, members_at)
+            if ended is not None:
+                return ended
             sizer.tick()
             time.sleep(0.1)
+        return Ended(warmed, None, members_at)
+
+    def _ended(self, warmed: Warmed, members_at: float) -> Ended | None:
+        """The run's end when it ends now (its error, or drained); None while it goes on."""
+        cfg, query, sink, pool = self.cfg, warmed.query, warmed.joined.sink, warmed.joined.pool
+        if sink.config_error is not None:  # found by a batch (a key column the registry's schemas lack)
+            return Ended(warmed, sink.config_error, members_at)
+        if query.exception() is not None:
+            log.warning("the streaming query failed; its error in full: %s", query.exception())
+            return Ended(warmed, IngestError(f"streaming query failed: {one_line(query.exception())}"), members_at)
+        if pool.failures():
+            noun = warmed.joined.opened.group.noun
+            return Ended(warmed, IngestError(f"{noun} member failed: {pool.failures()[0]!r}"), members_at)
+        drain_mode = cfg.run.mode in ("until-drained", "available-now")
+        if drain_mode and pool.drained(cfg.run.idle_timeout_ms / 1000, cfg.run.empty_timeout_ms / 1000):
+            log.info("backlog drained: quiet for the idle timeout and nothing in flight")
+            return Ended(warmed, None, members_at)
         return None
 
     # -- close -----------------------------------------------------------------------------------
@@ -376,15 +417,16 @@ class IngestRun:
         """Everything the stages opened, closed once, in reverse."""
         self._closing.close()
 
-    def summary(self) -> RunSummary:
+    def summary(self, ended: Ended) -> RunSummary:
         """The run's counters and how long its parts took (after close)."""
-        pool, st, destinations = self.pool, self.sink.stats, self.opened.destinations
-        members_at = self._members_at or time.monotonic()
+        joined = ended.warmed.joined
+        pool, st, destinations = joined.pool, joined.sink.stats, joined.opened.destinations
+        members_at = ended.members_at
         t = pool.totals()
         last_commit = max((d.table.stats.last_commit_at or members_at for d in destinations), default=members_at)
         first = t.first_record_at or members_at
         return RunSummary(
-            collect([*pool.member_stats(), st, *(table.stats for table in self.opened.tables)]),
+            collect(joined.counters()),
             {
                 "mean_cycle_s": st.cycle_s_sum / max(1, st.cycles),
                 "start_s": members_at - self._started,  # checks, caches, the warm-up, the clock's first batch
@@ -394,17 +436,23 @@ class IngestRun:
             },
         )
 
-    def run(self) -> RunSummary:
-        """open, join, warm, loop, close; raises the error that ended the run (IngestError, ConfigError,
-        TableInUseError)."""
+    def run(self) -> Finished:
+        """open, join, warm, loop, close; raises the error that ended the run (IngestError, ConfigError)."""
         with self._closing:
-            self.open()
-            self.join()
-            self.warm()
-            error = self.loop()
-        if error is not None:
-            raise error
-        return self.summary()
+            opened = self.open()
+            ended = self.loop(self.warm(self.join(opened)))
+        if ended.error is not None:
+            raise ended.error
+        return Finished(opened, self.summary(ended))
+
+
+def stop_writing(joined: Joined, stop_timeout_s: float) -> None:
+    """The members stop (the running batch finishes), then the sink, then the query; the last commit's
+    post-commit work ends."""
+    joined.pool.stop(stop_timeout_s)
+    joined.sink.close()
+    joined.clock.stop()
+    joined.sink.finish()
 
 
 def wait_for_first_trigger(query: StreamingQuery, timeout_s: float) -> None:
@@ -422,4 +470,4 @@ def run_ingest(
     on_pool_started: Callable[[MemberPool], None] | None = None,
 ) -> RunSummary:
     """One run (`IngestRun.run`); `on_pool_started` lets a caller (a test) steer the member pool while it runs."""
-    return IngestRun(spark, cfg, stop_event, consumer_factory, on_pool_started).run()
+    return IngestRun(spark, cfg, stop_event, consumer_factory, on_pool_started).run().summary

@@ -1,7 +1,7 @@
 """Start-up checks of the resources the config names: broker, topic, share-group settings, table path.
 
-Called by `app.run.pipeline.run_ingest` before any member polls, and by `sharelake check` alone
-(`check_start` with `apply=False`: the same checks, changing nothing on the broker). Each problem raises `ConfigError`
+They run before any member polls; `check_start` with `apply=False` runs the same checks changing
+nothing on the broker (`sharelake check`). Each problem raises `ConfigError`
 with one line naming the key or the resource and the fix; the job prints it and exits with code 2.
 A broker that does not answer (none up yet, a cut network) is an outage, not a problem of the config:
 `DependencyUnavailable`, which the start waits out (`app.failures.dependency_wait`); an address that

@@ -65,9 +65,8 @@ def run_until_drained(
         *overrides,
     ]
     cfg = load_config(config, sets)
-    run = IngestRun(spark, cfg)
-    summary = run.run()
-    routes = run.opened.routes  # each table located
+    finished = IngestRun(spark, cfg).run()
+    routes = finished.opened.routes  # each table located
     tables = {topic: route.location.path for route in routes.main for topic in route.topics}
     dead = routes.dead_letter.path if routes.dead_letter is not None else None
-    return DrainedRun(spark, tables, dead, summary)
+    return DrainedRun(spark, tables, dead, finished.summary)

@@ -1,8 +1,8 @@
 """Warms the write path at start, before the job joins the share group.
 
-Called once by `app.run.pipeline.IngestRun`, after the start-up checks and before any member polls,
-and by the training run of the driver's class archive (`app.run.class_archive`); it builds its own
-`DeltaSink` (with a `DeltaDeadLetters` on a temporary dead-letter table). The first Delta append of
+It runs after the start-up checks and before any member polls (and in the training run of the
+driver's class archive), with a `DeltaSink` of its own (and a `DeltaDeadLetters` on a temporary
+dead-letter table: the Delta path is what needs warming). The first Delta append of
 a fresh JVM is several times slower than the next (class loading, JIT, whole-stage codegen of the
 payload parse, Delta's commit path); records polled before it would wait that long with their
 locks held. So a throwaway sink runs the real path once on synthetic records, on temporary tables

@@ -1,12 +1,10 @@
 """One Delta table that Sharelake appends Kafka records to, deduplicated by (topic, partition, offset).
 
-Built by `open_table` (called by `app.sink.write.destinations` for each main table, and the
-dead-letter table), used by the per-table writers (`app.sink.write.table_writer`), the Delta
-dead-letter sink (`app.sink.dead_letter.sinks`), the batch plan (as a `Holder`) and
-`app.run.pipeline` (where the tables are: `next_offsets`; their counters: `stats`). It is the
-face of the table's commits: it owns the table's `DeltaWriter` (appends), its `DeltaMerge` (MERGEs
-and DELETEs) and its `DedupCache`, which nobody else reaches, and keeps the cache current, so
-every append is a provable commit that never holds an offset twice:
+It is the face of the table's commits (for a main table and the Delta dead-letter table alike; the batch
+plan reads it as a `Holder`; `next_offsets` and `stats` say where it is and what it counted): it owns
+the table's `DeltaWriter` (appends), its `DeltaMerge` (MERGEs and DELETEs) and its `DedupCache`, which
+nobody else reaches, and keeps the cache current, so every append is a provable commit that never holds
+an offset twice:
 
 1. the append's `userMetadata` carries a `write_id`, the offsets it claims and the write's stamp
    (every row's `stamp_column`, to the microsecond);

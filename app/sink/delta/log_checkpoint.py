@@ -1,7 +1,7 @@
 """A table's log kept short: a checkpoint of its latest version, then its expired commits deleted.
 
-Called by `app.sink.delta.checkpointer.Checkpointer` from its background checkpoint thread (every
-`delta.checkpoint_interval` commits), never on the commit path.
+It runs in a table's background checkpoint thread (every `delta.checkpoint_interval` commits),
+never on the commit path.
 
 Why: every append lists `_delta_log` (the whole folder on a local disk, HDFS, ADLS or GCS), so its
 cost grows with the files there; each commit adds two (`N.json` and its `N.crc` checksum). Only

@@ -1,17 +1,15 @@
-"""Where a job's records land: one `Destination` per main table, and the one shared dead-letter table.
+"""Where a job's records land: one `Destination` per main table.
 
-Built once by `open_destinations` (after the writer leases are held:
-`app.sink.delta.writer_lease.hold_writer_leases`) from the config's routes, resolved at start
+`open_destinations` builds them once, after the writer leases are held, from the config's routes, resolved at start
 (`app.config.routes.Routes`): one route with `kafka.topic`, one per table with `kafka.topics`. A
 destination holds its topics, its table (a `DedupTable`, its writer given its lease check, its
 catalog name and its layout when it is built; an existing table with another layout than the
 config's stops the job here, `check_layout`), the builder of the frames written to it, its writer's
-checkpointer, and its payload format, started (its schema checked, its registry reached); the
-dead-letter table comes with its sink (`DeltaDeadLetters`, given the table and its frame builder).
-The Delta sink gives each destination a table writer (`app.sink.write.table_writer`): each
-micro-batch makes at most one commit per table, and each table's records are decided on that
-table's commit alone. The warm-up and the tests build their tables through the same `main_table` /
-`dead_letter_table`.
+checkpointer, and its payload format, started (its schema checked, its registry reached). The
+dead letters go elsewhere (`app.sink.dead_letter.factory`). Each destination gets a table writer
+(`app.sink.write.table_writer`): each micro-batch makes at most one commit per table, and each
+table's records are decided on that table's commit alone. Every main table is opened through
+`main_table`, the warm-up's and the tests' too.
 """
 
 from __future__ import annotations
