@@ -1,13 +1,13 @@
 """The benchmark workload's Avro twin: the same records as `bench.workload`, in the Confluent wire format.
 
-Called by `bench.formats` (its Avro topic) and by the Avro contenders (`AVRO_SCHEMA_JSON`, the writer
-schema the Spark job decodes with). `AVRO_SCHEMA` has the fields of `SCHEMA_DDL` with the same
-types (id long, user string, ts string, amount double, kind string, tags array<string>, note
-string). Record i is `bench.workload.record_value(i)` parsed back, so every field value is the
-same as in the JSON topic (the `note` keeps its padding; an Avro value is shorter, it carries no
-field names). The schema is registered once under `<topic>-value`, as a producer's serializer
-would, and each body is written with fastavro behind the 5-byte header (magic byte 0, the schema
-id big-endian): the bytes confluent-kafka's AvroSerializer writes, without its per-record cost.
+`AVRO_SCHEMA` has the fields of `SCHEMA_DDL` with the same types (id long, user string, ts string,
+amount double, kind string, tags array<string>, note string); `AVRO_SCHEMA_JSON` is that writer
+schema as JSON, the one a Spark job decodes with. Record i is `bench.workload.record_value(i)` parsed
+back, so every field value is the same as in the JSON topic (the `note` keeps its padding; an Avro
+value is shorter, it carries no field names). The schema is registered once under `<topic>-value`,
+as a producer's serializer would, and each body is written with fastavro behind the 5-byte header
+(magic byte 0, the schema id big-endian): the bytes confluent-kafka's AvroSerializer writes, without
+its per-record cost.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
-"""The report's PNG charts (matplotlib, no display): throughput per contender and partition count,
-the latency phase's p50/p99 per window over the run and its whole-run distribution (every latency
-contender on one chart), and the members scaling.
+"""The report's PNG charts (matplotlib, no display), one file per function, its path returned.
 
-Called by `bench.run` after `bench.figures`; each function writes one file and returns its path.
+Throughput per contender and partition count, the latency phase's p50/p99 per window over the run and
+its whole-run distribution (every latency contender on one chart), and the members scaling.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The cycle breakdown: where one Sharelake micro-batch's time goes, step by step.
 
-Called by `bench.run` (the `cycle` phase: once with the shipped defaults, once with the tuned
-settings) and standalone: `python -m bench cycle --records 100000 --partitions 4 [--label ...]`.
+A phase of `python -m bench run` (`cycle_phase`: once with the shipped defaults, once with the tuned
+settings) and a scenario of its own: `python -m bench cycle --records 100000 --partitions 4 [--label ...]`.
 It runs the ingest job (until-drained, JSON payload) with Spark's event log on and py-spy
 sampling the Python driver, then joins, per micro-batch with records:
 

@@ -1,13 +1,12 @@
 """Broker deaths under a running job: kill -9 a leader and a coordinator of a 3-node cluster, measure stalls.
 
-Called by `tests/test_failover.py`, which asserts exactly-once on what it returns, and by
-`bench.run`'s failover phase (`failover_phase`, `failover_section`), which reports the stall of
-each death against the 5 s target. A
-producer feeds the topic at a steady rate while the job (started by the caller, continuous mode)
-ingests it; the scenario kills, one at a time and at random moments, the node that leads the most
-of the topic's partitions and then the node that coordinates the share group (or, when that is
-the same node, the one that leads the most share-state partitions), and restarts each after a
-while. The job itself is never restarted.
+`run_failover` returns what was produced and each death's stall (`FailoverRun`), enough to assert
+exactly-once on the table; `failover_phase` and `failover_section` report the stall of each death
+against the 5 s target (`TARGET_STALL_S`). A producer feeds the topic at a steady rate while the job
+(started by the caller, continuous mode) ingests it; the scenario kills, one at a time and at random
+moments, the node that leads the most of the topic's partitions and then the node that coordinates
+the share group (or, when that is the same node, the one that leads the most share-state
+partitions), and restarts each after a while. The job itself is never restarted.
 
 One producer runs throughout, at a steady rate: records for a partition whose leader is away wait
 in its client while the other partitions keep flowing (a producer that flushed every chunk would

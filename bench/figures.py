@@ -1,8 +1,8 @@
-"""Turns the runs into the report's numbers: median/min/max records/s per contender and partition
-count, the pairwise ratios of Sharelake to each peer, and the scaling cells.
+"""The report's numbers from the runs, and the one writer of every scenario's report.
 
-Called by `bench.run` before the report and charts; pure functions over `RunResult`s. Its
-`save_report` writes every scenario's report, Markdown and JSON.
+Median/min/max records/s per contender and partition count, the pairwise ratios of Sharelake to
+each peer, and the scaling cells: pure functions over `RunResult`s, plus the Markdown and table
+formatting the reports share. `save_report` writes a scenario's report, Markdown and JSON.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The report of `bench.formats`: medians over the rounds, ratios pair by pair, the three targets.
+"""The report of `python -m bench formats`: medians over the rounds, ratios pair by pair, the three targets.
 
-Called by `bench.formats.run` once every table is checked; writes bench/results/<date>-formats.md
-and a .json of the raw numbers beside it. A run whose table failed a check has no rate (it is
+It is rendered once every table is checked; it writes bench/results/<date>-formats.md and a .json
+of the raw numbers beside it. A run whose table failed a check has no rate (it is
 listed with the check that failed), so a ratio of its round is left out and says so.
 
 The targets, as measured here:

@@ -1,7 +1,7 @@
 """The latency phase: Sharelake, then Spark's Kafka source as the anchor, each running continuously
 under the same fixed offered load on a fresh topic of its own, then stopped with SIGTERM.
 
-Called by `bench.run` (`run_latency_phase`). For each contender it creates the topic
+For each contender it creates the topic
 `bench-latency-<contender>-p<partitions>`, starts the job (Sharelake: `run.mode=continuous`;
 Spark: `bench/spark_jobs/kafka_source_continuous.py`, Trigger.ProcessingTime(`latency_trigger`)),
 waits until the job is up (Sharelake: its start-up checks passed; Spark: the SparkSession is up),

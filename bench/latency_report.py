@@ -1,7 +1,6 @@
 """The latency section of the benchmark report: what the latency phase measured, as markdown and JSON.
 
-Called by `bench.report` (the report's latency section and its JSON); the numbers come from
-`bench.verify.table_latency`, the runs from `bench.latency`.
+The numbers are `bench.verify.table_latency`'s, the runs `bench.latency`'s.
 """
 
 from __future__ import annotations

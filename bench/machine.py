@@ -1,6 +1,6 @@
 """What the benchmark ran on: cores, memory, OS, Java, Python and the versions of every part.
 
-Called once by every scenario for its report (the machine's section, or its line).
+A report's machine section (`machine_facts`), and the load average (`load_average`).
 """
 
 from __future__ import annotations

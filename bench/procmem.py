@@ -1,9 +1,8 @@
 """Peak memory of a process tree, split into JVM and Python RSS, sampled in a background thread.
 
-Used by `bench.contenders.sharelake` around every Sharelake job (and `tree_rss` by `bench.soak`,
-which keeps the samples as a series): the spark-submit JVM is the
-tree's root and the Python driver its child (psutil walks the children at every sample, so
-processes started later are counted too).
+For a Sharelake job the spark-submit JVM is the tree's root and the Python driver its child (psutil
+walks the children at every sample, so processes started later are counted too). `TreeSampler`
+keeps the peak; `tree_rss` is one sample, for a caller that keeps a series.
 """
 
 from __future__ import annotations

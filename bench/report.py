@@ -1,7 +1,7 @@
 """The benchmark report: what a run collected (`Outcome`), rendered as markdown with its charts,
 plus a JSON file of the raw numbers (the smoke test reads it).
 
-Called by `bench.run` at the end; written by `bench.figures.save_report`. Every failed run is
+Written through `bench.figures.save_report`. Every failed run is
 listed with its error: a contender without a number says so, it is never left out silently.
 """
 

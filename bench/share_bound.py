@@ -1,11 +1,13 @@
 """The share-group bound on throughput: in-flight record locks per partition / batch cycle time.
 
-Called by `bench.run`. A share group lets at most `share.partition.max.record.locks` records of
-one partition be acquired and undecided at a time; Sharelake raises that group setting at start
+A share group lets at most `share.partition.max.record.locks` records of
+one partition be acquired and undecided at a time; Sharelake (by default,
+`kafka.partition_max_record_locks = "max"`) raises that group setting at start
 to the broker's cap `group.share.max.partition.max.record.locks` (4000 on a stock broker, 10000 on
 the embedded one), and holds each poll's locks for a whole cycle (acquire -> Delta commit ->
 ACCEPT), so a run cannot exceed locks x partitions / cycle seconds, whatever the members and
-batch sizes.
+batch sizes. `max_record_locks` reads the cap from the broker (a stock broker's 4000 when it is not
+there, at most Kafka's 10000).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """After the contenders ran: reads their Delta tables with Spark to check row counts and duplicates,
 and computes the latency phase's figures, the same way for every contender.
 
-Called once by `bench.run` at the end (one local SparkSession, started only then, so it never
-competes with a contender). Latency of a row = `commitInfo.timestamp` of the Delta version that
+`spark_session` is the benchmark's own local SparkSession, to be started only once the contenders
+are done, so it never competes with one. Latency of a row = `commitInfo.timestamp` of the Delta version that
 added the data file holding the row - the row's `kafka_timestamp` (the produce() call,
 CreateTime). Each row is read with its `_metadata.file_path`; the file's version comes from the
 `add` actions of `_delta_log/*.json` (`devkit.delta_log.added_files`), so nothing but the table

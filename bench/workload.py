@@ -1,8 +1,7 @@
 """The benchmark workload: ~250-byte JSON records with a declared schema, produced as fast as the
-broker takes them (a backlog) or at a fixed rate (the latency phase).
+broker takes them (a backlog) or at a fixed rate (the latency phase's offered load).
 
-Called by `bench.run` (topics for the throughput, scaling and memory phases) and `bench.latency`
-(the offered load). Unlike `devkit.sample_data`, nothing is kept per record, so millions of
+Unlike `devkit.sample_data`, nothing is kept per record, so millions of
 records cost no memory; the broker's delivery reports are only counted.
 """
 

@@ -1,8 +1,7 @@
 """Reads a Delta table's commit log (`_delta_log/*.json`: commitInfo and add actions) without Spark.
 
-Called by the contenders (the time of the last commit, rows written, commit intervals), by the
-latency phase (has every produced row landed yet?) and by `bench.verify` (which version wrote each
-data file, to give every row its commit time). Delta writes one JSON file per commit and keeps
+The time of each commit, the rows written, commit intervals, and which version wrote each data file.
+Delta writes one JSON file per commit and keeps
 them for the log retention period (30 days) even after a checkpoint, so every commit is there.
 """
 

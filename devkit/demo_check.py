@@ -1,9 +1,10 @@
-"""The demo's own proof: what it produced is in its tables, each record once, and its poison records
-are in the dead-letter table, each once, with the class the README names.
+"""The demo's own proof: what it produced is in its tables, each record once, its upserted table holds
+each key once at its newest value, and its poison records are in the dead-letter table, each once,
+with the class the README names.
 
-Called by `devkit.demo` after the ingest job exits 0 (so `make demo`, and CI, fail on a demo that
-printed a summary but lost or doubled a record). It reads the tables with a local SparkSession of
-its own, as a user would, never through the job's summary.
+Run after the demo's ingest job exits 0, so a demo that printed a summary but lost or doubled a
+record fails. It reads the tables with the local SparkSession it is given (the demo's, not the
+job's), as a user would, never through the job's summary; every problem found is named.
 """
 
 from __future__ import annotations

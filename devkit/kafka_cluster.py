@@ -1,7 +1,7 @@
 """An embedded replicated Kafka cluster: 3 KRaft nodes (combined broker+controller) on loopback.
 
-Called by the failover tests and the benchmark's failover phase; the demo and most tests keep the
-single node of `app.testing.kafka_broker`. Every node runs the same Maven-resolved jars as the
+For what a single node cannot show (a node's death, a network fault); otherwise the
+single node of `app.testing.kafka_broker` serves. Every node runs the same Maven-resolved jars as the
 single node, with a static controller quorum of all nodes, and every topic - the job's, the
 consumer offsets and the share-group state - keeps 3 copies with `min.insync.replicas` 2, so one
 node can die at any moment without losing an acknowledged write. `kill()` / `restart()` act on

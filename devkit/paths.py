@@ -1,8 +1,10 @@
-"""Where the checkout keeps what `make setup` installs: the git-ignored cache and its jar folders.
+"""The checkout's paths: the project root, the git-ignored cache and the jar folders, venvs and archives in it.
 
-Used by the embedded services, the demo, the tests and the bench (never by the runtime package:
-an installed Sharelake finds its jars through spark-submit's `--jars`, `SHARELAKE_JARS`, or Maven
-Central, see `app.run.spark_session`). `make jars` fills the folders named here from conf/maven/.
+The cache is `SHARELAKE_CACHE`, else .cache. For the embedded services, the demo, the tests and the bench,
+never for the runtime package: an installed Sharelake finds its jars through spark-submit's `--jars`,
+`SHARELAKE_JARS`, or Maven Central, see `app.run.spark_session`. `make jars` (part of `make setup`)
+fills the Kafka, Spark and registry folders from conf/maven/; `make s3` and `make yarn` the S3 and
+YARN ones (the comment beside each name says which target fills it).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """An embedded S3 API server: S3Proxy with its in-memory (`transient`) blob store, on a loopback port.
 
-Called by the pytest session fixture and the bench, as the embedded broker stands in for a real
-Kafka: Delta tables on `s3a://` paths go through Hadoop's S3A connector to a real S3 API (v4
+It stands in for a real S3 as the embedded broker does for a real Kafka: Delta tables on `s3a://`
+paths go through Hadoop's S3A connector to a real S3 API (v4
 signatures, path-style buckets). The jar comes from Maven Central (`make s3`, into
 .cache/jars/s3-server/); no Docker, no download at run time.
 

@@ -1,6 +1,6 @@
 """Sample records for the demo, the tests and the benchmark: JSON events with distinct keys.
 
-Called by `devkit/demo.py`, the end-to-end tests and `bench/`. `produce_json_events` returns what
+`produce_json_events` returns what
 the broker acknowledged for each record (partition and offset from the delivery reports), so a
 test can compare the Delta table with exactly what was produced; `produce_records` does the same
 for any (key, value) pairs (the testing kit's, app.testing.produce). `avro_values` serializes

@@ -1,6 +1,6 @@
 """TLS and SASL/SCRAM for the embedded broker: a SASL_SSL listener and the standard authorizer.
 
-Called by the security tests through `EmbeddedKafka(security=...)`. `make_tls` creates a fresh
+Given to the broker as `EmbeddedKafka(security=...)`. `make_tls` creates a fresh
 self-signed certificate with Java's keytool (no extra package: the JDK the broker runs on has it)
 for the addresses clients reach the broker by (127.0.0.1 and localhost unless told; a broker on a
 host of a `devkit.network`: that host's address, which clients check it against), as a PKCS12

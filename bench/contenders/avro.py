@@ -1,7 +1,6 @@
-"""The Avro contenders of `bench.formats`: Sharelake and Spark's Kafka source on the Avro topic.
+"""The Avro contenders: Sharelake and Spark's Kafka source on the Avro topic of `python -m bench formats`.
 
-Called by `bench.formats` (its rounds), beside the JSON contenders it takes from
-`bench.contenders.sharelake` and `bench.contenders.spark_kafka_source`.
+Each is weighed against its JSON twin (`bench.contenders.sharelake`, `bench.contenders.spark_kafka_source`).
 
 - `run_sharelake_avro`: `./spark-submit.sh jobs/ingest.py` as contender (a), with
   `payload.format=avro` and `payload.registry.url` (writer schemas fetched by id from the registry,

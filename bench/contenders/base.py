@@ -1,7 +1,7 @@
-"""What every contender gets (`RunContext`) and returns (`RunResult`), and the helpers they share.
+"""The contract of a contender: what it gets (`RunContext`), what it returns (`RunResult`), shared helpers.
 
-Used by the contender modules and `bench.run`; a contender never raises for a failed run, it
-returns `RunResult(ok=False, error=...)` so that the report can say what failed and why.
+A contender never raises for a failed run, it returns `RunResult(ok=False, error=...)` so that the
+report can say what failed and why (`attempt` turns a raise into such a result too).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Contender (d), Kafka's own Java share-consumer perf tool: the broker's ceiling on this machine.
 
-Called by `bench.run`. Runs `org.apache.kafka.tools.ShareConsumerPerformance` (what
+Runs `org.apache.kafka.tools.ShareConsumerPerformance` (what
 bin/kafka-share-consumer-perf-test.sh runs) from the kafka-tools jar in .cache/jars/kafka with
 `--threads M --num-records N` on a fresh group whose share.auto.offset.reset is set to earliest
 first. It consumes with the Java client's default (implicit) acknowledgement and writes nothing.

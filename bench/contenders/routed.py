@@ -1,7 +1,7 @@
-"""The routing contender of `bench.formats`: one Sharelake job reading several topics into one table each.
+"""The routing contender: one Sharelake job reading several topics into one table each.
 
-Called by `bench.formats` (its rounds); the single-topic runs it is weighed against are contender
-(a) itself (`bench.contenders.sharelake.run_sharelake`) on each of the same topics. The job is
+It is weighed against contender (a) itself (`bench.contenders.sharelake.run_sharelake`) on each of
+the same topics, one at a time. The job is
 `./spark-submit.sh jobs/ingest.py` with `kafka.topics=[...]`, one `topics.<topic>.table_path` per
 topic (`routed_tables`) and one shared `dead_letter.table_path`, the workload's JSON payload for
 every topic, a fresh share group, until-drained. Its `run ended:` counters are per table, prefixed

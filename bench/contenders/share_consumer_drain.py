@@ -1,6 +1,6 @@
 """Contender (c), a plain Python share-consumer drain without Spark: the client's ceiling.
 
-Called by `bench.run`, in the harness process. M threads each own one confluent_kafka
+It runs in the harness process, no job submitted. M threads each own one confluent_kafka
 ShareConsumer in explicit acknowledgement mode (as Sharelake's members), acknowledge every record
 ACCEPT and commit_sync after each poll; nothing is written anywhere. A run stops when every
 consumer has seen nothing for `drain_idle_seconds`, or once the topic's record count is reached.

@@ -1,10 +1,10 @@
 """Contender (a), Sharelake itself: `./spark-submit.sh jobs/ingest.py` as users run it.
 
-Called by `bench.run` (throughput, scaling and memory phases, until-drained) and by
-`bench.latency` (continuous mode, stopped with SIGTERM). Every run gets a fresh share group
+`run_sharelake` runs it until drained; `start_sharelake` starts it and leaves the stopping to the
+caller (a continuous run is stopped with SIGTERM). Every run gets a fresh share group
 (`kafka.auto_offset_reset` is `earliest` in conf/local.toml) and a fresh Delta table, with
-`payload.format=json` and the workload's schema (`bench.formats` passes Avro settings, or several
-routed topics, instead). The driver's process tree is sampled for memory throughout.
+`payload.format=json` and the workload's schema unless the caller passes other payload settings
+(Avro, or several routed topics). The driver's process tree is sampled for memory throughout.
 
 records/s = rows written / (time of the table's last commit - the start of `run_ingest`). The
 start is the `run ended:` log line's time minus RunSummary.seconds (run_ingest's own clock, which

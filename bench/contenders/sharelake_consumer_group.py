@@ -1,8 +1,8 @@
 """Contender (a2), Sharelake with `kafka.group_type = "consumer"`: the same job on a classic consumer group.
 
-Called by `bench.run` beside contender (a), the share-group job: the same command, topic, table
-layout and until-drained run, with a fresh consumer group per run (offsets committed to Kafka after
-each Delta commit, at most one member per partition). Its records/s is measured as (a)'s is.
+Beside contender (a), the share-group job: the same command, topic, table layout and until-drained
+run, with a fresh consumer group per run (offsets committed to Kafka after each Delta commit, at
+most one member per partition). Its records/s is measured as (a)'s is.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Contender (e), the sink ceiling: the workload's rows, already in Arrow in the driver, appended to
 a fresh Delta table through Sharelake's own write path and parse, with no Kafka at all.
 
-Called by `bench.run` like the other contenders (`run_sink_ceiling`). Submits
+`run_sink_ceiling` submits
 `bench/spark_jobs/sink_ceiling.py` through ./spark-submit.sh (no extra jars) with the run's record
 and partition counts and `ctx.batch_rows` rows per commit (the Sharelake run of the same round sets
 it; 0 means DEFAULT_BATCH_ROWS). It is the limit of Spark plus Delta for this row shape on this

@@ -1,9 +1,9 @@
 """Contender (b), Spark's built-in Kafka source (consumer groups, not share groups) into Delta.
 
-Called by `bench.run` (throughput phase: `run_spark_kafka_source`) and by `bench.latency` (the
-latency phase's anchor: `start_continuous`). Submits `bench/spark_jobs/kafka_source_to_delta.py`
-(Trigger.AvailableNow), or `bench/spark_jobs/kafka_source_continuous.py` (Trigger.ProcessingTime,
-until SIGTERM) for the latency phase, through ./spark-submit.sh (same master, Delta jars and confs
+`run_spark_kafka_source` submits `bench/spark_jobs/kafka_source_to_delta.py` (Trigger.AvailableNow)
+for a throughput run; `start_continuous` submits `bench/spark_jobs/kafka_source_continuous.py`
+(Trigger.ProcessingTime, until SIGTERM), the latency phase's anchor. Both go through
+./spark-submit.sh (same master, Delta jars and confs
 as Sharelake). spark-submit.sh takes no extra jars (its own `--jars` holds the Delta jars, and it
 reads its first other argument as the job), so the Kafka source jars resolved into
 .cache/jars/bench by `make bench-setup` reach the driver JVM's classpath through
