@@ -10,9 +10,9 @@ from app.config.routes import Routes
 from app.config.settings import SharelakeConfig
 from app.sink.dead_letter.broker_topic import BrokerTopicDeadLetters
 from app.sink.dead_letter.sinks import DeadLetterSink, DeltaDeadLetters, dead_letter_table
+from app.sink.delta.writer_lease import LeaseCheck
 from app.table.location import TableLocation
 
-LeaseCheck = Callable[[], None]  # raises when this job may not commit to the table now
 Builder = Callable[[SparkSession, SharelakeConfig, Routes, Mapping[TableLocation, LeaseCheck]], DeadLetterSink]
 
 

@@ -21,7 +21,7 @@ config asks for.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -36,6 +36,7 @@ from app.sink.dead_letter.rows import STAMP_COLUMN, STATS_COLUMNS, dead_letter_r
 from app.sink.dedup.dedup_table import DedupTable, OpenedTable, open_table
 from app.sink.dedup.offset_ranges import BatchOffsets, PartitionKey
 from app.sink.delta.frames import FrameBuilder
+from app.sink.delta.writer_lease import LeaseCheck
 from app.table.location import TableLocation
 
 FIRST_SEEN_MAX = 100_000  # records remembered from failed attempts, for the dead-letter first_seen
@@ -79,7 +80,7 @@ def dead_letter_table(
     lookback_commits: int | None,
     name: str = "dead_letter",
     log_retention: str | None = None,
-    before_commit: Callable[[], None] | None = None,
+    before_commit: LeaseCheck | None = None,
 ) -> OpenedTable:
     """The dead-letter table at `location`, opened with its parts (its cache not loaded yet)."""
     return open_table(

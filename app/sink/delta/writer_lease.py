@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from app.config.settings import SharelakeConfig
 
 log = logging.getLogger(__name__)
+LeaseCheck = Callable[[], None]  # raises when this job may not commit to the table now
 
 LEASE_FILE = "_sharelake/writer-lease.json"  # `_`-prefixed: Delta ignores it, VACUUM keeps it
 SETTLE_S = 2.0  # a lease written is read back this long after: the later of two racing writes is then there
@@ -273,6 +274,6 @@ def hold_writer_leases(spark: SparkSession, cfg: SharelakeConfig, routes: Routes
     return hold_leases(spark, routes.keyed_tables(), cfg.delta.writer_lease_s, cfg.kafka.group_id)
 
 
-def lease_checks(leases: Iterable[WriterLease]) -> dict[TableLocation, Callable[[], None]]:
+def lease_checks(leases: Iterable[WriterLease]) -> dict[TableLocation, LeaseCheck]:
     """Each leased table's check, for its writer to run before every commit (`open_destinations`)."""
     return {lease.location: lease.check for lease in leases}

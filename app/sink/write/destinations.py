@@ -15,7 +15,7 @@ table's records are decided on that table's commit alone. Every main table is op
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from delta.tables import DeltaTable
@@ -30,12 +30,12 @@ from app.formats.base import PayloadFormat
 from app.sink.dedup.dedup_table import DedupTable, OpenedTable, open_table
 from app.sink.delta.checkpointer import Checkpointer
 from app.sink.delta.frames import FrameBuilder
+from app.sink.delta.writer_lease import LeaseCheck
 from app.sink.write.mode import Append, WriteMode
 from app.sink.write.modes import write_mode
 from app.table.layout import TableLayout
 from app.table.location import TableLocation
 
-LeaseCheck = Callable[[], None]  # raises when this job may not commit to the table now
 MAIN_STAMP = "ingested_at"  # the main tables' write stamp (app.table.columns.WRITE_FIELDS)
 
 
