@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 from app.config.routes import resolve_routes
 from app.consume.broker_dead_letter_topic import TOPIC_ACCEPTS, ArchivedRecord
 from app.failures.errors import ConfigError
-from app.ops.replay import REPLAY_HEADER
+from app.ops.replay import REPLAY_HEADER, replay_dead_letters
 from app.ops.replay_broker_topic import replay_broker_dead_letters
 from app.run.pipeline import run_ingest
 from app.testing.kafka_broker import EmbeddedKafka, KafkaBrokers
@@ -183,6 +183,8 @@ def test_dead_letters_to_the_broker_topic_alone_write_no_table_and_log_each_clas
         line = f"dead letter {topic}-{record.partition}@{record.offset} ({error_class}) to the broker's topic {dlq}"
         assert line in caplog.text
     assert nothing_left(broker, topic, group)
+    with pytest.raises(ConfigError, match="not a table; replay them with --from-broker-topic"):
+        replay_dead_letters(spark, cfg)  # there is no table to replay from
 
 
 def test_a_topic_the_broker_would_not_write_to_stops_the_job_at_start(
