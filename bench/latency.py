@@ -70,8 +70,10 @@ class _Job:
     result: Callable[[int], RunResult]  # from the exit code, once stopped
 
 
-def _start_sharelake(ctx: RunContext, payload: tuple[str, ...] = sharelake.JSON_PAYLOAD) -> _Job:
-    job = sharelake.start_sharelake(ctx, "continuous", payload=payload)
+def _start_sharelake(
+    ctx: RunContext, payload: tuple[str, ...] = sharelake.JSON_PAYLOAD, extra_sets: tuple[str, ...] = ()
+) -> _Job:
+    job = sharelake.start_sharelake(ctx, "continuous", extra_sets, payload=payload)
 
     def stop() -> int:
         if job.proc.poll() is None:
@@ -91,6 +93,7 @@ def _start_spark(ctx: RunContext) -> _Job:
 
 STARTERS: dict[str, Callable[[RunContext], _Job]] = {
     sharelake.NAME: _start_sharelake,
+    sharelake.BEFORE: lambda ctx: _start_sharelake(ctx, extra_sets=ctx.settings.before_sets),
     spark_kafka_source.NAME: _start_spark,
 }
 

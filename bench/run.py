@@ -63,26 +63,18 @@ def run_one(name: str, ctx: RunContext) -> RunResult:
     return attempt(name, CONTENDERS[name], ctx)
 
 
-def _rows_per_commit(r: RunResult | None) -> int:
-    """Sharelake's mean rows per Delta commit in a run (the sink ceiling writes batches of that size)."""
-    if r is None or not r.ok or not r.details.get("data_commits"):
-        return 0
-    return round(r.records / r.details["data_commits"])
-
-
-def throughput_phase(kafka: EmbeddedKafka, s: BenchSettings, topics: Topics, work: Path) -> list[RunResult]:
+def throughput_phase(kafka: EmbeddedKafka, s: BenchSettings, topics: Topics, work: Path, locks: int) -> list[RunResult]:
+    """Every contender, run i of each in turn; the sink ceiling writes batches of the share group's window
+    (`locks` x partitions: what a share group lets be in flight), so its steady rate is the bound."""
     results = []
     for p in s.partitions:
         topic = topics.get(p, s.records)
         for i in range(s.runs):
-            sharelake: RunResult | None = None
             for name in s.contenders:  # interleaved: run i of every contender sees the same machine state
                 ctx = RunContext(kafka.bootstrap, topic, p, s.records, s.members, work / f"tp-p{p}-{name}-{i}", s)
-                if name == "sink-ceiling":  # the same batch size as Sharelake's run of this round
-                    ctx = replace(ctx, batch_rows=_rows_per_commit(sharelake))
+                if name == "sink-ceiling":
+                    ctx = replace(ctx, batch_rows=min(s.records, locks * p))
                 results.append(run_one(name, ctx))
-                if name == "sharelake":
-                    sharelake = results[-1]
     return results
 
 
@@ -157,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
                 if item.startswith("kafka.partition_max_record_locks="):
                     outcome.locks, outcome.locks_source = int(item.split("=", 1)[1]), f"--set {item}"
             topics = Topics(kafka, s)
-            outcome.results += throughput_phase(kafka, s, topics, work / "runs")
+            outcome.results += throughput_phase(kafka, s, topics, work / "runs", outcome.locks)
             if "sharelake" in s.contenders:
                 outcome.results += lock_cap_phase(kafka, s, topics, work / "runs")
                 outcome.results += scaling_phase(kafka, s, topics, work / "runs")

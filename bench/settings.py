@@ -64,6 +64,9 @@ class BenchSettings:
     producer_batch_bytes: int = 16384  # the Java producer's default batch.size (sets share poll sizes)
     run_timeout_s: float = 1800.0  # any single contender run
     sharelake_sets: tuple[str, ...] = ()  # extra --set overrides for every Sharelake run
+    # contender (a0) `sharelake-before`: Sharelake with these overrides on top, the path before a change
+    # (a lever behind a setting), run in the same rounds as (a); only when named in --contenders
+    before_sets: tuple[str, ...] = ()
     work_dir: Path = WORK_ROOT
     results_dir: Path = RESULTS_DIR
     keep_work: bool = False  # keep broker data and tables after the run (default: delete them)
@@ -127,6 +130,7 @@ HELPS = {  # the options of `python -m bench run` (and `cycle`): BenchSettings' 
     "idle_timeout_ms": "Sharelake run.idle_timeout_ms",
     "producer_batch_bytes": "producer batch.size",
     "run_timeout_s": "bound of one contender run",
+    "before_sets": "contender sharelake-before's overrides, comma-separated section.key=value (a lever's before)",
 }
 
 
@@ -176,7 +180,7 @@ def drain_settings(args: argparse.Namespace) -> BenchSettings:
 
 def from_args(args: argparse.Namespace) -> BenchSettings:
     s = settings_from(args, BenchSettings(), SMOKE)
-    unknown = set(s.contenders) - set(BenchSettings().contenders)
+    unknown = set(s.contenders) - {*BenchSettings().contenders, "sharelake-before"}
     if unknown:
         raise SystemExit(f"bench: unknown contender(s) {', '.join(sorted(unknown))}")
     return s

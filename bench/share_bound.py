@@ -1,13 +1,13 @@
-"""The share-group bound on throughput: in-flight record locks per partition / batch cycle time.
+"""The share group's record locks per partition, which bound a drain (the report's share-group bound).
 
 A share group lets at most `share.partition.max.record.locks` records of
 one partition be acquired and undecided at a time; Sharelake (by default,
 `kafka.partition_max_record_locks = "max"`) raises that group setting at start
 to the broker's cap `group.share.max.partition.max.record.locks` (4000 on a stock broker, 10000 on
 the embedded one), and holds each poll's locks for a whole cycle (acquire -> Delta commit ->
-ACCEPT), so a run cannot exceed locks x partitions / cycle seconds, whatever the members and
-batch sizes. `max_record_locks` reads the cap from the broker (a stock broker's 4000 when it is not
-there, at most Kafka's 10000).
+ACCEPT), so a run cannot exceed locks x partitions / the write time of that many records, whatever
+the members and batch sizes. `max_record_locks` reads the cap from the broker (a stock broker's 4000
+when it is not there, at most Kafka's 10000).
 """
 
 from __future__ import annotations
@@ -29,7 +29,3 @@ def max_record_locks(bootstrap: str, broker_id: str = "1") -> tuple[int, str]:
             cap = min(MAX_LOCKS, int(entries[key].value))
             return cap, f"broker config {key} (Sharelake raises the group to it)"
     return DEFAULT_LOCKS, "a stock broker's cap (not found in the broker's config)"
-
-
-def bound(locks: int, partitions: int, cycle_s: float) -> float:
-    return locks * partitions / cycle_s if cycle_s > 0 else float("nan")

@@ -147,6 +147,15 @@ def data_commits(commits: list[Commit]) -> list[Commit]:
     return [c for c in commits if c.output_rows > 0]
 
 
+def steady_rate(commits: list[Commit]) -> float | None:
+    """Rows/s of a drain's steady state: the rows the data commits after the first wrote / the time from the
+    first data commit to the last (start-up and the first batch left out); None with fewer than 2."""
+    data = data_commits(commits)
+    if len(data) < 2 or data[-1].timestamp_ms <= data[0].timestamp_ms:
+        return None
+    return sum(c.output_rows for c in data[1:]) / ((data[-1].timestamp_ms - data[0].timestamp_ms) / 1000)
+
+
 def mean_commit_interval_s(commits: list[Commit]) -> float | None:
     """Mean time between consecutive data commits (a proxy for the batch cycle), None if < 2."""
     data = data_commits(commits)

@@ -234,7 +234,7 @@ class PumpConfig(_Section):
 
 
 class BatchConfig(_Section):
-    """`[batch]`: the micro-batches; each is at most one Delta commit per table."""
+    """`[batch]`: the micro-batches; each round of one is at most one Delta commit per table."""
 
     max_records: int = Field(
         default=160_000, ge=1, description="Records one micro-batch (one Delta commit per table) takes at most."
@@ -247,6 +247,14 @@ class BatchConfig(_Section):
         ge=0,
         description="Once a batch has its first poll, how long it waits for the other members' polls (they land "
         "within tens of milliseconds of each other): fewer, larger commits for at most this much latency.",
+    )
+    micro_batch_max_ms: int = Field(
+        default=10_000,
+        ge=0,
+        description="How long one Spark micro-batch keeps taking the buffer's polls, round after round (each "
+        "round one Delta commit per table, its records decided on it), while members refill the buffer within "
+        "`max_wait_ms`: Spark's own work of a micro-batch (its offset and commit logs, the planning) is paid once "
+        "per micro-batch, not once per commit. The progress line is one per micro-batch. 0: one round each.",
     )
     write_attempts: int = Field(
         default=4,

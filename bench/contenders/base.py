@@ -7,6 +7,7 @@ report can say what failed and why (`attempt` turns a raise into such a result t
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import signal
@@ -19,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 
 from bench.settings import BenchSettings
-from devkit.delta_log import data_commits, read_commits, rows_in
+from devkit.delta_log import data_commits, read_commits, rows_in, steady_rate
 from devkit.paths import PROJECT_ROOT
 
 logger = logging.getLogger(__name__)
@@ -169,7 +170,7 @@ def delta_job_result(
     if started is None or not data:
         return failed(ctx, name, f"no bench-started line or no commit: {tail(log, 8)}", log)
     window = data[-1].timestamp_ms / 1000 - started
-    details = {"data_commits": float(len(data)), **(details or {})}
+    details = {"data_commits": float(len(data)), "steady_rate": steady_rate(data) or math.nan, **(details or {})}
     if launched_at is not None:
         details["scheduled_s"] = data[-1].timestamp_ms / 1000 - launched_at
     return RunResult(

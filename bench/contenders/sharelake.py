@@ -25,7 +25,7 @@ from pathlib import Path
 from bench.contenders.base import RunContext, RunResult, failed, log_time, stop_group, tail
 from bench.procmem import MemoryPeak, TreeSampler
 from bench.workload import SCHEMA_DDL
-from devkit.delta_log import data_commits, mean_commit_interval_s, read_commits
+from devkit.delta_log import data_commits, mean_commit_interval_s, read_commits, steady_rate
 from devkit.network import Host
 from devkit.paths import PROJECT_ROOT
 
@@ -163,6 +163,7 @@ def result_of(
         **parsed.summary,
         **memory_details(job.sampler.peak),
         "mean_commit_interval_s": mean_commit_interval_s(commits) or float("nan"),
+        "steady_rate": steady_rate(commits) or float("nan"),
         "data_commits": float(len(commits)),
         "scheduled_s": commits[-1].timestamp_ms / 1000 - job.launched_at,  # process start -> last commit
     }
@@ -176,3 +177,11 @@ def run_sharelake(
     """One until-drained run (`name` and the settings: contender (a2) and the Avro contender)."""
     job = start_sharelake(ctx, "until-drained", extra_sets, payload=payload)
     return result_of(ctx, job, job.wait(ctx.settings.run_timeout_s), name=name)
+
+
+BEFORE = "sharelake-before"
+
+
+def run_sharelake_before(ctx: RunContext) -> RunResult:
+    """Contender (a0): the same run with `--before`'s settings, the path before a change."""
+    return run_sharelake(ctx, BEFORE, ctx.settings.before_sets)

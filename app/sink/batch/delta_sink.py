@@ -132,21 +132,31 @@ class DeltaSink:
         self.dead_letters.repair_pending()
 
     def __call__(self, clock_df: DataFrame, batch_id: int) -> None:
-        for attempt in self.policy.retrying(batch_id):
-            with attempt:
-                self._attempt(batch_id, last=self.policy.is_last(attempt.retry_state.attempt_number))
+        """One micro-batch: rounds of drain -> land -> decide while the buffer refills within
+        `batch.max_wait_ms`, for at most `batch.micro_batch_max_ms` (each round its own commit per
+        table and its own attempts); Spark's own work runs once per micro-batch, not once per commit."""
+        ends = time.monotonic() + self.batch.micro_batch_max_ms / 1000
+        first = True
+        while not self._closed.is_set():
+            for attempt in self.policy.retrying(batch_id):
+                with attempt:
+                    landed = self._attempt(batch_id, self.policy.is_last(attempt.retry_state.attempt_number), first)
+            if not landed or time.monotonic() >= ends:
+                return
+            first = False
 
-    def _attempt(self, batch_id: int, last: bool = False) -> None:
+    def _attempt(self, batch_id: int, last: bool = False, first: bool = True) -> bool:
+        """One round: whether it took polls (and landed them; a failure raises)."""
         if self._closed.is_set():
-            return
+            return False
         self.stats.start_cycle(batch_id)
         self.policy.before_attempt()  # raises DependencyUnavailable again while it is still down
         limit = self.batch.max_records if self._budget is None else self._budget.records(self.batch.max_records)
         with timed(self.stats, "drain"):
             polls = self.buffer.drain(limit, self.batch.max_wait_ms / 1000, self.batch.linger_ms / 1000)
         if not polls:
-            self.stats.empty_batches += 1
-            return
+            self.stats.empty_batches += first
+            return False
         drained_at, began = datetime.now(UTC), time.monotonic()
         drained = sum(len(p) for p in polls)
         self.stats.records_in += drained
@@ -162,6 +172,7 @@ class DeltaSink:
             raise
         if self._budget is not None:
             self._budget.observe(drained, time.monotonic() - began)
+        return True
 
     def _run(self, polls: list[Poll], batch_id: int) -> None:
         if self._parked is not None and self._parked.done():
