@@ -34,7 +34,7 @@ from devkit.delta_log import data_commits, read_commits, rows_in
 
 log = logging.getLogger(__name__)
 
-CONTENDERS = (sharelake.NAME, spark_kafka_source.NAME)  # the order they run in
+CONTENDERS = (sharelake.NAME, sharelake.BEFORE, spark_kafka_source.NAME)  # the order they run in
 SHARELAKE_READY = "share group "  # logged by run_ingest after the start-up checks, before the query starts
 READY_TIMEOUT_S = 240.0
 LAND_TIMEOUT_S = 180.0

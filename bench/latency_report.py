@@ -27,6 +27,7 @@ LATENCY_RUNS = {
     "sharelake": "`jobs/ingest.py` with `run.mode=continuous`, {members} member(s), a fresh share group; started "
     "producing once its start-up checks had passed; stopped with SIGTERM to the spark-submit JVM (the job drains "
     "gracefully)",
+    "sharelake-before": "the same as Sharelake's, with `--before-sets` on top (the path before a change)",
     "spark-kafka-source": "`bench/spark_jobs/kafka_source_continuous.py`: Spark's Kafka source (plain partition "
     'reads, no share group) -> from_json -> Delta append, `Trigger.ProcessingTime("{trigger}")`, '
     "`startingOffsets=earliest` (the topic is fresh); started producing once its SparkSession was up; stopped "

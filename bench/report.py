@@ -40,16 +40,18 @@ WINDOWS = {
     "sharelake": "rows written / (last Delta commit - start of run_ingest, once the SparkSession is up): "
     "start-up checks, the warm-up (the group join runs during it) and the whole drain; not the JVM start, not the "
     "idle timeout that ends the run",
+    "sharelake-before": "as Sharelake's, the same job with --before-sets on top (the path before a change)",
     "sharelake-consumer-group": "as Sharelake's, the same job with kafka.group_type = consumer: a classic consumer "
     "group, offsets committed to Kafka after each Delta commit, at most one member per partition",
     "spark-kafka-source": "rows in the table / (last Delta commit - the job's start, once the SparkSession is up): "
     "the same window as Sharelake's; Trigger.AvailableNow, consumer-group reads of the partitions (not a share group)",
     "share-consumer-drain": "records / (last record - first record), M threads, explicit ACCEPT per record and "
     "commit_sync per poll, nothing written: the Python client's ceiling",
-    "sink-ceiling": "rows in the table / (last Delta commit - the job's start, once the SparkSession is up and the "
-    "rows are built in Arrow): the same rows, appended in batches of the size Sharelake's run of the same round "
-    "committed, through Sharelake's own write path (frame, one-parse job, Delta append), no Kafka: the limit of "
-    "Spark plus Delta for this shape here; like (a) and (b) its window holds its cold first append",
+    "sink-ceiling": "rows in the table / (last Delta commit - the job's start, once the SparkSession is up, the "
+    "rows are built in Arrow and a warm-up batch is written to a table of its own): the same rows, appended in "
+    "batches of the share group's window (locks x partitions), through Sharelake's own write path (frame, "
+    "one-parse job, Delta append), no Kafka: the limit of Spark plus Delta for this shape here, and its steady "
+    "rate the share-group bound",
     "perf-tool": "the tool's nMsg.sec: records / (end - start), its window includes the group join; Java client, "
     "implicit acknowledgement, nothing written (no Delta table): the broker's ceiling here",
 }
@@ -224,15 +226,20 @@ def _share_bound(o: Outcome, md: list[str]) -> None:
                 [
                     f"{p}",
                     f"{o.locks * p:,}",
-                    fmt_rate(ceiling),
+                    _steady(ceiling),
                     LABELS.get(name, name),
-                    " / ".join(fmt_rate(v) for v in steady),
+                    " / ".join(_steady(v) for v in steady),
                     " / ".join(fmt(f, 2) for f in fractions) or "-",
                 ]
             )
     header = ["partitions", "window", "bound (e) rec/s", "contender", "steady rec/s per run", "of the bound"]
     md.append(md_table(header, rows) + "\n")
     md.append("A contender with one commit (Spark's source drains a backlog in one batch) has no steady rate (`-`).\n")
+
+
+def _steady(rate: float) -> str:
+    """A steady rate's cell: `-` when the run had none (one commit) or failed."""
+    return fmt_rate(rate) if math.isfinite(rate) else "-"
 
 
 def _scaling(o: Outcome, md: list[str], charts: Path) -> None:
