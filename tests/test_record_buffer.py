@@ -73,3 +73,48 @@ def test_drain_lingers_for_polls_that_land_together_but_not_past_a_full_batch() 
     t0 = time.monotonic()
     assert buf.drain(50, max_wait_s=1, linger_s=2) == [full]  # already a full batch: no linger
     assert time.monotonic() - t0 < 0.5
+
+
+def test_drain_stops_lingering_once_every_polling_member_has_a_poll_in() -> None:
+    buf = RecordBuffer(100)
+    first, second, third = poll_of(10), poll_of(10), poll_of(10)
+    assert buf.put(first, 0)
+    threading.Timer(0.03, lambda: buf.put(second, 1)).start()
+    t0 = time.monotonic()
+    assert buf.drain(50, max_wait_s=1, linger_s=2, members=2) == [first, second]  # no third member to wait for
+    assert time.monotonic() - t0 < 1
+
+    assert buf.put(third, 0)
+    t0 = time.monotonic()
+    assert buf.drain(50, max_wait_s=1, linger_s=0.3, members=2) == [third]  # one of two members: the linger runs out
+    assert time.monotonic() - t0 >= 0.29
+
+
+def test_a_drain_waits_past_its_linger_for_a_poll_already_coming() -> None:
+    buf = RecordBuffer(100)
+    first, late = poll_of(10), poll_of(10)
+    assert buf.put(first, 0)
+    buf.coming(0)  # a member acquired records and builds their rows
+    threading.Timer(0.2, lambda: buf.put(late, 1, announced=True)).start()
+    assert buf.drain(50, max_wait_s=1, linger_s=0.05) == [first, late]  # not left for the next round
+
+    assert buf.put(first, 0)
+    buf.coming(0)
+    t0 = time.monotonic()
+    assert buf.drain(50, max_wait_s=0.3, linger_s=0.05) == [first]  # never put: bounded by max_wait_s
+    assert 0.29 <= time.monotonic() - t0 < 1
+    buf.not_coming(0)
+
+
+def test_lanes_are_drained_on_their_own_and_a_full_lane_takes_no_other_lanes_room() -> None:
+    buf = RecordBuffer(20, lanes=2)  # 10 records a lane
+    slow = [Poll(poll_of(10).batch, poll_of(10).rows, lane=0), Poll(poll_of(5).batch, poll_of(5).rows, lane=0)]
+    fast = Poll(poll_of(10).batch, poll_of(10).rows, lane=1)
+    assert buf.put(slow[0], 0)
+    assert not buf.put(slow[1], 0.05)  # lane 0 is full
+    assert buf.put(fast, 0)  # lane 1 still has its room
+    assert buf.records == 20
+    assert buf.drain(50, max_wait_s=0, lane=1) == [fast]
+    assert buf.drain(50, max_wait_s=0, lane=1) == []
+    assert buf.drain(50, max_wait_s=0, lane=0) == [slow[0]]
+    assert buf.take_all() == []

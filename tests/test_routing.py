@@ -5,6 +5,9 @@ sections, one share group, one shared dead-letter table. The job is killed right
 commit in its second micro-batch (committed, not ACCEPTed), then run again. What a user checks:
 each table holds exactly its topic's good records, parsed; the dead-letter table holds each bad
 record once with its class and topic; no topic has anything left to deliver (a sentinel each).
+
+A slow table holds back no other: with an upserted table's MERGE held, an appended table beside it
+still lands all its records, round after round (each table has its own members and lane).
 """
 
 from __future__ import annotations
@@ -27,8 +30,9 @@ from devkit.sample_data import (
     produce_json_events,
     produce_records,
 )
-from tests.job_runner import JobSpec, run_job, run_summary
+from tests.job_runner import JobSpec, run_job, run_summary, start_job
 from tests.kafka_helpers import nothing_left
+from tests.waiting import wait_for
 
 RECORDS = 2000  # per topic
 
@@ -118,3 +122,55 @@ def test_three_topics_in_three_formats_land_in_their_own_tables_exactly_once_acr
     assert sum(summary.get(f"{counter_prefix(t)}rows_written", 0) for t in tables) == 3 * RECORDS - written, summary
     for topic in tables:
         assert nothing_left(broker, topic, spec.group), topic
+
+
+def test_a_held_upsert_table_holds_back_no_append_table_beside_it(
+    spark: SparkSession, broker: EmbeddedKafka, tmp_path: Path, unique: str
+) -> None:
+    appends, upserts = f"lane-appends-{unique}", f"lane-upserts-{unique}"
+    broker.create_topic(appends, partitions=2)
+    broker.create_topic(upserts, partitions=1)
+    events = produce_json_events(broker.bootstrap, appends, RECORDS)
+    users = produce_json_events(broker.bootstrap, upserts, 50)
+    tables = {appends: tmp_path / "events", upserts: tmp_path / "users"}
+    spec = JobSpec(broker, "", f"g-{unique}", tmp_path / "dead_letter", lock_ms=60_000, routes=tables)
+    go = tmp_path / "merge-go"
+    log = tmp_path / "job.log"
+    proc = start_job(
+        spec,
+        "payload.format=json",
+        f"payload.schema={EVENT_SCHEMA}",
+        f"topics.{upserts}.write.mode=upsert",
+        f'topics.{upserts}.write.keys=["id"]',
+        "kafka.partition_max_record_locks=200",  # the appends need 5 rounds or more: 400 records in flight
+        "run.mode=until-drained",
+        "run.idle_timeout_ms=4000",
+        faults=f"wait@before_delta_merge={go}",  # the upserted table's first write waits for `go`
+        log=log,
+    )
+    try:
+
+        def appended() -> int:
+            if not DeltaTable.isDeltaTable(spark, str(tables[appends])):
+                return 0
+            return spark.read.format("delta").load(str(tables[appends])).count()
+
+        held = go.with_name(go.name + ".waiting")
+        wait_for(held.exists, 240, lambda: f"the MERGE never began: {log.read_text()[-3000:]}", give_up=proc.poll)
+        wait_for(
+            lambda: appended() == RECORDS,
+            120,
+            lambda: f"{appended()} of {RECORDS} appended while the MERGE was held: {log.read_text()[-3000:]}",
+            give_up=proc.poll,
+        )
+        assert not DeltaTable.isDeltaTable(spark, str(tables[upserts]))  # still held: nothing upserted yet
+        go.touch()
+        assert proc.wait(240) == 0, log.read_text()[-3000:]
+    finally:
+        go.touch()
+        if proc.poll() is None:
+            proc.kill()
+    landed(spark, tables[appends], events, "id")
+    landed(spark, tables[upserts], users, "id")  # one record per id: the upsert keeps each
+    assert nothing_left(broker, appends, spec.group)
+    assert nothing_left(broker, upserts, spec.group)

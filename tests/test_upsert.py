@@ -37,6 +37,7 @@ from app.sink.write.modes import write_mode
 from app.sink.write.upsert import Upsert
 from app.table.layout import TableLayout
 from app.table.location import TableLocation
+from devkit.delta_log import read_commits
 from tests.table_checks import dead_letters_by_key
 from tests.test_lifecycle import state_of
 
@@ -257,21 +258,23 @@ def test_debezium_json_events_insert_update_and_delete(spark: SparkSession, tmp_
 
 
 def test_a_batch_whose_merge_would_outlast_half_the_lock_takes_fewer_polls(spark: SparkSession, tmp_path: Path) -> None:
-    """With a 1 s record lock no MERGE fits in half of it: once two batches have shown their cost,
-    a batch takes one poll of the three waiting, and the next ones the rest, each landed."""
+    """With a 1 s record lock no MERGE fits in half of it: once two rounds have shown their cost,
+    a round takes one poll of the three waiting, and the next rounds the rest, each landed in a
+    MERGE of its own (one micro-batch lands them all, round after round)."""
     where = TableLocation.at(tmp_path / "accounts")
     sink = UpsertSink(spark, where, lock_s=1.0)
     try:
         sink.run([record(0, 0, 1, account(1, 1))])  # creates the table
         sink.run([record(0, 1, 1, account(1, 2)), record(0, 2, 2, account(2, 2))])  # a MERGE: its cost known
+        before = len(read_commits(Path(where.path)))
         waiting = [sink.put([record(0, 3 + i, 10 + i, account(10 + i, i))]) for i in range(3)]
-        for left in (2, 1, 0):
-            sink.sink(spark.range(1), sink.batch_id)
-            sink.batch_id += 1
-            assert sink.buffer.records == left  # one poll (one record) a batch
+        sink.sink(spark.range(1), sink.batch_id)
+        assert sink.buffer.records == 0
     finally:
         sink.close()
     assert all(state_of(p, 0) is RecordState.ACCEPTED for p in waiting)
+    merges = [c for c in read_commits(Path(where.path))[before:] if c.operation == "MERGE"]
+    assert [c.version for c in merges] == list(range(before, before + 3))  # one poll (one record) a MERGE
     assert rows_of(spark, where).count() == 5
 
 

@@ -180,7 +180,11 @@ class PumpConfig(_Section):
     """`[pump]`: the group members in the driver, each a thread owning one Kafka consumer."""
 
     members: int = Field(
-        default=4, ge=1, le=64, description="Group members (threads, one consumer each) in the driver, at start."
+        default=4,
+        ge=1,
+        le=64,
+        description="Group members (threads, one consumer each) in the driver, at start. A routed job's members are "
+        "spread over its tables, at least one each: a member polls its table's topics only (`docs/routing.md`).",
     )
     min_members: int | None = Field(
         default=None,
@@ -212,7 +216,7 @@ class PumpConfig(_Section):
         default=160_000,
         ge=1,
         description="Bound of the in-driver RecordBuffer: members wait when it is full (backpressure; the driver's "
-        "memory follows the config, not the backlog).",
+        "memory follows the config, not the backlog). A routed job's tables have an equal share each.",
     )
 
     @model_validator(mode="after")

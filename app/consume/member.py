@@ -64,9 +64,12 @@ class Member(threading.Thread):
         topics: list[str],
         buffer: RecordBuffer,
         poll_timeout_s: float,
+        lane: int = 0,
     ):
+        """`lane`: the buffer's lane its polls go to (the lane of the tables its `topics` are routed to)."""
         super().__init__(name=f"group-member-{member_id}", daemon=True)
         self.member_id = member_id
+        self.lane = lane
         self._new_client = new_client
         self._topics = topics
         self._buffer = buffer
@@ -173,12 +176,18 @@ class Member(threading.Thread):
         if self.stats.first_record_at is None:
             self.stats.first_record_at = polled_at
         batch = PollBatch(self.member_id, records, self._commands)
-        poll = Poll(batch, poll_rows(records))  # the Arrow rows built here, in this thread, while the sink writes
         self._current, self._acked_in_current = batch, 0
-        while not self._buffer.put(poll, timeout_s=0.2):
-            if self._abandon.is_set():
-                batch.release_undecided()
-                return
+        self._buffer.coming(self.lane)  # a lingering drain waits for it
+        try:
+            poll = Poll(batch, poll_rows(records), self.lane)  # the Arrow rows built here, while the sink writes
+            while not self._buffer.put(poll, timeout_s=0.2, announced=True):
+                if self._abandon.is_set():
+                    batch.release_undecided()
+                    self._buffer.not_coming(self.lane)
+                    return
+        except BaseException:
+            self._buffer.not_coming(self.lane)
+            raise
 
     def _serve_current(self, client: GroupClient) -> None:
         assert self._current is not None

@@ -6,12 +6,15 @@ micro-batch, the others keep polling and fill the RecordBuffer for the next one.
 until-drained run mode, pauses and resumes polling while a dependency of the sink is down (no member leaves the
 group), and runs the graceful stop (stop polling, let the sink decide, release the rest, commit, close).
 
-The pool is elastic: `resize(n)` starts new members or retires the newest ones while the stream runs, never
-beyond the group type's cap (a consumer group's: its partition count). A share group needs no stop-the-world
-rebalance for either: a new member joins and polls, and a retiring member stops polling, lets the sink decide its
-last poll, commits and closes; the others never pause. A consumer group rebalances instead
-(`app.consume.consumer_group`). The pool's counters are its members' (`member_stats`, retired members' included)
-and its gauges (`PoolGauges`).
+The members are split into lanes, one per group of topics the sink lands on their own (`lanes`: a routed job's
+tables, each with its topics): a member subscribes to its lane's topics only and puts its polls in that lane of the
+buffer, so a poll never spans two lanes and a slow table's records never hold back another's. Every lane keeps at
+least one member. The pool is elastic: `resize(n)` starts new members or retires the newest ones while the stream
+runs, never beyond the group type's cap (a consumer group's: its partition count). A share group needs no
+stop-the-world rebalance for either: a new member joins and polls, and a retiring member stops polling, lets the
+sink decide its last poll, commits and closes; the others never pause. A consumer group rebalances instead
+(`app.consume.consumer_group`). The pool's counters are its members' (`member_stats`, retired members' included) and
+its gauges (`PoolGauges`).
 """
 
 from __future__ import annotations
@@ -50,9 +53,12 @@ class MemberPool:
         group: GroupType,
         max_members: int | None = None,
         positions: TablePositions = NO_POSITIONS,
+        lanes: list[list[str]] | None = None,
     ):
         """`positions`: where the tables are (`group_client.table_positions`), read before the pool
-        is made; each member's client gets them (a consumer group starts its partitions there)."""
+        is made; each member's client gets them (a consumer group starts its partitions there).
+        `lanes`: the topics of each lane (default: one lane of every subscribed topic)."""
+        self._lanes = lanes or [kafka.subscribed]
         self.buffer = buffer
         self._kafka = kafka
         self._pump = pump
@@ -63,22 +69,30 @@ class MemberPool:
         self.members: list[Member] = []  # active: polling
         self.retired: list[Member] = []  # stopped polling (by a shrink); counted in totals
         self.cap = max_members  # the group type's bound (a consumer group: its partitions), None: none
-        for _ in range(self.bounded(pump.members)):
+        for _ in range(max(self.bounded(pump.members), len(self._lanes))):
             self.members.append(self._new_member())
         self._started = False
         self._polling = False
         self._paused = False  # by pause_polling, until resume_polling
 
     def _new_member(self) -> Member:
+        """A member of the lane with the fewest members (the first, on a tie)."""
         i = self._next_id
         self._next_id += 1
+        lane = min(range(len(self._lanes)), key=lambda k: sum(m.lane == k for m in self.members))
         return Member(
             i,
             lambda: self._group.client(self._kafka, self._pump, i, self._positions),
-            self._kafka.subscribed,
+            self._lanes[lane],
             self.buffer,
             self._pump.poll_timeout_ms / 1000,
+            lane,
         )
+
+    def lane_members(self, lane: int) -> int:
+        """The members of `lane` polling now."""
+        with self._lock:
+            return sum(m.lane == lane for m in self.members)
 
     def join_group(self) -> None:
         """Start the members: they subscribe and join the group, and acquire nothing yet."""
@@ -115,11 +129,18 @@ class MemberPool:
                     m.start()
                 if self._polling:
                     m.start_polling()
-            while len(self.members) > max(n, 1):
-                m = self.members.pop()  # the newest: its consumer has the least state to lose
-                m.stop_polling()  # finishes its in-flight poll (the sink decides it), commits, closes
-                self.retired.append(m)
+            while len(self.members) > max(n, 1) and (retiring := self._retiring()) is not None:
+                self.members.remove(retiring)
+                retiring.stop_polling()  # finishes its in-flight poll (the sink decides it), commits, closes
+                self.retired.append(retiring)
         log.info("member pool resized to %d", len(self.members))
+
+    def _retiring(self) -> Member | None:
+        """The newest member (its consumer has the least state to lose) whose lane keeps another."""
+        for m in reversed(self.members):
+            if sum(o.lane == m.lane for o in self.members) > 1:
+                return m
+        return None
 
     def _all(self) -> list[Member]:
         with self._lock:

@@ -21,6 +21,7 @@ after_delta_commit (committed, not yet ACCEPTed), delta_post_commit (committed a
 Delta's post-commit work done, Sharelake's own not begun), the same for the dead-letter table
 (before_dead_letter_commit, ...), before_repair (at start, about to delete duplicate rows an
 older version left), after_repair (that DELETE committed, not yet noted by its writer),
+before_delta_merge (an upserted table's write about to begin, before its first append too),
 after_accept (ACCEPTs committed to Kafka, foreachBatch not yet returned: Spark will re-run this
 batch id), before_lease_renewal (the S3 writer lease's renewal thread, about to renew).
 """

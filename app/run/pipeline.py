@@ -291,9 +291,11 @@ class IngestRun:
     def join(self, opened: Opened) -> Joined:
         """The pool, the sink and what observes them; the members join the group."""
         cfg = self.cfg
-        buffer = RecordBuffer(cfg.pump.buffer_max_records)
+        lanes = [[d] for d in opened.destinations]  # each table its own lane: a slow one holds back no other
+        buffer = RecordBuffer(cfg.pump.buffer_max_records, len(lanes))
         cap = opened.group.member_cap(opened.facts.partitions)
-        pool = MemberPool(cfg.kafka, cfg.pump, buffer, opened.group, cap, opened.positions)
+        topics = [list(d.topics) for d in opened.destinations]
+        pool = MemberPool(cfg.kafka, cfg.pump, buffer, opened.group, cap, opened.positions, topics)
         log_banner(cfg, opened, pool)
         job_name = f"{cfg.run.app_name}/{cfg.kafka.group_id}@{socket.gethostname()}:{os.getpid()}"
         sink = DeltaSink(
@@ -308,6 +310,8 @@ class IngestRun:
             on_pause=pool.pause_polling,
             on_resume=pool.resume_polling,
             counts_deliveries=opened.group.counts_deliveries,
+            lanes=lanes,
+            lane_members=pool.lane_members,
         )
         clock = ClockQuery(
             clock_session(self.spark, local_checkpoint=not cfg.delta.checkpoint_path),

@@ -7,20 +7,27 @@ DataFrame is ignored). It orchestrates three collaborators it is given or builds
   pause, resume or stop polling;
 - one table writer per destination (`app.sink.write.table_writer`): each writes its candidates in one
   Spark job and commit, diagnoses its bad records, and returns what to decide;
-- the dead-letter sink (`app.sink.dead_letter.sinks`): every table's bad records in one append,
-  beside the next batch.
+- the dead-letter parking (`app.sink.batch.parking`): every table's bad records of a round in one
+  append to the dead-letter sink, beside the next round.
 
-One attempt:
+The destinations are split into lanes (`Lane`: by default one lane of them all; a routed job's pipeline gives each
+table a lane of its own), each with its lane of the buffer, where only its topics' polls arrive. A micro-batch runs
+every lane's rounds, the lanes in parallel threads, each on its own: a slow table (a MERGE, a remote store) holds
+back no other table's rounds. A lane lands round after round while its members refill its lane of the buffer
+within `batch.max_wait_ms`, for at most `batch.micro_batch_max_ms`, so Spark's own work of a micro-batch (its
+offset and commit logs, the planning) is paid once per micro-batch, not once per commit.
 
-1. take whole polls from the buffer (their Arrow rows were built by the members at poll time);
-2. plan (`app.sink.batch.plan`): fold other writers' new commits into the tables and the
+One round (an attempt; a failed one is tried again by the policy):
+
+1. take whole polls from the lane of the buffer (their Arrow rows were built by the members at poll time);
+2. plan (`app.sink.batch.plan`): fold other writers' new commits into the lane's tables and the
    dead-letter sink, then sort every row: already in its main table (ACCEPT, no write), already
    parked (REJECT, no write), a second copy inside this batch (decided like the first), or a candidate;
-3. each destination's table writer lands its candidates (in parallel threads when there are
+3. each of the lane's table writers lands its candidates (in parallel threads when there are
    several) and its verdicts are decided as soon as it is done: ACCEPT only what a durable commit
    holds (INVARIANT 1), each table's records on that table's commit alone;
 4. every table's bad records go to the dead-letter sink in one append, then are REJECTed with its
-   proof, in a thread of their own while the next batch runs: the next batch waits for that append
+   proof, in a thread of their own while the next round runs: the next round waits for that append
    only before its own, or when its plan must read the dead-letter table (records redelivered,
    or a group that does not count deliveries: a share group's first delivery cannot be parked
    yet). A failed append RELEASEs its records (they come back) and fails the next attempt.
@@ -41,17 +48,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed, wait
+from concurrent.futures import ThreadPoolExecutor, as_completed, wait
 from contextlib import nullcontext
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import numpy as np
-import pyarrow as pa
 from pyspark.sql import DataFrame
 
-from app.acknowledge.proof import Decision, Proof
+from app.acknowledge.proof import Decision
 from app.acknowledge.window import DecisionWindow
 from app.bridge.record_buffer import Poll, RecordBuffer
 from app.config.settings import BatchConfig
@@ -60,7 +66,8 @@ from app.failures.errors import ConfigError
 from app.formats.base import SHARED_ERROR_CLASSES, BadRecord
 from app.sink.batch.attempt_policy import AttemptPolicy
 from app.sink.batch.budget import BatchBudget
-from app.sink.batch.plan import COPY, NOTHING_PARKED, PARKED, PRESENT, BatchPlan, Holder, Verdict, plan_batch
+from app.sink.batch.parking import DeadLetterParking
+from app.sink.batch.plan import COPY, PARKED, PRESENT, BatchPlan, Verdict, plan_batch
 from app.sink.batch.stats import SinkStats, timed
 from app.sink.dead_letter.sinks import DeadLetterSink
 from app.sink.delta.writer_lease import LeaseLostError
@@ -68,6 +75,16 @@ from app.sink.write.destinations import Destination
 from app.sink.write.table_writer import Landed, TableWriter
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Lane:
+    """Tables the sink lands on their own: the buffer's lane `index` holds only their topics' polls."""
+
+    index: int
+    destinations: list[Destination]
+    writers: list[TableWriter]
+    budget: BatchBudget | None  # the records a round may take, when a table's batches must be split
 
 
 class DeltaSink:
@@ -84,34 +101,45 @@ class DeltaSink:
         on_pause: Callable[[], None] = lambda: None,
         on_resume: Callable[[], None] = lambda: None,
         counts_deliveries: bool = False,
+        lanes: list[list[Destination]] | None = None,
+        lane_members: Callable[[int], int | None] = lambda lane: None,
     ):
+        """`lanes`: the destinations of each lane of the buffer (default: one lane of them all);
+        `lane_members(k)`: how many members poll for lane k (None: unknown)."""
         self.buffer = buffer
         self.destinations = destinations
-        self.dead_letters = dead_letters
         self.batch = batch
         self.window = window
-        self.job_name = job_name
         self.stats = SinkStats(record_lock_seconds=window.seconds)
-        # the records a batch may take, when a destination's batches must be split to stay inside the lock
-        self._budget = BatchBudget(window) if any(d.mode.splits_batches for d in destinations) else None
         self.config_error: ConfigError | None = None  # a batch found the config wrong: the run stops with it
         classes = {
             *SHARED_ERROR_CLASSES,
             *(c for d in destinations for c in (*d.format.error_classes, *d.mode.error_classes)),
         }
         self.stats.dead_lettered_by_class.update(dict.fromkeys(sorted(classes), 0))  # each class's series from start
-        self._writers = [TableWriter(d, self.stats, max_delivery_count) for d in destinations]
+        writer_of = {id(d): TableWriter(d, self.stats, max_delivery_count) for d in destinations}
+        self._lanes = [
+            Lane(
+                k,
+                ds,
+                [writer_of[id(d)] for d in ds],
+                BatchBudget(window) if any(d.mode.splits_batches for d in ds) else None,
+            )
+            for k, ds in enumerate(lanes or [destinations])
+        ]
+        self._lane_members = lane_members
         self._table_of = {t: d.table for d in destinations for t in d.topics}
-        self._parallel = ThreadPoolExecutor(len(destinations), "sink-table") if len(destinations) > 1 else None
+        widest = max(len(lane.writers) for lane in self._lanes)
+        self._parallel = ThreadPoolExecutor(widest, "sink-table") if widest > 1 else None
+        self._lane_threads = ThreadPoolExecutor(len(self._lanes), "sink-lane") if len(self._lanes) > 1 else None
         self.policy = AttemptPolicy(
             batch.write_attempts, [d.format.probe for d in destinations], on_fatal, on_pause, on_resume
         )
         self._closed = threading.Event()
-        # the dead-letter append of a batch runs in this thread beside the next batch; one at a time
-        self._parking = ThreadPoolExecutor(1, "sink-dead-letters")
-        self._parked: Future[BaseException | None] | None = None
-        # a share group's delivery count of 1: the record was never delivered, so it cannot be parked yet
-        self._counts_deliveries = counts_deliveries
+        # each batch's bad records are parked beside the next batch, in a thread of their own
+        self.parking = DeadLetterParking(
+            dead_letters, self.stats, job_name, lambda plan, v: self._decide(plan, v, timing=False), counts_deliveries
+        )
 
     def close(self) -> None:
         """From now on micro-batches write nothing (used while the job stops)."""
@@ -120,84 +148,95 @@ class DeltaSink:
     def finish(self) -> None:
         """Once the query has stopped: the last dead-letter append ends, then the write threads (the
         tables are their opener's to close: `app.run.pipeline.IngestRun`, the warm-up)."""
-        self._wait_parked(raise_error=False)
-        self._parking.shutdown(wait=True)
-        if self._parallel is not None:
-            self._parallel.shutdown(wait=True)
+        self.parking.finish()
+        for threads in (self._parallel, self._lane_threads):
+            if threads is not None:
+                threads.shutdown(wait=True)
 
     def repair_pending(self) -> None:
         """At start: duplicates that a writer which died before repairing them left in any table."""
         for d in self.destinations:
             d.table.repair_pending()
-        self.dead_letters.repair_pending()
+        self.parking.dead_letters.repair_pending()
 
     def __call__(self, clock_df: DataFrame, batch_id: int) -> None:
-        """One micro-batch: rounds of drain -> land -> decide while the buffer refills within
-        `batch.max_wait_ms`, for at most `batch.micro_batch_max_ms` (each round its own commit per
-        table and its own attempts); Spark's own work runs once per micro-batch, not once per commit."""
+        """One micro-batch: each lane's rounds (the lanes in parallel threads, each on its own)."""
+        if self._lane_threads is None:
+            self._rounds(self._lanes[0], batch_id)
+            return
+        futures = [self._lane_threads.submit(self._rounds, lane, batch_id) for lane in self._lanes]
+        wait(futures)
+        errors = [e for e in (f.exception() for f in futures) if e is not None]
+        if errors:
+            raise next((e for e in errors if isinstance(e, LeaseLostError | ConfigError)), errors[0])
+
+    def _rounds(self, lane: Lane, batch_id: int) -> None:
+        """A lane's rounds of drain -> land -> decide while the buffer refills within `batch.max_wait_ms`,
+        for at most `batch.micro_batch_max_ms` (each round its own commit per table and its own attempts):
+        Spark's own work runs once per micro-batch, not once per commit."""
         ends = time.monotonic() + self.batch.micro_batch_max_ms / 1000
         first = True
         while not self._closed.is_set():
             for attempt in self.policy.retrying(batch_id):
                 with attempt:
-                    landed = self._attempt(batch_id, self.policy.is_last(attempt.retry_state.attempt_number), first)
+                    last = self.policy.is_last(attempt.retry_state.attempt_number)
+                    landed = self._attempt(lane, batch_id, last, first)
             if not landed or time.monotonic() >= ends:
                 return
             first = False
 
-    def _attempt(self, batch_id: int, last: bool = False, first: bool = True) -> bool:
-        """One round: whether it took polls (and landed them; a failure raises)."""
+    def _attempt(self, lane: Lane, batch_id: int, last: bool = False, first: bool = True) -> bool:
+        """One round of a lane: whether it took polls (and landed them; a failure raises)."""
         if self._closed.is_set():
             return False
         self.stats.start_cycle(batch_id)
         self.policy.before_attempt()  # raises DependencyUnavailable again while it is still down
-        limit = self.batch.max_records if self._budget is None else self._budget.records(self.batch.max_records)
+        limit = self.batch.max_records if lane.budget is None else lane.budget.records(self.batch.max_records)
         with timed(self.stats, "drain"):
-            polls = self.buffer.drain(limit, self.batch.max_wait_ms / 1000, self.batch.linger_ms / 1000)
+            linger = self.batch.max_wait_ms / 1000, self.batch.linger_ms / 1000
+            polls = self.buffer.drain(limit, *linger, self._lane_members(lane.index), lane.index)
         if not polls:
-            self.stats.empty_batches += first
+            if first and lane.index == 0:  # a micro-batch that found nothing (counted once, not per lane)
+                self.stats.empty_batches += 1
             return False
         drained_at, began = datetime.now(UTC), time.monotonic()
         drained = sum(len(p) for p in polls)
-        self.stats.records_in += drained
-        self.stats.recent_in[batch_id] = self.stats.recent_in.get(batch_id, 0) + drained
+        self.stats.add_drained(batch_id, drained)
         try:
-            self._run(polls, batch_id)
+            self._run(polls, batch_id, lane)
         except BaseException as e:
             self.stats.failed_attempts += 1
             self.policy.failed(e, last)
-            self._wait_parked(raise_error=False)  # its bad records decided (REJECT, or RELEASE on a failure)
+            self.parking.wait(raise_error=False)  # its bad records decided (REJECT, or RELEASE on a failure)
             self._release_undecided(polls)
-            self.dead_letters.seen((p.rows for p in polls), drained_at)
+            self.parking.dead_letters.seen((p.rows for p in polls), drained_at)
             raise
-        if self._budget is not None:
-            self._budget.observe(drained, time.monotonic() - began)
+        if lane.budget is not None:
+            lane.budget.observe(drained, time.monotonic() - began)
         return True
 
-    def _run(self, polls: list[Poll], batch_id: int) -> None:
-        if self._parked is not None and self._parked.done():
-            self._wait_parked()  # the last dead-letter append's error, if it failed, fails this attempt
-        with timed(self.stats, "plan"):
-            for d in self.destinations:
+    def _run(self, polls: list[Poll], batch_id: int, lane: Lane) -> None:
+        self.parking.raise_if_failed()  # the last dead-letter append's error, if it failed, fails this attempt
+        with timed(self.stats, "plan"), self.parking.parked_holder(polls) as holder:
+            for d in lane.destinations:
                 d.table.refresh()
-            plan = plan_batch(polls, self._table_of, self._parked_holder(polls))
-        self.stats.dedup_hits += plan.count(PRESENT)
-        self.stats.dead_letter_hits += plan.count(PARKED)
-        self.stats.in_batch_duplicates += plan.count(COPY)
+            plan = plan_batch(polls, self._table_of, holder)
+        self.stats.add({"dedup_hits": plan.count(PRESENT), "dead_letter_hits": plan.count(PARKED)})
+        self.stats.add({"in_batch_duplicates": plan.count(COPY)})
         # each table's rows are written and decided on that table's commit alone: a failing table's
         # records stay undecided (the attempt's failure path RELEASEs them), the others' are decided
         bad: dict[int, BadRecord] = {}
         errors: dict[int, BaseException] = {}  # by destination
-        for n, landed in self._land(plan, batch_id):  # each table decided as soon as it is done
+        for n, landed in self._land(plan, batch_id, lane.writers):  # each table decided as soon as it is done
             self._decide(plan, landed.verdicts)
             bad |= landed.bad
             if landed.error is not None:
                 errors[n] = landed.error
         parked = plan.of_kind(PARKED)
         if parked.any():  # the plan read the dead-letter table: no append of it runs now
-            self._decide(plan, [Verdict(parked, Decision.REJECT, self.dead_letters.proof_of_presence())])
+            self._decide(plan, [Verdict(parked, Decision.REJECT, self.parking.dead_letters.proof_of_presence())])
         if bad:
-            self._park_beside(plan, bad, batch_id)
+            self.parking.park_beside(plan, bad, batch_id)
         self._account_locks(polls)
         in_order = [errors[n] for n in sorted(errors)]
         fatal = (e for e in in_order if isinstance(e, LeaseLostError | ConfigError))
@@ -211,15 +250,14 @@ class DeltaSink:
                 p.batch.acks_committed.wait(30)
             faults.hit("after_accept")
 
-    def _land(self, plan: BatchPlan, batch_id: int) -> Iterator[tuple[int, Landed]]:
-        """Each table's outcome with its destination's index, as soon as it is done (tables in parallel)."""
-        if self._parallel is None:  # one table: every row is its own
-            yield 0, self._writers[0].land(plan, np.ones(plan.rows.num_rows, dtype=np.bool_), batch_id)
+    def _land(self, plan: BatchPlan, batch_id: int, writers: list[TableWriter]) -> Iterator[tuple[int, Landed]]:
+        """Each table's outcome with its index among `writers`, as soon as it is done (tables in parallel)."""
+        if len(writers) == 1 or self._parallel is None:  # one table: every row is its own
+            yield 0, writers[0].land(plan, np.ones(plan.rows.num_rows, dtype=np.bool_), batch_id)
             return
         topics = plan.rows.column("topic").to_numpy(zero_copy_only=False)
         futures = {
-            self._parallel.submit(w.land, plan, np.isin(topics, w.topics), batch_id): n
-            for n, w in enumerate(self._writers)
+            self._parallel.submit(w.land, plan, np.isin(topics, w.topics), batch_id): n for n, w in enumerate(writers)
         }
         try:
             for future in as_completed(futures):
@@ -242,85 +280,16 @@ class DeltaSink:
         for p in polls:
             p.batch.release_undecided()
 
-    # -- the dead-letter sink --------------------------------------------------------------------------
-
-    def _parked_holder(self, polls: list[Poll]) -> Holder:
-        """What the plan asks which records are parked already. Records a share group delivers for
-        the first time cannot be: then the table is not read (and the last batch's append, still
-        running, not waited for). Otherwise once that append is over, after other writers' commits."""
-        if self._counts_deliveries and all(_first_deliveries(p.rows) for p in polls):
-            return NOTHING_PARKED
-        self._wait_parked()
-        self.dead_letters.refresh()
-        return self.dead_letters
-
-    def _park_beside(self, plan: BatchPlan, bad: dict[int, BadRecord], batch_id: int) -> None:
-        """Park the batch's bad records in the dead-letter thread, then REJECT them there, while the
-        next batch runs. The previous batch's append ends first (its error, if any, raised here)."""
-        self._wait_parked()
-        self._parked = self._parking.submit(self._park_then_reject, plan, bad, batch_id)
-
-    def _wait_parked(self, raise_error: bool = True) -> None:
-        """Until the last dead-letter append is over (counted as the `dead_letter` step); raises its error."""
-        if self._parked is None:
-            return
-        with timed(self.stats, "dead_letter"):
-            error = self._parked.result()
-        self._parked = None
-        if error is None:
-            return
-        if raise_error:
-            raise error
-        log.warning("a dead-letter append failed, its records were RELEASEd: %s", error)
-
-    def _park_then_reject(self, plan: BatchPlan, bad: dict[int, BadRecord], batch_id: int) -> BaseException | None:
-        """The dead-letter thread: park, then REJECT with its proof; on a failure RELEASE them (they come
-        back) and return the error for the sink thread to raise."""
-        rows = plan.with_copies(np.fromiter(sorted(bad), dtype=np.intp, count=len(bad)))
-        started = time.perf_counter()
-        try:
-            proof = self._park(plan, bad, batch_id)
-            self.stats.dead_letter_append_s += time.perf_counter() - started
-            self._decide(plan, [Verdict(rows, Decision.REJECT, proof)], timing=False)
-            return None
-        except BaseException as e:  # noqa: BLE001 - raised again in the sink thread (`_wait_parked`)
-            # every other record of the batch is decided, or RELEASEd by its failed attempt once this
-            # returns: what is still undecided here are these (a stop past its bound RELEASEd them already)
-            for poll in plan.batches:
-                poll.release_undecided()
-            return e
-
-    def _park(self, plan: BatchPlan, bad: dict[int, BadRecord], batch_id: int) -> Proof:
-        """Every table's bad records (rows of the batch) to the dead-letter sink, in one append."""
-        order = sorted(bad)
-        records = plan.rows.take(pa.array(order, pa.int64()))
-        proof = self.dead_letters.park(records, [bad[n] for n in order], self.job_name, batch_id)
-        self.stats.dead_lettered += len(order)
-        classes = Counter(b.error_class for b in bad.values())
-        self.stats.dead_lettered_by_class.update(classes)
-        log.warning("dead-lettered %d records: %s", len(order), ", ".join(f"{c}={n}" for c, n in classes.items()))
-        return proof
-
     def _account_locks(self, polls: list[Poll]) -> None:
         now = time.monotonic()
         oldest = max(now - p.batch.acquired_at for p in polls)
-        self.stats.max_cycle_s = max(self.stats.max_cycle_s, oldest)
-        self.stats.last_cycle_s = oldest
-        self.stats.cycle_s_sum += oldest
-        self.stats.cycles += 1
         window = self.window.seconds
-        self.stats.late_accepts += sum(len(p) for p in polls if now - p.batch.acquired_at >= window)
+        late = sum(len(p) for p in polls if now - p.batch.acquired_at >= window)
+        self.stats.cycle_done(oldest, late, near_lock=oldest > 0.5 * window)
         if oldest > 0.5 * window:
-            self.stats.cycles_near_lock += 1
             log.warning(
                 "a poll took %.1fs from acquisition to ACCEPT, over half the %s: "
                 "lower batch.max_records or pump.max_poll_records",
                 oldest,
                 self.window,
             )
-
-
-def _first_deliveries(rows: pa.Table) -> bool:
-    """Whether every row's delivery count is 1 (none missing)."""
-    counts = rows.column("delivery_count")
-    return counts.null_count == 0 and bool((counts.to_numpy() == 1).all())

@@ -85,6 +85,23 @@ class SinkStats:
             self.recent_in.pop(next(iter(self.recent)), None)
             del self.recent[next(iter(self.recent))]
 
+    def add_drained(self, batch_id: int, records: int) -> None:
+        """A round of Spark batch `batch_id` took `records` from the buffer (lanes add from their threads)."""
+        with _SUMMING:
+            self.records_in += records
+            self.recent_in[batch_id] = self.recent_in.get(batch_id, 0) + records
+
+    def cycle_done(self, oldest_s: float, late_records: int, near_lock: bool) -> None:
+        """A round was decided: its oldest poll's acquire -> decision time, the records decided past the
+        lock, and whether that time was over half the lock."""
+        with _SUMMING:
+            self.max_cycle_s = max(self.max_cycle_s, oldest_s)
+            self.last_cycle_s = oldest_s
+            self.cycle_s_sum += oldest_s
+            self.cycles += 1
+            self.late_accepts += late_records
+            self.cycles_near_lock += near_lock
+
     def add(self, counts: Mapping[str, int]) -> None:
         """Add a write's counts (a write mode's `counters`, by name) to those counters."""
         with _SUMMING:

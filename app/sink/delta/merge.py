@@ -75,6 +75,7 @@ class DeltaMerge:
         repeated changes nothing it already changed). The table's first commit is a plain append
         of `source` (two creators conflict in Delta). None when Delta recorded no commit.
         """
+        faults.hit(f"before_{self._name}_merge")  # an upserted table's write, the table's first append included
         self._checkpointer.wait_idle()
         if not self._writer.exists():
             return self._writer.append(source, user_metadata, batch_id, merge_schema)
