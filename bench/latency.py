@@ -31,6 +31,7 @@ from bench.contenders.base import RunContext, RunResult, failed, tail, wait_unti
 from bench.settings import BenchSettings
 from bench.workload import RateProducer, record_value
 from devkit.delta_log import data_commits, read_commits, rows_in
+from devkit.paths import PROJECT_ROOT
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +72,12 @@ class _Job:
 
 
 def _start_sharelake(
-    ctx: RunContext, payload: tuple[str, ...] = sharelake.JSON_PAYLOAD, extra_sets: tuple[str, ...] = ()
+    ctx: RunContext,
+    payload: tuple[str, ...] = sharelake.JSON_PAYLOAD,
+    extra_sets: tuple[str, ...] = (),
+    root: Path = PROJECT_ROOT,
 ) -> _Job:
-    job = sharelake.start_sharelake(ctx, "continuous", extra_sets, payload=payload)
+    job = sharelake.start_sharelake(ctx, "continuous", extra_sets, payload=payload, root=root)
 
     def stop() -> int:
         if job.proc.poll() is None:
@@ -93,7 +97,9 @@ def _start_spark(ctx: RunContext) -> _Job:
 
 STARTERS: dict[str, Callable[[RunContext], _Job]] = {
     sharelake.NAME: _start_sharelake,
-    sharelake.BEFORE: lambda ctx: _start_sharelake(ctx, extra_sets=ctx.settings.before_sets),
+    sharelake.BEFORE: lambda ctx: _start_sharelake(
+        ctx, extra_sets=ctx.settings.before_sets, root=ctx.settings.before_root or PROJECT_ROOT
+    ),
     spark_kafka_source.NAME: _start_spark,
 }
 

@@ -67,6 +67,7 @@ class BenchSettings:
     # contender (a0) `sharelake-before`: Sharelake with these overrides on top, the path before a change
     # (a lever behind a setting), run in the same rounds as (a); only when named in --contenders
     before_sets: tuple[str, ...] = ()
+    before_root: Path | None = None  # (a0) runs from this checkout (e.g. a worktree of the commit before)
     work_dir: Path = WORK_ROOT
     results_dir: Path = RESULTS_DIR
     keep_work: bool = False  # keep broker data and tables after the run (default: delete them)
@@ -137,6 +138,12 @@ HELPS = {  # the options of `python -m bench run` (and `cycle`): BenchSettings' 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Every size and knob of `BenchSettings` (`python -m bench run` and `python -m bench cycle`)."""
     add_settings(p, BenchSettings(), HELPS)
+    p.add_argument(
+        "--before-root",
+        type=Path,
+        help="the checkout contender sharelake-before runs from (its own spark-submit.sh and app), e.g. a "
+        "git worktree of the commit before a change (default this checkout)",
+    )
     p.add_argument(
         "--set",
         dest="sharelake_sets",

@@ -42,8 +42,10 @@ def sharelake_command(
     extra_sets: tuple[str, ...] = (),
     payload: tuple[str, ...] = JSON_PAYLOAD,
     destination: tuple[str, ...] | None = None,
+    root: Path = PROJECT_ROOT,
 ) -> list[str]:
-    """The job's command line: the run's topic, group and table, plus `--set`s (members: 0 keeps the default).
+    """The job's command line: the run's topic, group and table, plus `--set`s (members: 0 keeps the default);
+    `root`: the checkout whose spark-submit.sh and job run (another one: contender (a0), `--before-root`).
 
     `payload` says how values are read (default: the workload's JSON); `destination` replaces
     `kafka.topic` + `delta.table_path` (the routed runs of `bench.formats` name several topics).
@@ -59,7 +61,7 @@ def sharelake_command(
         *ctx.settings.sharelake_sets,
         *extra_sets,
     ]
-    cmd = [str(PROJECT_ROOT / "spark-submit.sh"), "jobs/ingest.py", "--config", "conf/local.toml"]
+    cmd = [str(root / "spark-submit.sh"), "jobs/ingest.py", "--config", "conf/local.toml"]
     for s in sets:
         cmd += ["--set", s]
     return cmd
@@ -105,18 +107,22 @@ def start_sharelake(
     group: str | None = None,
     table: Path | None = None,
     host: Host | None = None,
+    root: Path = PROJECT_ROOT,
 ) -> SharelakeJob:
     """Start the job in the background; `group` and `table` default to a fresh group and the run's
     own table (`bench.several_jobs` gives several jobs the same ones); on `host` (a host of a
-    `devkit.network`, `bench.scale_out`) when given, else on the machine's loopback."""
+    `devkit.network`, `bench.scale_out`) when given, else on the machine's loopback. `root`: the
+    checkout it runs from (another one imports its own `app`: contender (a0) with `--before-root`)."""
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
     table, log = table or ctx.run_dir / "table", ctx.run_dir / "sharelake.log"
-    cmd = sharelake_command(ctx, group or ctx.group(NAME), table, mode, extra_sets, payload, destination)
+    cmd = sharelake_command(ctx, group or ctx.group(NAME), table, mode, extra_sets, payload, destination, root)
     cmd = host.command(cmd) if host else cmd
+    if root != PROJECT_ROOT:
+        env = {**(env or {}), "PYTHONPATH": str(root)}
     launched_at = time.time()
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            cmd, cwd=PROJECT_ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cmd, cwd=root, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own group: a stop reaches the JVM and the Python driver
             env={**os.environ, **(env or {})},
         )  # fmt: skip
@@ -172,10 +178,14 @@ def result_of(
 
 
 def run_sharelake(
-    ctx: RunContext, name: str = NAME, extra_sets: tuple[str, ...] = (), payload: tuple[str, ...] = JSON_PAYLOAD
+    ctx: RunContext,
+    name: str = NAME,
+    extra_sets: tuple[str, ...] = (),
+    payload: tuple[str, ...] = JSON_PAYLOAD,
+    root: Path = PROJECT_ROOT,
 ) -> RunResult:
     """One until-drained run (`name` and the settings: contender (a2) and the Avro contender)."""
-    job = start_sharelake(ctx, "until-drained", extra_sets, payload=payload)
+    job = start_sharelake(ctx, "until-drained", extra_sets, payload=payload, root=root)
     return result_of(ctx, job, job.wait(ctx.settings.run_timeout_s), name=name)
 
 
@@ -183,5 +193,6 @@ BEFORE = "sharelake-before"
 
 
 def run_sharelake_before(ctx: RunContext) -> RunResult:
-    """Contender (a0): the same run with `--before`'s settings, the path before a change."""
-    return run_sharelake(ctx, BEFORE, ctx.settings.before_sets)
+    """Contender (a0): the path before a change: the same run with `--before-sets`' settings, from the
+    checkout `--before-root` names (default this one)."""
+    return run_sharelake(ctx, BEFORE, ctx.settings.before_sets, root=ctx.settings.before_root or PROJECT_ROOT)
