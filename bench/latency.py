@@ -76,6 +76,7 @@ def _start_sharelake(
     payload: tuple[str, ...] = sharelake.JSON_PAYLOAD,
     extra_sets: tuple[str, ...] = (),
     root: Path = PROJECT_ROOT,
+    name: str = sharelake.NAME,
 ) -> _Job:
     job = sharelake.start_sharelake(ctx, "continuous", extra_sets, payload=payload, root=root)
 
@@ -85,7 +86,7 @@ def _start_sharelake(
         return job.wait(ctx.settings.run_timeout_s)
 
     def result(code: int) -> RunResult:
-        return sharelake.result_of(ctx, job, code, expect_exit=(0, 143))
+        return sharelake.result_of(ctx, job, code, expect_exit=(0, 143), name=name)
 
     return _Job(job.proc, job.log, job.table, SHARELAKE_READY, stop, job.kill, result)
 
@@ -98,7 +99,7 @@ def _start_spark(ctx: RunContext) -> _Job:
 STARTERS: dict[str, Callable[[RunContext], _Job]] = {
     sharelake.NAME: _start_sharelake,
     sharelake.BEFORE: lambda ctx: _start_sharelake(
-        ctx, extra_sets=ctx.settings.before_sets, root=ctx.settings.before_root or PROJECT_ROOT
+        ctx, extra_sets=ctx.settings.before_sets, root=ctx.settings.before_root or PROJECT_ROOT, name=sharelake.BEFORE
     ),
     spark_kafka_source.NAME: _start_spark,
 }
