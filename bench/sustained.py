@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from app.testing.kafka_broker import EmbeddedKafka
-from bench.contenders import LABELS
+from bench.contenders import LABELS, spark_kafka_source
+from bench.contenders import sharelake as sharelake_contender
 from bench.figures import finite_or_none, finite_values, fmt, kv_table, md_table, save_report
 from bench.harness import RESULTS_DIR, WORK_ROOT, add_places, add_settings, settings_from, stamp, work_folder
 from bench.latency import CONTENDERS, LatencyRun, run_latency
@@ -39,6 +40,7 @@ from bench.settings import BenchSettings, carried
 from bench.verify import Window, spark_session, table_latency
 
 HELP = "the highest offered rate Sharelake, and Spark's Kafka source beside it, keep up with"
+BASE, PEER = sharelake_contender.NAME, spark_kafka_source.NAME  # the sustained-rate ratio: Sharelake / its peer
 log = logging.getLogger(__name__)
 
 PRODUCER_LAG_LIMIT_S = 2.0  # the producer fell behind its schedule by more: the offered load was not offered
@@ -58,7 +60,9 @@ class SustainedSettings:
     partitions: int = 4
     p99_limit_s: float = 2.0
     window_seconds: float = 10.0  # p99 per window of produce time: shows a job falling behind
-    contenders: tuple[str, ...] = CONTENDERS
+    contenders: tuple[str, ...] = (sharelake_contender.NAME, spark_kafka_source.NAME)
+    before_sets: tuple[str, ...] = ()  # contender sharelake-before's overrides, when it is named
+    before_root: Path | None = None  # and the checkout it runs from
     run_timeout_s: float = 1800.0
     work_dir: Path = WORK_ROOT
     results_dir: Path = RESULTS_DIR
@@ -66,10 +70,11 @@ class SustainedSettings:
 
     def bench_settings(self, rate: int) -> BenchSettings:
         """What `run_latency` and the contenders read, for one step."""
-        return carried(
+        carried_over = carried(
             self, latency_rate=rate, latency_seconds=self.seconds, latency_warmup_seconds=self.warmup_seconds,
             latency_partitions=self.partitions, latency_window_seconds=self.window_seconds,
         )  # fmt: skip
+        return replace(carried_over, before_sets=self.before_sets, before_root=self.before_root)
 
     def as_table(self) -> dict[str, str]:
         b = BenchSettings()
@@ -82,6 +87,8 @@ class SustainedSettings:
             "window for the falls-behind check (s)": f"{self.window_seconds:g}",
             "producer lag limit (s)": f"{PRODUCER_LAG_LIMIT_S:g}",
             "contenders, in order": ", ".join(self.contenders),
+            "sharelake-before": f"{', '.join(self.before_sets) or 'no overrides'}, "
+            f"from {self.before_root or 'this checkout'}",
             "Sharelake pump.members": str(b.members),
             "Spark trigger": f'ProcessingTime("{b.latency_trigger}")',
             "run timeout (s)": f"{self.run_timeout_s:g}",
@@ -290,9 +297,9 @@ def _step_row(st: Step) -> list[str]:
 def report_markdown(o: SustainedOutcome) -> str:
     s = o.settings
     verdicts = {c: verdict(o.steps, c) for c in s.contenders}
-    value, sign, target = ratio(verdicts.get(CONTENDERS[0]), verdicts.get(CONTENDERS[1]))
+    value, sign, target = ratio(verdicts.get(BASE), verdicts.get(PEER))
     kept = {c: verdict(o.steps, c, kept_up=True) for c in s.contenders}
-    kept_value, kept_sign, kept_target = ratio(kept.get(CONTENDERS[0]), kept.get(CONTENDERS[1]))
+    kept_value, kept_sign, kept_target = ratio(kept.get(BASE), kept.get(PEER))
     md = [f"# Sustained rate: Sharelake and Spark's Kafka source ({s.size}), {o.started}\n"]
     md.append(
         "Each contender ran at each offered rate in turn, lowest first, on a fresh topic of "
@@ -351,9 +358,9 @@ def report_markdown(o: SustainedOutcome) -> str:
 def report_json(o: SustainedOutcome) -> dict[str, Any]:
     s = o.settings
     verdicts = {c: verdict(o.steps, c) for c in s.contenders}
-    value, sign, target = ratio(verdicts.get(CONTENDERS[0]), verdicts.get(CONTENDERS[1]))
+    value, sign, target = ratio(verdicts.get(BASE), verdicts.get(PEER))
     kept = {c: verdict(o.steps, c, kept_up=True) for c in s.contenders}
-    kept_value, kept_sign, _ = ratio(kept.get(CONTENDERS[0]), kept.get(CONTENDERS[1]))
+    kept_value, kept_sign, _ = ratio(kept.get(BASE), kept.get(PEER))
     steps = []
     for st in o.steps:
         f, run = st.figures, st.run
@@ -396,8 +403,10 @@ def configure(p: argparse.ArgumentParser) -> None:
         "rates": "offered records/s, comma-separated", "seconds": "measured load per step",
         "warmup_seconds": "load before it", "partitions": "partitions of every topic",
         "p99_limit_s": "a step's p99 limit", "window_seconds": "falls-behind check windows",
-        "contenders": "a subset, comma-separated",
+        "contenders": "a subset, comma-separated (sharelake-before too: the path before a change)",
+        "before_sets": "sharelake-before's overrides, comma-separated section.key=value",
     })  # fmt: skip
+    p.add_argument("--before-root", type=Path, help="the checkout sharelake-before runs from (default this one)")
     add_places(p)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from bench.__main__ import SCENARIOS, main, parser, scenario
-from bench.latency import CONTENDERS
+from bench.sustained import SustainedSettings
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 WORK, RESULTS = Path("/tmp/bench-work"), Path("/tmp/bench-results")
@@ -54,7 +54,10 @@ SMALLEST: dict[str, tuple[list[str], Callable[[Any], None]]] = {
     ),
     "formats": (["--smoke", "--keep-work"], _fields(size="smoke", records=3000, partitions=2, runs=1, keep_work=True)),
     "format-decode": (["1000", "1"], lambda s: s == (1000, 1)),
-    "sustained": (["--smoke"], _fields(size="smoke", rates=(200, 400), partitions=2, contenders=CONTENDERS)),
+    "sustained": (
+        ["--smoke"],
+        _fields(size="smoke", rates=(200, 400), partitions=2, contenders=SustainedSettings().contenders),
+    ),
     "poison-storm": (
         ["--smoke", "--kinds", "poison", *PLACES],
         _fields(size="smoke", rate=400, rounds=1, kinds=("poison",), bad_every=10, work_dir=WORK, results_dir=RESULTS),
