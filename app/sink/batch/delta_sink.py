@@ -87,6 +87,29 @@ class Lane:
     budget: BatchBudget | None  # the records a round may take, when a table's batches must be split
 
 
+class LaneRoster:
+    """The lanes of one micro-batch: whether each is idle (its last drain found nothing, or it has ended its
+    rounds). A lane that found nothing may end its rounds once every other lane is idle too."""
+
+    def __init__(self, lanes: Iterable[int]):
+        self._idle = dict.fromkeys(lanes, False)
+        self._lock = threading.Lock()
+
+    def landed(self, lane: int) -> None:
+        with self._lock:
+            self._idle[lane] = False
+
+    def may_end(self, lane: int) -> bool:
+        """`lane`'s drain found nothing: whether no other lane still lands rounds."""
+        with self._lock:
+            self._idle[lane] = True
+            return all(self._idle.values())
+
+    def ended(self, lane: int) -> None:
+        with self._lock:
+            self._idle[lane] = True
+
+
 class DeltaSink:
     def __init__(
         self,
@@ -161,31 +184,42 @@ class DeltaSink:
 
     def __call__(self, clock_df: DataFrame, batch_id: int) -> None:
         """One micro-batch: each lane's rounds (the lanes in parallel threads, each on its own)."""
+        roster = LaneRoster(lane.index for lane in self._lanes)
         if self._lane_threads is None:
-            self._rounds(self._lanes[0], batch_id)
+            self._rounds(self._lanes[0], batch_id, roster)
             return
-        futures = [self._lane_threads.submit(self._rounds, lane, batch_id) for lane in self._lanes]
+        futures = [self._lane_threads.submit(self._rounds, lane, batch_id, roster) for lane in self._lanes]
         wait(futures)
         errors = [e for e in (f.exception() for f in futures) if e is not None]
         if errors:
             raise next((e for e in errors if isinstance(e, LeaseLostError | ConfigError)), errors[0])
 
-    def _rounds(self, lane: Lane, batch_id: int) -> None:
+    def _rounds(self, lane: Lane, batch_id: int, roster: LaneRoster) -> None:
         """A lane's rounds of drain -> land -> decide while the buffer refills within `batch.max_wait_ms`,
         for at most `batch.micro_batch_max_ms` (each round its own commit per table and its own attempts):
-        Spark's own work runs once per micro-batch, not once per commit."""
+        Spark's own work runs once per micro-batch, not once per commit. A lane whose drain found nothing
+        goes on waiting for its polls while another lane still lands rounds (the micro-batch lasts as
+        long as that lane anyway)."""
         ends = time.monotonic() + self.batch.micro_batch_max_ms / 1000
-        first = True
-        while not self._closed.is_set():
-            for attempt in self.policy.retrying(batch_id):
-                with attempt:
-                    last = self.policy.is_last(attempt.retry_state.attempt_number)
-                    landed = self._attempt(lane, batch_id, last, first)
-            if not landed or time.monotonic() >= ends:
-                return
-            first = False
+        landed_any = False
+        try:
+            while not self._closed.is_set():
+                for attempt in self.policy.retrying(batch_id):
+                    with attempt:
+                        landed = self._attempt(lane, batch_id, self.policy.is_last(attempt.retry_state.attempt_number))
+                if time.monotonic() >= ends:
+                    break
+                if landed:
+                    landed_any = True
+                    roster.landed(lane.index)
+                elif roster.may_end(lane.index):
+                    break
+        finally:
+            roster.ended(lane.index)
+        if not landed_any and lane.index == 0:  # a micro-batch that found nothing (counted once, not per lane)
+            self.stats.empty_batches += 1
 
-    def _attempt(self, lane: Lane, batch_id: int, last: bool = False, first: bool = True) -> bool:
+    def _attempt(self, lane: Lane, batch_id: int, last: bool = False) -> bool:
         """One round of a lane: whether it took polls (and landed them; a failure raises)."""
         if self._closed.is_set():
             return False
@@ -196,8 +230,6 @@ class DeltaSink:
             linger = self.batch.max_wait_ms / 1000, self.batch.linger_ms / 1000
             polls = self.buffer.drain(limit, *linger, self._lane_members(lane.index), lane.index)
         if not polls:
-            if first and lane.index == 0:  # a micro-batch that found nothing (counted once, not per lane)
-                self.stats.empty_batches += 1
             return False
         drained_at, began = datetime.now(UTC), time.monotonic()
         drained = sum(len(p) for p in polls)
