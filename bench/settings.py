@@ -138,12 +138,7 @@ HELPS = {  # the options of `python -m bench run` (and `cycle`): BenchSettings' 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Every size and knob of `BenchSettings` (`python -m bench run` and `python -m bench cycle`)."""
     add_settings(p, BenchSettings(), HELPS)
-    p.add_argument(
-        "--before-root",
-        type=Path,
-        help="the checkout contender sharelake-before runs from (its own spark-submit.sh and app), e.g. a "
-        "git worktree of the commit before a change (default this checkout)",
-    )
+    add_before_root(p)
     p.add_argument(
         "--set",
         dest="sharelake_sets",
@@ -152,6 +147,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="extra override for every Sharelake run (repeatable), e.g. --set batch.max_records=50000",
     )
     add_places(p)
+
+
+def add_before_root(p: argparse.ArgumentParser) -> None:
+    """`--before-root`: the checkout contender sharelake-before runs from (the `before_root` setting)."""
+    p.add_argument(
+        "--before-root",
+        type=Path,
+        help="the checkout contender sharelake-before runs from (its own spark-submit.sh and app), e.g. a "
+        "git worktree of the commit before a change (default this checkout)",
+    )
 
 
 def carried(s: Any, **more: Any) -> BenchSettings:

@@ -36,7 +36,7 @@ from bench.figures import finite_or_none, finite_values, fmt, kv_table, md_table
 from bench.harness import RESULTS_DIR, WORK_ROOT, add_places, add_settings, settings_from, stamp, work_folder
 from bench.latency import CONTENDERS, LatencyRun, run_latency
 from bench.machine import load_average, machine_facts
-from bench.settings import BenchSettings, carried
+from bench.settings import BenchSettings, add_before_root, carried
 from bench.verify import Window, spark_session, table_latency
 
 HELP = "the highest offered rate Sharelake, and Spark's Kafka source beside it, keep up with"
@@ -406,7 +406,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         "contenders": "a subset, comma-separated (sharelake-before too: the path before a change)",
         "before_sets": "sharelake-before's overrides, comma-separated section.key=value",
     })  # fmt: skip
-    p.add_argument("--before-root", type=Path, help="the checkout sharelake-before runs from (default this one)")
+    add_before_root(p)
     add_places(p)
 
 

@@ -294,7 +294,7 @@ class IngestRun:
         lanes = [[d] for d in opened.destinations]  # each table its own lane: a slow one holds back no other
         buffer = RecordBuffer(cfg.pump.buffer_max_records, len(lanes))
         cap = opened.group.member_cap(opened.facts.partitions)
-        topics = [list(d.topics) for d in opened.destinations]
+        topics = [[t for d in lane for t in d.topics] for lane in lanes]  # lane k of the pool, the buffer, the sink
         pool = MemberPool(cfg.kafka, cfg.pump, buffer, opened.group, cap, opened.positions, topics)
         log_banner(cfg, opened, pool)
         job_name = f"{cfg.run.app_name}/{cfg.kafka.group_id}@{socket.gethostname()}:{os.getpid()}"

@@ -131,6 +131,7 @@ class DeltaSink:
         `lane_members(k)`: how many members poll for lane k (None: unknown)."""
         self.buffer = buffer
         self.destinations = destinations
+        self.dead_letters = dead_letters
         self.batch = batch
         self.window = window
         self.stats = SinkStats(record_lock_seconds=window.seconds)
@@ -180,7 +181,7 @@ class DeltaSink:
         """At start: duplicates that a writer which died before repairing them left in any table."""
         for d in self.destinations:
             d.table.repair_pending()
-        self.parking.dead_letters.repair_pending()
+        self.dead_letters.repair_pending()
 
     def __call__(self, clock_df: DataFrame, batch_id: int) -> None:
         """One micro-batch: each lane's rounds (the lanes in parallel threads, each on its own)."""
@@ -190,9 +191,9 @@ class DeltaSink:
             return
         futures = [self._lane_threads.submit(self._rounds, lane, batch_id, roster) for lane in self._lanes]
         wait(futures)
-        errors = [e for e in (f.exception() for f in futures) if e is not None]
-        if errors:
-            raise next((e for e in errors if isinstance(e, LeaseLostError | ConfigError)), errors[0])
+        failed = _first_fatal([e for e in (f.exception() for f in futures) if e is not None])
+        if failed is not None:
+            raise failed
 
     def _rounds(self, lane: Lane, batch_id: int, roster: LaneRoster) -> None:
         """A lane's rounds of drain -> land -> decide while the buffer refills within `batch.max_wait_ms`,
@@ -241,7 +242,7 @@ class DeltaSink:
             self.policy.failed(e, last)
             self.parking.wait(raise_error=False)  # its bad records decided (REJECT, or RELEASE on a failure)
             self._release_undecided(polls)
-            self.parking.dead_letters.seen((p.rows for p in polls), drained_at)
+            self.dead_letters.seen((p.rows for p in polls), drained_at)
             raise
         if lane.budget is not None:
             lane.budget.observe(drained, time.monotonic() - began)
@@ -253,8 +254,8 @@ class DeltaSink:
             for d in lane.destinations:
                 d.table.refresh()
             plan = plan_batch(polls, self._table_of, holder)
-        self.stats.add({"dedup_hits": plan.count(PRESENT), "dead_letter_hits": plan.count(PARKED)})
-        self.stats.add({"in_batch_duplicates": plan.count(COPY)})
+        found = {"dedup_hits": PRESENT, "dead_letter_hits": PARKED, "in_batch_duplicates": COPY}
+        self.stats.add({counter: plan.count(kind) for counter, kind in found.items()})
         # each table's rows are written and decided on that table's commit alone: a failing table's
         # records stay undecided (the attempt's failure path RELEASEs them), the others' are decided
         bad: dict[int, BadRecord] = {}
@@ -266,13 +267,11 @@ class DeltaSink:
                 errors[n] = landed.error
         parked = plan.of_kind(PARKED)
         if parked.any():  # the plan read the dead-letter table: no append of it runs now
-            self._decide(plan, [Verdict(parked, Decision.REJECT, self.parking.dead_letters.proof_of_presence())])
+            self._decide(plan, [Verdict(parked, Decision.REJECT, self.dead_letters.proof_of_presence())])
         if bad:
             self.parking.park_beside(plan, bad, batch_id)
         self._account_locks(polls)
-        in_order = [errors[n] for n in sorted(errors)]
-        fatal = (e for e in in_order if isinstance(e, LeaseLostError | ConfigError))
-        failed = next(fatal, in_order[0] if in_order else None)
+        failed = _first_fatal([errors[n] for n in sorted(errors)])
         if isinstance(failed, ConfigError):  # the run ends with its one line (exit 2), not a query failure
             self.config_error = failed
         if failed is not None:
@@ -325,3 +324,9 @@ class DeltaSink:
                 oldest,
                 self.window,
             )
+
+
+def _first_fatal(errors: list[BaseException]) -> BaseException | None:
+    """The error a failed attempt raises: the first that no retry mends (a lost lease, a config a batch
+    found wrong), else the first; None without errors."""
+    return next((e for e in errors if isinstance(e, LeaseLostError | ConfigError)), errors[0] if errors else None)
