@@ -71,12 +71,17 @@ $(CACHE)/dist/sharelake-runtime.tar.gz: $(RUNTIME)/.installed
 # folder. Built here with podman on a Debian bookworm base made by debootstrap (devkit/k8s/image.sh;
 # the base is cached under ~/.cache/sharelake/k8s/image/) as localhost/sharelake:<version>.
 # `make image-load` imports it into the kubelet's containerd (namespace k8s.io) once containerd runs.
-.PHONY: image image-load
+# `make image-check` runs it with podman alone (devkit/k8s/image_check.sh): imports, a local Delta
+# job as uid 185 and as root, the entrypoint's driver and executor branches, SIGTERM to the driver.
+.PHONY: image image-load image-check
 image: $(WHEEL) $(CACHE)/jars/spark/.resolved $(CACHE)/jars/s3/.resolved
 	devkit/k8s/image.sh build
 
 image-load:
 	devkit/k8s/image.sh load
+
+image-check:
+	devkit/k8s/image_check.sh
 
 # the driver JVM's class-data-sharing archive (app/run/class_archive.py): a training run writes the
 # classes the write path loads; every later driver maps them instead of loading them (seconds off each start)
