@@ -165,8 +165,7 @@ load() {
   podman image exists "$image" || die "no image $image: run 'make image' first"
   local start=$SECONDS
   podman save --format docker-archive "$image" | ctr -n k8s.io images import - >&2
-  ctr -n k8s.io images ls -q | grep -qx "$image" || ctr -n k8s.io images ls -q | grep -q "sharelake" \
-    || die "ctr imported no image named $image"
+  ctr -n k8s.io images ls -q | grep -qx "$image" || die "containerd has no image named $image after the import"
   say "loaded $image into containerd (namespace k8s.io) in $((SECONDS - start)) s"
 }
 
