@@ -134,6 +134,23 @@ $(CACHE)/prometheus/.installed:
 	$(CACHE)/prometheus/usr/bin/promtool --version >/dev/null
 	@touch $@
 
+# A real one-node Kubernetes (devkit/k8s/): `make k8s` builds its binaries once per machine from the Go
+# module proxy (Kubernetes, etcd, CoreDNS) and Debian's packages (containerd, runc, the CNI plugins),
+# cached outside the checkout in K8S_CACHE, builds Sharelake's image from the Dockerfile, and starts
+# the cluster (KUBECONFIG=/var/lib/sharelake-k8s/admin.kubeconfig); `make k8s-stop` stops it and
+# removes its pods, mounts, bridge and iptables chains. Needs root.
+K8S_CACHE ?= $(HOME)/.cache/sharelake/k8s
+export SHARELAKE_K8S_CACHE := $(K8S_CACHE)
+.PHONY: k8s k8s-build k8s-stop
+k8s-build:
+	devkit/k8s/build.sh
+
+k8s: k8s-build image setup
+	$(VENV)/bin/python -m devkit.k8s.cluster start
+
+k8s-stop: $(VENV)/.installed
+	$(VENV)/bin/python -m devkit.k8s.cluster stop
+
 # the demo fetches only what it runs: the venv, the broker's jars, Delta's, the registry (not the
 # bench's or the floor broker's jars, which `make setup` and `make test` add)
 demo: $(VENV)/.installed $(CACHE)/jars/kafka/.resolved $(CACHE)/jars/spark/.resolved $(CACHE)/registry/.resolved
