@@ -82,6 +82,26 @@ class K8sCluster:
             check=True, capture_output=True,
         )  # fmt: skip
 
+    def load_image(self, image: str) -> None:
+        """An image of podman's store (`make image`) into the node's containerd, once per build of it:
+        a later load of the same image ID (podman's) is skipped while containerd still has it."""
+        image_id = subprocess.run(["podman", "image", "inspect", "--format", "{{.Id}}", image],
+                                  capture_output=True, text=True).stdout.strip()  # fmt: skip
+        if not image_id:
+            raise RuntimeError(f"no image {image} in podman's store: `make image` builds it from the Dockerfile")
+        stamp = self.state / "images" / f"{image.replace('/', '_').replace(':', '_')}.id"
+        listed = subprocess.run(["ctr", "--address", CONTAINERD_SOCKET, "-n", "k8s.io", "images", "ls", "-q"],
+                                capture_output=True, text=True).stdout.split()  # fmt: skip
+        if stamp.exists() and stamp.read_text() == image_id and image in listed:
+            return
+        save = subprocess.Popen(["podman", "save", "--format", "docker-archive", image], stdout=subprocess.PIPE)
+        subprocess.run(["ctr", "--address", CONTAINERD_SOCKET, "-n", "k8s.io", "images", "import", "-"],
+                       stdin=save.stdout, check=True, capture_output=True)  # fmt: skip
+        if save.wait() != 0:
+            raise RuntimeError(f"podman save {image} failed")
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(image_id)
+
     def log(self, name: str) -> Path:
         return self.state / "logs" / f"{name}.log"
 
