@@ -60,6 +60,20 @@ $(TESTING_ENV)/.installed: $(WHEEL)
 	$(TESTING_ENV)/bin/pip install -q "$(abspath $(WHEEL))[testing]"
 	@touch $@
 
+# Apache Airflow 3 (requirements-airflow.txt: every package pinned) in a venv of its own, never the
+# checkout's (Airflow pins its own SQLAlchemy, pandas, ...): tests/test_airflow.py runs the example DAG
+# (docs/examples/airflow/sharelake_dag.py) with `airflow dags test` from it
+AIRFLOW_ENV := $(CACHE)/airflow-env
+.PHONY: airflow-env
+airflow-env: $(AIRFLOW_ENV)/.installed
+$(AIRFLOW_ENV)/.installed: requirements-airflow.txt
+	rm -rf $(AIRFLOW_ENV)
+	$(PYTHON) -m venv $(AIRFLOW_ENV)
+	$(AIRFLOW_ENV)/bin/pip install -q --upgrade pip
+	$(AIRFLOW_ENV)/bin/pip install -q -r requirements-airflow.txt
+	$(AIRFLOW_ENV)/bin/pip check -q
+	@touch $@
+
 runtime-pack: $(CACHE)/dist/sharelake-runtime.tar.gz
 # without pyspark's jars (456 MB): a YARN container's JVM takes Spark's jars from what spark-submit
 # uploads (or spark.yarn.archive); the Python side needs only pyspark's modules (151 MB, not 596 MB)
@@ -161,7 +175,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check app jobs tests bench devkit
 	$(VENV)/bin/mypy app jobs bench devkit
 
-pytest: setup s3 runtime-env runtime-pack testing-env yarn prometheus
+pytest: setup s3 runtime-env runtime-pack testing-env yarn prometheus airflow-env
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 test: lint pytest
