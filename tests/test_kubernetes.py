@@ -96,6 +96,14 @@ class Kube:
         path.write_text(text)
         return path
 
+    def executor_template(self) -> Path:
+        """docs/examples/k8s/executor-pod-template.yaml with this machine's user (a client-mode driver's)."""
+        text = (EXAMPLES / "executor-pod-template.yaml").read_text()
+        path = self.templates / "executor-pod-template.yaml"
+        path.write_text(text.replace("runAsUser: 1000", f"runAsUser: {os.getuid()}")
+                        .replace("runAsGroup: 1000", f"runAsGroup: {os.getgid()}"))  # fmt: skip
+        return path
+
     def volume_conf(self) -> dict[str, str]:
         conf = {}
         for role in ("driver", "executor"):
@@ -123,7 +131,11 @@ class Kube:
             }
             config = "/etc/sharelake/job.toml"
         else:
-            conf |= {"spark.driver.host": pod_network.NODE_IP, "spark.kubernetes.executor.podNamePrefix": name}
+            conf |= {
+                "spark.driver.host": pod_network.NODE_IP,
+                "spark.kubernetes.executor.podNamePrefix": name,
+                "spark.kubernetes.executor.podTemplateFile": str(self.executor_template()),
+            }
             config_file = self.templates / f"{name}.toml"
             config_file.write_text(toml)
             config = str(config_file)
@@ -215,7 +227,7 @@ def job_toml(broker: EmbeddedKafka, topic: str, table: Path, **sections: dict[st
 SMALL_BATCHES: dict[str, dict[str, Any]] = {
     "kafka": {"record_lock_duration_ms": 15000},
     "pump": {"max_poll_records": 500},
-    "batch": {"max_records": 2000},
+    "batch": {"max_records": 2000, "micro_batch_max_ms": 0},
 }
 
 
@@ -338,6 +350,7 @@ def test_the_driver_pod_force_killed_and_the_job_controller_restarts_it_lands_th
     kube.cluster.apply(job_manifest(kube, "job.yaml", name, name))
     first = wait_for(lambda: running_pod(kube, name), 120, f"the Job {name} started no pod", interval_s=1.0)
     first_commit(lambda: kube.pod_log(first), 300, give_up=lambda: not running_pod(kube, name))
+    before_kill = kube.pod_log(first)
     kube.kubectl("delete", "pod", first, "--grace-period=0", "--force")
     killed_at = time.monotonic()
     kube.kubectl("wait", "--for=condition=complete", f"job/{name}", "--timeout=600s")
@@ -347,6 +360,9 @@ def test_the_driver_pod_force_killed_and_the_job_controller_restarts_it_lands_th
     output = kube.pod_log(second)
     assert kube.exit_code(second) == 0, output[-4000:]
     assert "Traceback" not in output, output[-4000:]
+    # the kill struck mid-backlog: the first driver had not ended, the second landed the rest
+    assert "run ended" not in before_kill, before_kill[-3000:]
+    assert int(run_summary_fields(output)["accepted"]) > 0, output[-3000:]
     assert_exactly_once(spark, table, produced)
     assert nothing_left(pod_broker, topic, f"g-{topic}")
     print(f"k8s driver force-killed, Job restarted it: {len(produced)} records, kill to Job complete "
@@ -374,15 +390,23 @@ def test_the_driver_pod_deleted_with_its_grace_period_drains_and_ends_without_a_
     output = kube.pod_log(driver)
     stopped_s = time.monotonic() - deleted_at
     finish(proc, log, 120)
+    # spark-submit follows the driver pod to its end and names its container's exit code: the
+    # contract's for a SIGTERM (143 from the JVM; 0 when the Python driver got it first)
+    codes = re.findall(r"exit code: (\d+)", log.read_text(errors="replace"))
+    assert codes and int(codes[-1]) in (0, 143), log.read_text(errors="replace")[-3000:]
     assert "Traceback" not in output, output[-4000:]
     assert re.search(r"received SIGTERM: draining|driver JVM is shutting down: draining first", output), output[-3000:]
     rest = f"{name}-2"
     second = kube.submit("cluster", rest, job_toml(pod_broker, topic, table), tmp_path / "second.log")
     assert finish(second, tmp_path / "second.log", 400) == 0
-    assert kube.exit_code(f"{rest}-driver") == 0, kube.pod_log(f"{rest}-driver")[-4000:]
+    rest_output = kube.pod_log(f"{rest}-driver")
+    assert kube.exit_code(f"{rest}-driver") == 0, rest_output[-4000:]
+    # the delete struck mid-backlog: the second run had records left to land
+    assert int(run_summary_fields(rest_output)["accepted"]) > 0, rest_output[-3000:]
     assert_exactly_once(spark, table, produced)
     assert nothing_left(pod_broker, topic, f"g-{topic}")
-    print(f"k8s driver deleted with grace: stopped {stopped_s:.1f}s after the delete; {run_summary_line(output)}")
+    print(f"k8s driver deleted with grace: exit code {codes[-1]}, 'run ended' {stopped_s:.1f}s after the delete; "
+          f"{run_summary_line(output)}")  # fmt: skip
 
 
 @pytest.mark.long
