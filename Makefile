@@ -80,6 +80,18 @@ runtime-pack: $(CACHE)/dist/sharelake-runtime.tar.gz
 $(CACHE)/dist/sharelake-runtime.tar.gz: $(RUNTIME)/.installed
 	$(VENV)/bin/venv-pack -q -f -p $(RUNTIME) --exclude 'lib/python3.11/site-packages/pyspark/jars/*' -o $@
 
+# The Kubernetes image (the top-level Dockerfile, for `./spark-submit.sh --profile k8s`): Java 17,
+# Python 3.11, /opt/venv with requirements.txt and the wheel, Delta's and S3A's jars in pyspark's jars
+# folder. Built here with podman on a Debian bookworm base made by debootstrap (devkit/k8s/image.sh;
+# the base is cached under ~/.cache/sharelake/k8s/image/) as localhost/sharelake:<version>.
+# `make image-load` imports it into the kubelet's containerd (namespace k8s.io) once containerd runs.
+.PHONY: image image-load
+image: $(WHEEL) $(CACHE)/jars/spark/.resolved $(CACHE)/jars/s3/.resolved
+	devkit/k8s/image.sh build
+
+image-load:
+	devkit/k8s/image.sh load
+
 # the driver JVM's class-data-sharing archive (app/run/class_archive.py): a training run writes the
 # classes the write path loads; every later driver maps them instead of loading them (seconds off each start)
 $(CACHE)/cds/.built: $(VENV)/.installed $(CACHE)/jars/spark/.resolved app/run/class_archive.py app/run/class_archive_build.py
