@@ -29,7 +29,8 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-bench.txt
 
 # The wheel (app/ only) and the runtime environment a cluster runs: a venv with requirements.txt and
 # the wheel, nothing of the tests or the bench. `make runtime-pack` packs it for YARN (spark.archives).
-WHEEL = $(CACHE)/dist/sharelake-$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)-py3-none-any.whl
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+WHEEL = $(CACHE)/dist/sharelake-$(VERSION)-py3-none-any.whl
 RUNTIME := $(CACHE)/runtime
 .PHONY: dist runtime-env runtime-pack
 dist: $(WHEEL)
@@ -84,13 +85,10 @@ $(CACHE)/dist/sharelake-runtime.tar.gz: $(RUNTIME)/.installed
 # Python 3.11, /opt/venv with requirements.txt and the wheel, Delta's and S3A's jars in pyspark's jars
 # folder. Built here with podman on a Debian bookworm base made by debootstrap (devkit/k8s/image.sh;
 # the base is cached under ~/.cache/sharelake/k8s/image/) as localhost/sharelake:<version>.
-# `make image-load` imports it into the kubelet's containerd (namespace k8s.io) once containerd runs.
-.PHONY: image image-load
+# The cluster loads it into the kubelet's containerd (devkit.k8s.cluster: once per build of it).
+.PHONY: image
 image: $(WHEEL) $(CACHE)/jars/spark/.resolved $(CACHE)/jars/s3/.resolved
 	devkit/k8s/image.sh build
-
-image-load:
-	devkit/k8s/image.sh load
 
 # the driver JVM's class-data-sharing archive (app/run/class_archive.py): a training run writes the
 # classes the write path loads; every later driver maps them instead of loading them (seconds off each start)
@@ -172,7 +170,15 @@ k8s-build:
 	devkit/k8s/build.sh
 
 k8s: k8s-build image setup
-	$(VENV)/bin/python -m devkit.k8s.cluster start
+	$(VENV)/bin/python -m devkit.k8s.cluster start --image localhost/sharelake:$(VERSION)
+
+# The Kubernetes tests' image, when this machine has the cluster built: CI never builds the cluster
+# cold (tests/test_kubernetes.py is skipped then, with one line); `make chaos` builds it (`make k8s`)
+.PHONY: k8s-test-image
+k8s-test-image:
+	@if $(VENV)/bin/python -c 'import sys; from devkit.k8s.cluster import built; sys.exit(not built())'; then \
+	  $(MAKE) --no-print-directory image; \
+	else echo "[k8s] no Kubernetes built in $(K8S_CACHE): the Kubernetes tests are skipped (make k8s builds it once)"; fi
 
 k8s-stop: $(VENV)/.installed
 	$(VENV)/bin/python -m devkit.k8s.cluster stop
@@ -187,7 +193,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check app jobs tests bench devkit
 	$(VENV)/bin/mypy app jobs bench devkit
 
-pytest: setup s3 runtime-env runtime-pack testing-env yarn prometheus airflow-env
+pytest: setup s3 runtime-env runtime-pack testing-env yarn prometheus airflow-env k8s-test-image
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 test: lint pytest
@@ -196,7 +202,7 @@ test: lint pytest
 # long network-fault variants (`long`: a commit made while cut off, a slow link for 3 minutes and 20
 # short cuts); `make test` and CI run the bounded forms. The figures each prints go to the log.
 CHAOS_LOG ?= $(CACHE)/chaos.log
-chaos: setup s3
+chaos: setup s3 k8s
 	SHARELAKE_LONG=1 SHARELAKE_CHAOS_KILLS=10 SHARELAKE_CHAOS_RECORDS=100000 SHARELAKE_NET_SLOW_S=180 \
 	  SHARELAKE_NET_SHORT_CUTS=20 $(VENV)/bin/python -m pytest -m "chaos or long" -s $(PYTEST_ARGS) \
 	  >$(CHAOS_LOG) 2>&1; rc=$$?; tail -n 40 $(CHAOS_LOG); echo "[chaos] the whole log: $(CHAOS_LOG)"; exit $$rc

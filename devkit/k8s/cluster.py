@@ -307,10 +307,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m devkit.k8s.cluster", description=__doc__)
     parser.add_argument("action", choices=["start", "stop", "status"])
+    parser.add_argument("--image", help="with start: an image of podman's store to load into the node (make image)")
     args = parser.parse_args(argv)
     cluster = K8sCluster()
     if args.action == "start":
         cluster.start()
+        if args.image:
+            cluster.load_image(args.image)
         print(f"[k8s] up: {cluster.server}; KUBECONFIG={cluster.kubeconfig}; `make k8s-stop` stops it")
     elif args.action == "stop":
         cluster.stop()
