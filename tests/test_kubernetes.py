@@ -37,7 +37,9 @@ from devkit.k8s import cluster as k8s_cluster
 from devkit.k8s import network as pod_network
 from devkit.paths import VENV_BIN
 from devkit.sample_data import Produced, produce_json_events
-from tests.job_runner import ROOT, run_summary
+from tests.airflow_home import AirflowHome, airflow_home, the_new_run
+from tests.airflow_home import finish as finish_airflow
+from tests.job_runner import ROOT, JobSpec, drain_in_process, run_summary
 from tests.kafka_helpers import nothing_left
 from tests.table_checks import assert_exactly_once
 from tests.waiting import wait_for
@@ -403,13 +405,11 @@ def test_the_driver_pod_deleted_with_its_grace_period_drains_and_ends_without_a_
     assert codes and int(codes[-1]) in (0, 143), log.read_text(errors="replace")[-3000:]
     assert "Traceback" not in output, output[-4000:]
     assert re.search(r"received SIGTERM: draining|driver JVM is shutting down: draining first", output), output[-3000:]
-    rest = f"{name}-2"
-    second = kube.submit("cluster", rest, job_toml(pod_broker, topic, table), tmp_path / "second.log")
-    assert finish(second, tmp_path / "second.log", 400) == 0
-    rest_output = kube.pod_log(f"{rest}-driver")
-    assert kube.exit_code(f"{rest}-driver") == 0, rest_output[-4000:]
+    # a second run lands what is left (here, in this session's Spark: the table is on the shared volume)
+    rest_log = tmp_path / "rest.log"
+    assert drain_in_process(spark, JobSpec(pod_broker, topic, f"g-{topic}", table), rest_log) == 0
     # the delete struck mid-backlog: the second run had records left to land
-    assert int(run_summary_fields(rest_output)["accepted"]) > 0, rest_output[-3000:]
+    assert run_summary(rest_log)["accepted"] > 0, rest_log.read_text()[-3000:]
     assert_exactly_once(spark, table, produced)
     assert nothing_left(pod_broker, topic, f"g-{topic}")
     print(f"k8s driver deleted with grace: exit code {codes[-1]}, 'run ended' {stopped_s:.1f}s after the delete; "
@@ -477,3 +477,57 @@ def running_pod_of_cron(kube: Kube, cron: str) -> str:
 def run_summary_fields(text: str) -> dict[str, str]:
     line = run_summary_line(text)
     return dict(re.findall(r"(\w+)=([\d.]+)", line))
+
+
+@pytest.fixture(scope="module")
+def airflow_k8s(tmp_path_factory: pytest.TempPathFactory, kube: Kube) -> AirflowHome:
+    """An Airflow home running the docs' Kubernetes DAG against this cluster (the worker's kubeconfig)."""
+    env = {"KUBECONFIG": str(kube.cluster.kubeconfig), "SHARELAKE_RETRIES": "1", "SHARELAKE_RETRY_DELAY_S": "1"}
+    return airflow_home(tmp_path_factory.mktemp("airflow-k8s"), "sharelake_ingest_k8s", env)
+
+
+def test_airflow_runs_the_kubernetes_job_and_records_its_success(
+    kube: Kube, pod_broker: EmbeddedKafka, spark: SparkSession, airflow_k8s: AirflowHome, tmp_path: Path, unique: str
+) -> None:
+    """The docs' DAG file, its `sharelake_ingest_k8s` DAG: the Job of docs/examples/k8s/job.yaml, filled in
+    as a user fills it in, run by Airflow's KubernetesJobOperator and waited for."""
+    topic = f"k8s-airflow-{unique}"
+    table, produced = backlog(kube, pod_broker, topic, 3000)
+    name = f"sla-{unique}"[:40]
+    kube.config_map(name, job_toml(pod_broker, topic, table))
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(job_manifest(kube, "job.yaml", name, name))
+    log = tmp_path / "airflow.log"
+    before, t0 = airflow_k8s.run_ids(), time.monotonic()
+    code, out = finish_airflow(airflow_k8s.dags_test({"job_template": str(job_file), "namespace": NAMESPACE}, log), log)
+    took = time.monotonic() - t0
+    assert code == 0, out[-5000:]
+    run_id = the_new_run(airflow_k8s, before)
+    assert airflow_k8s.tries(run_id) == [(1, "success")], out[-5000:]
+    assert "run ended:" in out, out[-5000:]  # the driver's log, shown in the task's
+    assert_exactly_once(spark, table, produced)
+    assert nothing_left(pod_broker, topic, f"g-{topic}")
+    print(f"airflow k8s job: airflow dags test {took:.1f}s, tries {airflow_k8s.tries(run_id)}")
+
+
+@pytest.mark.long
+def test_airflow_fails_the_kubernetes_job_of_a_bad_config_with_no_retry(
+    kube: Kube, pod_broker: EmbeddedKafka, airflow_k8s: AirflowHome, tmp_path: Path, unique: str
+) -> None:
+    topic = f"k8s-airflow-bad-{unique}"
+    pod_broker.create_topic(topic)
+    name = f"slab-{unique}"[:40]
+    kube.config_map(name, job_toml(pod_broker, topic, kube.tables / topic, pump={"members": "zero"}))
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(job_manifest(kube, "job.yaml", name, name))
+    log = tmp_path / "airflow.log"
+    before = airflow_k8s.run_ids()
+    code, out = finish_airflow(airflow_k8s.dags_test({"job_template": str(job_file), "namespace": NAMESPACE}, log), log)
+    assert code != 0, out[-5000:]
+    run_id = the_new_run(airflow_k8s, before)
+    assert airflow_k8s.task(run_id) == ("failed", 1, 1), out[-5000:]  # a retry was allowed, none was made
+    assert "the driver exited 2" in out, out[-5000:]
+    jobs = [
+        j for j in json.loads(kube.kubectl("get", "jobs", "-o", "json"))["items"] if name in j["metadata"]["name"]
+    ]  # fmt: skip  (the operator names it job-<name>-<suffix>)
+    assert len(jobs) == 1 and jobs[0]["status"].get("failed", 0) == 1, jobs  # one pod: the Job retried nothing

@@ -1,4 +1,8 @@
-"""Sharelake's ingest job as an Airflow 3 DAG: every 15 minutes, drain the share group into its Delta table.
+"""Sharelake's ingest job as Airflow 3 DAGs: every 15 minutes, drain the share group into its Delta table.
+
+Two DAGs, one per way the job is deployed: `sharelake_ingest` runs `./spark-submit.sh` on the worker
+(YARN, standalone, Kubernetes from outside, local), `sharelake_ingest_k8s` runs the Kubernetes Job of
+docs/examples/k8s/job.yaml (its pod is the driver; a lost driver pod is replaced by the Job controller).
 
 Copy this file into your DAGs folder. The task runs Sharelake's `./spark-submit.sh` (it adds the Delta jars,
 the profile's Spark properties and the Python environment, and in cluster mode ships the config file) in a
@@ -25,6 +29,7 @@ import os
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from airflow.providers.cncf.kubernetes.operators.job import KubernetesJobOperator
 from airflow.providers.standard.operators.bash import BashOperator
 from airflow.sdk import DAG, Context, Param
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -81,6 +86,50 @@ with DAG(
         },
         append_env=True,  # and the worker's environment: the secrets the config reads, HADOOP_CONF_DIR, ...
         skip_on_exit_code=None,  # every non-zero exit is a failure (BashOperator skips on 99 by default)
+        retries=RETRIES,
+        retry_delay=RETRY_DELAY,
+        execution_timeout=EXECUTION_TIMEOUT,
+    )
+
+
+class SharelakeKubernetesJob(KubernetesJobOperator):
+    """The Job of docs/examples/k8s/job.yaml, waited for; a Job its podFailurePolicy failed (the driver
+    exited 2: a bad configuration) fails the task with no retry."""
+
+    def execute(self, context: Context) -> Any:
+        try:
+            return super().execute(context)
+        except AirflowException as failed:
+            conditions = (self.job.status.conditions or []) if self.job is not None and self.job.status else []
+            if any(c.type == "Failed" and c.reason == "PodFailurePolicy" for c in conditions):
+                raise AirflowFailException(
+                    "the driver exited 2: bad configuration (its `sharelake:` line names the key and the fix); "
+                    "not retried: a retry would fail the same way"
+                ) from failed
+            raise
+
+
+with DAG(
+    dag_id="sharelake_ingest_k8s",
+    schedule="*/15 * * * *",
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
+    catchup=False,
+    max_active_runs=1,
+    params={
+        # the Job's manifest (image, ConfigMap, tables' claim filled in) and where it runs; the cluster is
+        # the worker's kubeconfig (KUBECONFIG) or, with no kubeconfig, the one the worker runs in
+        "job_template": Param(os.environ.get("SHARELAKE_K8S_JOB", "/opt/sharelake/k8s/job.yaml"), type="string"),
+        "namespace": Param(os.environ.get("SHARELAKE_K8S_NAMESPACE", "sharelake"), type="string"),
+    },
+):
+    SharelakeKubernetesJob(
+        task_id="ingest",
+        job_template_file="{{ params.job_template }}",
+        namespace="{{ params.namespace }}",
+        base_container_name="driver",  # the template's container: the driver, whose log the task shows
+        wait_until_job_complete=True,
+        get_logs=True,
+        random_name_suffix=True,  # each run a Job of its own
         retries=RETRIES,
         retry_delay=RETRY_DELAY,
         execution_timeout=EXECUTION_TIMEOUT,
