@@ -101,9 +101,13 @@ def test_the_docs_show_the_dags_own_code() -> None:
     assert shown in DAG_FILE.read_text(), "the scheduled-jobs section's python block is not the DAG file's code"
 
 
-def called(tree: ast.Module, name: str) -> ast.Call:
-    """The one call of `name` in the DAG file."""
-    (call,) = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == name]
+def called(tree: ast.Module, name: str, dag_id: str = "sharelake_ingest") -> ast.Call:
+    """The one call of `name` in the DAG file (`DAG`: the one of `dag_id`; the file's other DAG is the
+    Kubernetes one, run by tests/test_kubernetes.py)."""
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == name]
+    if name == "DAG":
+        calls = [c for c in calls if ast.literal_eval(keywords(c)["dag_id"]) == dag_id]
+    (call,) = calls
     return call
 
 
