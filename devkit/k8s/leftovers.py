@@ -96,15 +96,29 @@ def _cgroups() -> None:
             pass
 
 
+def _pods_processes() -> list[int]:
+    """Every process still in a pod's cgroup (`kubepods` in any v1 hierarchy): a container whose
+    shim is gone (a killed run's) is reparented to init and found only here."""
+    pids: set[int] = set()
+    for hierarchy in CGROUP_ROOT.iterdir():
+        top = hierarchy / "kubepods"
+        if top.is_dir():
+            for procs in top.rglob("cgroup.procs"):
+                pids |= {int(p) for p in procs.read_text().split()}
+    return sorted(pids)
+
+
 def remove(state: Path, bin_dir: Path) -> None:
     pid_dir = state / "pids"
     recorded = [int(p.read_text()) for p in pid_dir.glob("*.pid")] if pid_dir.exists() else []
-    # the kubelet first, so it restarts no container while they are removed
+    # the kubelet first, so it restarts no container while they are removed; then the containers,
+    # while containerd still runs to stop them; then everything else
     _kill(_pids_running(str(bin_dir / "kubelet")))
-    _kill([p for p in recorded if _alive(p)] + _pids_running(str(bin_dir) + "/"), grace_s=5.0)
     if _pids_running("containerd --config"):
         _containers()
+    _kill([p for p in recorded if _alive(p)] + _pids_running(str(bin_dir) + "/"), grace_s=5.0)
     _kill(_pids_running("containerd --config") + _pids_running("containerd-shim-runc-v2 -namespace k8s.io"))
+    _kill(_pods_processes(), grace_s=2.0)
     for point in _mounts_under((str(state), *CONTAINERD_DIRS, "/run/netns/cni-", "/var/run/netns/cni-")):
         subprocess.run(["umount", "-l", point], capture_output=True)
     _netns()
