@@ -29,7 +29,8 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-bench.txt
 
 # The wheel (app/ only) and the runtime environment a cluster runs: a venv with requirements.txt and
 # the wheel, nothing of the tests or the bench. `make runtime-pack` packs it for YARN (spark.archives).
-WHEEL = $(CACHE)/dist/sharelake-$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)-py3-none-any.whl
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+WHEEL = $(CACHE)/dist/sharelake-$(VERSION)-py3-none-any.whl
 RUNTIME := $(CACHE)/runtime
 .PHONY: dist runtime-env runtime-pack
 dist: $(WHEEL)
@@ -60,6 +61,20 @@ $(TESTING_ENV)/.installed: $(WHEEL)
 	$(TESTING_ENV)/bin/pip install -q "$(abspath $(WHEEL))[testing]"
 	@touch $@
 
+# Apache Airflow 3 (requirements-airflow.txt: every package pinned) in a venv of its own, never the
+# checkout's (Airflow pins its own SQLAlchemy, pandas, ...): tests/test_airflow.py runs the example DAG
+# (docs/examples/airflow/sharelake_dag.py) with `airflow dags test` from it
+AIRFLOW_ENV := $(CACHE)/airflow-env
+.PHONY: airflow-env
+airflow-env: $(AIRFLOW_ENV)/.installed
+$(AIRFLOW_ENV)/.installed: requirements-airflow.txt
+	rm -rf $(AIRFLOW_ENV)
+	$(PYTHON) -m venv $(AIRFLOW_ENV)
+	$(AIRFLOW_ENV)/bin/pip install -q --upgrade pip
+	$(AIRFLOW_ENV)/bin/pip install -q -r requirements-airflow.txt
+	$(AIRFLOW_ENV)/bin/pip check -q
+	@touch $@
+
 runtime-pack: $(CACHE)/dist/sharelake-runtime.tar.gz
 # without pyspark's jars (456 MB): a YARN container's JVM takes Spark's jars from what spark-submit
 # uploads (or spark.yarn.archive); the Python side needs only pyspark's modules (151 MB, not 596 MB)
@@ -70,15 +85,12 @@ $(CACHE)/dist/sharelake-runtime.tar.gz: $(RUNTIME)/.installed
 # Python 3.11, /opt/venv with requirements.txt and the wheel, Delta's and S3A's jars in pyspark's jars
 # folder. Built here with podman on a Debian bookworm base made by debootstrap (devkit/k8s/image.sh;
 # the base is cached under ~/.cache/sharelake/k8s/image/) as localhost/sharelake:<version>.
-# `make image-load` imports it into the kubelet's containerd (namespace k8s.io) once containerd runs.
-# `make image-check` runs it with podman alone (devkit/k8s/image_check.sh): imports, a local Delta
+# The cluster loads it into the kubelet's containerd (devkit.k8s.cluster: once per build of it).
+# `make image-check` checks it with podman alone (devkit/k8s/image_check.sh): imports, a local Delta
 # job as uid 185 and as root, the entrypoint's driver and executor branches, SIGTERM to the driver.
-.PHONY: image image-load image-check
+.PHONY: image image-check
 image: $(WHEEL) $(CACHE)/jars/spark/.resolved $(CACHE)/jars/s3/.resolved
 	devkit/k8s/image.sh build
-
-image-load:
-	devkit/k8s/image.sh load
 
 image-check:
 	devkit/k8s/image_check.sh
@@ -151,6 +163,31 @@ $(CACHE)/prometheus/.installed:
 	$(CACHE)/prometheus/usr/bin/promtool --version >/dev/null
 	@touch $@
 
+# A real one-node Kubernetes (devkit/k8s/): `make k8s` builds its binaries once per machine from the Go
+# module proxy (Kubernetes, etcd, CoreDNS) and Debian's packages (containerd, runc, the CNI plugins),
+# cached outside the checkout in K8S_CACHE, builds Sharelake's image from the Dockerfile, and starts
+# the cluster (KUBECONFIG=/var/lib/sharelake-k8s/admin.kubeconfig); `make k8s-stop` stops it and
+# removes its pods, mounts, bridge and iptables chains. Needs root.
+K8S_CACHE ?= $(HOME)/.cache/sharelake/k8s
+export SHARELAKE_K8S_CACHE := $(K8S_CACHE)
+.PHONY: k8s k8s-build k8s-stop
+k8s-build:
+	devkit/k8s/build.sh
+
+k8s: k8s-build image setup
+	$(VENV)/bin/python -m devkit.k8s.cluster start --image localhost/sharelake:$(VERSION)
+
+# The Kubernetes tests' image, when this machine has the cluster built: CI never builds the cluster
+# cold (tests/test_kubernetes.py is skipped then, with one line); `make chaos` builds it (`make k8s`)
+.PHONY: k8s-test-image
+k8s-test-image:
+	@if $(VENV)/bin/python -c 'import sys; from devkit.k8s.cluster import built; sys.exit(not built())'; then \
+	  $(MAKE) --no-print-directory image; \
+	else echo "[k8s] no Kubernetes built in $(K8S_CACHE): the Kubernetes tests are skipped (make k8s builds it once)"; fi
+
+k8s-stop: $(VENV)/.installed
+	$(VENV)/bin/python -m devkit.k8s.cluster stop
+
 # the demo fetches only what it runs: the venv, the broker's jars, Delta's, the registry (not the
 # bench's or the floor broker's jars, which `make setup` and `make test` add)
 demo: $(VENV)/.installed $(CACHE)/jars/kafka/.resolved $(CACHE)/jars/spark/.resolved $(CACHE)/registry/.resolved
@@ -161,7 +198,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check app jobs tests bench devkit
 	$(VENV)/bin/mypy app jobs bench devkit
 
-pytest: setup s3 runtime-env runtime-pack testing-env yarn prometheus
+pytest: setup s3 runtime-env runtime-pack testing-env yarn prometheus airflow-env k8s-test-image
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 test: lint pytest
@@ -170,7 +207,7 @@ test: lint pytest
 # long network-fault variants (`long`: a commit made while cut off, a slow link for 3 minutes and 20
 # short cuts); `make test` and CI run the bounded forms. The figures each prints go to the log.
 CHAOS_LOG ?= $(CACHE)/chaos.log
-chaos: setup s3
+chaos: setup s3 k8s
 	SHARELAKE_LONG=1 SHARELAKE_CHAOS_KILLS=10 SHARELAKE_CHAOS_RECORDS=100000 SHARELAKE_NET_SLOW_S=180 \
 	  SHARELAKE_NET_SHORT_CUTS=20 $(VENV)/bin/python -m pytest -m "chaos or long" -s $(PYTEST_ARGS) \
 	  >$(CHAOS_LOG) 2>&1; rc=$$?; tail -n 40 $(CHAOS_LOG); echo "[chaos] the whole log: $(CHAOS_LOG)"; exit $$rc

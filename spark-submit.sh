@@ -9,10 +9,12 @@
 #   local, standalone  the venv's (SHARELAKE_VENV, default .cache/venv: Sharelake installed editable;
 #                      `make runtime-env` builds .cache/runtime, the wheel and the runtime pins only);
 #   yarn               the packed runtime venv (`make runtime-pack`), shipped with spark.archives;
-#   k8s                the container image's (pip install -r requirements.txt sharelake-*.whl).
+#   k8s                the container image's (the repository's Dockerfile: requirements.txt and the wheel
+#                      in /opt/venv, jobs/ in /opt/sharelake/jobs); in cluster mode the job script is the
+#                      image's copy and --config names a file in the driver pod (a mounted ConfigMap).
 # --master defaults to $SPARK_MASTER, else local[2] (local) or what the profile needs.
-# --deploy-mode cluster (YARN, Kubernetes; Python cannot run in standalone cluster mode) ships the
-# --config file with --files and passes its base name to the job.
+# --deploy-mode cluster (YARN, Kubernetes; Python cannot run in standalone cluster mode): on YARN it
+# ships the --config file with --files and passes its base name to the job.
 # --conf passes a Spark property to spark-submit (it wins over the profile's file): the cluster's sizes
 # (spark.driver.memory, spark.executor.instances, ...), which must be set before the driver starts.
 # --dry-run prints the full spark-submit command only.
@@ -61,6 +63,7 @@ if [ ! -x "$venv/bin/spark-submit" ] || ! ls "$cache"/jars/spark/*.jar >/dev/nul
   exit 2
 fi
 archive="$cache/dist/sharelake-runtime.tar.gz"
+IMAGE_JOBS=/opt/sharelake/jobs  # where the Dockerfile puts jobs/ in the image
 if [ "$profile" = yarn ] && [ "$dry_run" = 0 ] && [ ! -f "$archive" ]; then
   echo "sharelake: --profile yarn ships the packed runtime venv $archive: run 'make runtime-pack' first" >&2
   exit 2
@@ -99,7 +102,15 @@ fi
 if [ -f "$root/conf/spark/$profile.properties" ]; then
   extra+=(--properties-file "$root/conf/spark/$profile.properties")
 fi
-if [ "$deploy_mode" = cluster ]; then
+if [ "$profile" = k8s ] && [ "$deploy_mode" = client ]; then
+  # the driver runs here, beside this venv; the executors run the image's /opt/venv
+  extra+=(--conf "spark.pyspark.driver.python=$venv/bin/python")
+fi
+if [ "$profile" = k8s ] && [ "$deploy_mode" = cluster ]; then
+  # the driver runs in a pod of the image: its job script is the image's copy, and the --config path is
+  # one inside the pod (a ConfigMap mounted by the driver's pod template), passed as given
+  job="local://$IMAGE_JOBS/$(basename "$job")"
+elif [ "$deploy_mode" = cluster ]; then
   # the driver runs in the cluster: ship the config file and pass its name
   for i in "${!job_args[@]}"; do
     if [ "${job_args[$i]}" = --config ] && [ $((i + 1)) -lt ${#job_args[@]} ]; then
@@ -115,7 +126,11 @@ if [ "$deploy_mode" = client ]; then
   while IFS= read -r arg; do launch+=("$arg"); done < <("$venv/bin/python" -m app.run.spark_session --submit-args)
   extra+=(${launch[@]+"${launch[@]}"})
 fi
-cmd=("$venv/bin/spark-submit" --master "$master" --deploy-mode "$deploy_mode" --jars "$jars"
+jar_args=(--jars "$jars")
+if [ "$profile" = k8s ] && [ "$deploy_mode" = cluster ]; then
+  jar_args=()  # the image holds them (pyspark's jars folder); this machine's would need an upload path
+fi
+cmd=("$venv/bin/spark-submit" --master "$master" --deploy-mode "$deploy_mode" ${jar_args[@]+"${jar_args[@]}"}
   ${extra[@]+"${extra[@]}"} ${confs[@]+"${confs[@]}"}
   "$job" ${job_args[@]+"${job_args[@]}"})
 if [ "$dry_run" = 1 ]; then

@@ -18,6 +18,7 @@ The counters are kept where the work happens (members, sink, tables, the pool) a
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -124,9 +125,14 @@ class _CountersCollector(Collector):
 
 
 def scrape_host(addr: str) -> str:
-    """The host a scraper dials for an endpoint listening on `addr`: this machine's name when it
-    listens on every address (a driver in a YARN container or a pod is found by its node's name)."""
-    return socket.getfqdn() if addr in ("0.0.0.0", "::", "") else addr
+    """The host a scraper dials for an endpoint listening on `addr`, when it listens on every address:
+    in a Kubernetes pod its own address (a pod's name resolves nowhere but inside the pod), else this
+    machine's name (a driver in a YARN container is found by its node's name)."""
+    if addr not in ("0.0.0.0", "::", ""):
+        return addr
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return socket.gethostbyname(socket.gethostname())  # the pod's /etc/hosts maps its name to its IP
+    return socket.getfqdn()
 
 
 def serve_metrics(port: int, addr: str, owners: Owners, *more: Collector) -> Callable[[], None]:
