@@ -64,6 +64,7 @@ if [ ! -x "$venv/bin/spark-submit" ] || ! ls "$cache"/jars/spark/*.jar >/dev/nul
 fi
 archive="$cache/dist/sharelake-runtime.tar.gz"
 IMAGE_JOBS=/opt/sharelake/jobs  # where the Dockerfile puts jobs/ in the image
+IMAGE_SITE_PACKAGES=/opt/venv/lib/python3.11/site-packages  # and the venv holding Sharelake
 if [ "$profile" = yarn ] && [ "$dry_run" = 0 ] && [ ! -f "$archive" ]; then
   echo "sharelake: --profile yarn ships the packed runtime venv $archive: run 'make runtime-pack' first" >&2
   exit 2
@@ -110,6 +111,9 @@ if [ "$profile" = k8s ] && [ "$deploy_mode" = cluster ]; then
   # the driver runs in a pod of the image: its job script is the image's copy, and the --config path is
   # one inside the pod (a ConfigMap mounted by the driver's pod template), passed as given
   job="local://$IMAGE_JOBS/$(basename "$job")"
+  # the driver's logging as in client mode (app/run/log4j2.properties, in the image's venv): Sharelake's
+  # lines, not Spark's INFO flood
+  extra+=(--conf "spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:$IMAGE_SITE_PACKAGES/app/run/log4j2.properties")
 elif [ "$deploy_mode" = cluster ]; then
   # the driver runs in the cluster: ship the config file and pass its name
   for i in "${!job_args[@]}"; do

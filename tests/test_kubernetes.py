@@ -12,7 +12,10 @@ user's.
 
 Each run is checked record by record against the topic (chispa), with a sentinel proving the group
 has nothing left. Without a built cluster (`make k8s`) the module is skipped with one line: CI never
-builds the cluster cold.
+builds the cluster cold. CI runs the cluster-mode backlog (with its metrics and `sharelake status`),
+the driver force-killed under a Job (a client-mode driver in a pod) and the driver deleted with its
+grace period; `make chaos` adds a client-mode driver on this machine, an executor pod deleted during
+a write, a CronJob with a run by hand beside it, and Airflow's Kubernetes task.
 """
 
 from __future__ import annotations
@@ -301,9 +304,12 @@ def run_summary_line(text: str) -> str:
     return found[-1] if found else "(no run ended line)"
 
 
+@pytest.mark.long
 def test_a_backlog_lands_once_from_a_client_mode_driver_with_executor_pods(
     kube: Kube, pod_broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str
 ) -> None:
+    """The driver on this machine, its executors pods. `make chaos`; in CI a client-mode driver runs
+    in the Job's pod (the force-kill test), with its executors as pods too."""
     topic = f"k8s-client-{unique}"
     table, produced = backlog(kube, pod_broker, topic, 3000)
     name = f"slc-{unique}"[:40]
@@ -487,11 +493,13 @@ def airflow_k8s(tmp_path_factory: pytest.TempPathFactory, kube: Kube) -> Airflow
     return airflow_home(tmp_path_factory.mktemp("airflow-k8s"), "sharelake_ingest_k8s", env)
 
 
+@pytest.mark.long
 def test_airflow_runs_the_kubernetes_job_and_records_its_success(
     kube: Kube, pod_broker: EmbeddedKafka, spark: SparkSession, airflow_k8s: AirflowHome, tmp_path: Path, unique: str
 ) -> None:
     """The docs' DAG file, its `sharelake_ingest_k8s` DAG: the Job of docs/examples/k8s/job.yaml, filled in
-    as a user fills it in, run by Airflow's KubernetesJobOperator and waited for."""
+    as a user fills it in, run by Airflow's KubernetesJobOperator and waited for. `make chaos`; in CI the
+    same DAG file's other DAG runs (tests/test_airflow.py) and the same Job runs (the force-kill test)."""
     topic = f"k8s-airflow-{unique}"
     table, produced = backlog(kube, pod_broker, topic, 3000)
     name = f"sla-{unique}"[:40]
