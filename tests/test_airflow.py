@@ -24,7 +24,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from app.testing.kafka_broker import EmbeddedKafka
-from devkit.sample_data import produce_json_events
+from devkit.sample_data import Produced, produce_json_events
 from tests.airflow_home import RUN_TIMEOUT_S, AirflowHome, airflow_home, finish, the_new_run
 from tests.job_runner import ROOT, kill_job
 from tests.kafka_helpers import nothing_left
@@ -59,14 +59,19 @@ def params(config: Path) -> dict[str, str]:
             "master": "local[2]"}  # fmt: skip
 
 
+def events_topic(broker: EmbeddedKafka) -> tuple[str, list[Produced]]:
+    """A new 2-partition topic holding 300 events (its group is `g-<topic>`)."""
+    name = f"airflow-{uuid.uuid4().hex[:8]}"
+    broker.create_topic(name, partitions=2)
+    return name, produce_json_events(broker.bootstrap, name, 300)
+
+
 @pytest.mark.long
 def test_a_drain_succeeds_on_its_first_try(
     airflow: AirflowHome, broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path
 ) -> None:
     """`make chaos`; in CI the retried run below drains the same way on its second try."""
-    name = f"airflow-{uuid.uuid4().hex[:8]}"
-    broker.create_topic(name, partitions=2)
-    produced = produce_json_events(broker.bootstrap, name, 300)
+    name, produced = events_topic(broker)
     table = tmp_path / "events"
     config = write_config(tmp_path / "job.toml", broker.bootstrap, name, f"g-{name}", table)
     before, t0 = airflow.run_ids(), time.monotonic()
@@ -103,9 +108,7 @@ def test_a_bad_config_fails_the_task_with_no_retry(airflow: AirflowHome, broker:
 def test_a_broker_down_at_start_exits_3_and_the_retry_drains(
     airflow: AirflowHome, broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path
 ) -> None:
-    name = f"airflow-{uuid.uuid4().hex[:8]}"
-    broker.create_topic(name, partitions=2)
-    produced = produce_json_events(broker.bootstrap, name, 300)
+    name, produced = events_topic(broker)
     table = tmp_path / "events"
     relay = TcpRelay(broker.bootstrap)  # the job's broker address: nothing listens there until opened
     config = write_config(tmp_path / "job.toml", relay.address, name, f"g-{name}", table)
