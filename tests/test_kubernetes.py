@@ -360,7 +360,7 @@ def test_the_driver_pod_force_killed_and_the_job_controller_restarts_it_lands_th
     kube: Kube, pod_broker: EmbeddedKafka, spark: SparkSession, unique: str
 ) -> None:
     topic = f"k8s-job-{unique}"
-    table, produced = backlog(kube, pod_broker, topic, 20_000)
+    table, produced = backlog(kube, pod_broker, topic, 10_000)
     name = f"slj-{unique}"[:40]
     kube.config_map(name, job_toml(pod_broker, topic, table, **SMALL_BATCHES))
     kube.cluster.apply(job_manifest(kube, "job.yaml", name, name))
@@ -392,7 +392,7 @@ def test_the_driver_pod_deleted_with_its_grace_period_drains_and_ends_without_a_
     polling, finishes its round, ACCEPTs what it wrote and RELEASEs the rest, within the grace
     period; a second run lands what is left, each record once."""
     topic = f"k8s-grace-{unique}"
-    table, produced = backlog(kube, pod_broker, topic, 20_000)
+    table, produced = backlog(kube, pod_broker, topic, 10_000)
     name = f"slg-{unique}"[:40]
     log = tmp_path / "submit.log"
     proc = kube.submit("cluster", name, job_toml(pod_broker, topic, table, **SMALL_BATCHES), log)
