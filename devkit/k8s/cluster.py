@@ -116,9 +116,9 @@ class K8sCluster:
         network.set_sysctls(self.state / "sysctls.json")
         network.create_bridge()
         self.pki.make([network.NODE_IP, "127.0.0.1"], network.API_SERVICE_IP, network.NODE_IP)
-        for name in ("admin", "controller-manager", "scheduler", "kube-proxy", "kubelet"):
+        self.pki.kubeconfig("admin", self.server, self.kubeconfig)
+        for name in ("controller-manager", "scheduler", "kube-proxy", "kubelet"):
             self.pki.kubeconfig(name, self.server, self._config(f"{name}.kubeconfig"))
-        (self.state / "admin.kubeconfig").write_text(self._config("admin.kubeconfig").read_text())
         self._start_control_plane()
         self._start_node()
         self._start_dns()
