@@ -207,7 +207,7 @@ test: lint pytest
 # long network-fault variants (`long`: a commit made while cut off, a slow link for 3 minutes and 20
 # short cuts); `make test` and CI run the bounded forms. The figures each prints go to the log.
 CHAOS_LOG ?= $(CACHE)/chaos.log
-chaos: setup s3 k8s
+chaos: setup s3 runtime-pack yarn k8s
 	SHARELAKE_LONG=1 SHARELAKE_CHAOS_KILLS=10 SHARELAKE_CHAOS_RECORDS=100000 SHARELAKE_NET_SLOW_S=180 \
 	  SHARELAKE_NET_SHORT_CUTS=20 $(VENV)/bin/python -m pytest -m "chaos or long" -s $(PYTEST_ARGS) \
 	  >$(CHAOS_LOG) 2>&1; rc=$$?; tail -n 40 $(CHAOS_LOG); echo "[chaos] the whole log: $(CHAOS_LOG)"; exit $$rc

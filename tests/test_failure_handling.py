@@ -74,6 +74,7 @@ def test_a_table_that_cannot_be_written_fails_the_job_and_accepts_nothing(
     assert set(counts.values()) == {3}, sorted(set(counts.values()))
 
 
+# CI's broker fault under a running job (the 3-node cluster's broker deaths, tests/test_failover.py, are make chaos's)
 def test_broker_restart_mid_run(spark: SparkSession, tmp_path: Path, unique: str) -> None:
     with EmbeddedKafka(tmp_path / "own-broker") as kafka:
         topic, group = f"restart-{unique}", f"g-{unique}"
