@@ -30,7 +30,7 @@ from devkit.sample_data import (
     produce_json_events,
     produce_records,
 )
-from tests.job_runner import JobSpec, run_job, run_summary, start_job
+from tests.job_runner import JobSpec, drain_in_process, run_job, run_summary, start_job
 from tests.kafka_helpers import nothing_left
 from tests.waiting import wait_for
 
@@ -81,6 +81,13 @@ def test_three_topics_in_three_formats_land_in_their_own_tables_exactly_once_acr
         produce_records(broker.bootstrap, topic, [(b"bad", value)])
 
     tables = {json_topic: tmp_path / "events", avro_topic: tmp_path / "avro_events", text_topic: tmp_path / "lines"}
+    routing = (
+        "payload.format=json",  # the default section: what the topics share
+        f"payload.schema={EVENT_SCHEMA}",
+        f"topics.{avro_topic}.payload.format=avro",
+        f"topics.{avro_topic}.payload.registry.url={registry.url}",
+        f"topics.{text_topic}.payload.format=text",
+    )
     spec = JobSpec(
         broker,
         "",
@@ -89,27 +96,23 @@ def test_three_topics_in_three_formats_land_in_their_own_tables_exactly_once_acr
         lock_ms=10_000,
         checkpoint=tmp_path / "clock",
         routes=tables,
-    )
-    routing = (
-        "payload.format=json",  # the default section: what the topics share
-        f"payload.schema={EVENT_SCHEMA}",
-        f"topics.{avro_topic}.payload.format=avro",
-        f"topics.{avro_topic}.payload.registry.url={registry.url}",
-        f"topics.{text_topic}.payload.format=text",
-        "run.mode=until-drained",
-        "run.idle_timeout_ms=8000",
+        settings=routing,
     )
     # the fourth table commit dies after it is durable and before its records are ACCEPTed (the
     # first micro-batch made three, one per table)
     first = tmp_path / "run1.log"
-    rc = run_job(spec, *routing, faults="kill@after_delta_commit#4", log=first)
+    rc = run_job(
+        spec, "run.mode=until-drained", "run.idle_timeout_ms=8000", faults="kill@after_delta_commit#4", log=first
+    )
     assert rc != 0, first.read_text()[-3000:]
     made = [str(t) for t in tables.values() if DeltaTable.isDeltaTable(spark, str(t))]
     written = sum(spark.read.format("delta").load(t).count() for t in made)
     assert 0 < written < 3 * RECORDS, written
 
+    # the restart only has to finish the work: a fresh start of the pipeline in this session (no driver JVM
+    # of its own to start: 12 s of CI time), as the crash tests' restarts (tests/job_runner.py)
     second = tmp_path / "run2.log"
-    assert run_job(spec, *routing, log=second) == 0, second.read_text()[-3000:]
+    assert drain_in_process(spark, spec, second, idle_ms=8000) == 0, second.read_text()[-3000:]
     landed(spark, tables[json_topic], events, "id")
     landed(spark, tables[avro_topic], avro, "id")
     landed(spark, tables[text_topic], lines, "value")

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import re
 import secrets
+import subprocess
+import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -25,7 +28,7 @@ from app.consume.group_types import group_type
 from app.testing.kafka_broker import EmbeddedKafka
 from devkit.sample_data import produce_json_events
 from devkit.security import Security, make_tls
-from tests.job_runner import ROOT, JobSpec, run_job, start_failure
+from tests.job_runner import ROOT, JobSpec, kill_job, run_job, start_failure, start_job
 from tests.kafka_helpers import nothing_left
 from tests.security_helpers import PASSWORD_ENV, grant, job_security
 from tests.table_checks import assert_exactly_once
@@ -81,38 +84,65 @@ def test_the_whole_ingest_runs_over_sasl_ssl_with_only_the_acls_it_needs(
     assert [(p.partition, p.lag) for p in state.partitions] == [(0, 0), (1, 0)], state
 
 
-@pytest.mark.parametrize(
-    ("case", "expect"),
-    [
-        ("no group ACL", "not authorized"),
-        ("wrong password", "authentication failed"),
-        ("untrusted certificate", "certificate"),
-    ],
-)
-def test_a_security_problem_stops_the_job_at_start_with_one_line(
-    case: str,
-    expect: str,
-    secure: EmbeddedKafka,
-    tmp_path: Path,
-    unique: str,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    spec = JobSpec(secure, f"denied-{unique}", f"g-{unique}", tmp_path / "table")
-    setup_topic(secure, spec.topic, 10)
-    user, ca = JOB_USER, None
-    monkeypatch.setenv(PASSWORD_ENV, CANARY)
-    if case == "no group ACL":
-        user = INTRUDER
-        assert secure.security is not None
-        monkeypatch.setenv(PASSWORD_ENV, secure.security.users[INTRUDER])
-        grant(secure, INTRUDER, spec.topic, spec.group, group_acls=False)
-    elif case == "wrong password":
-        monkeypatch.setenv(PASSWORD_ENV, f"not-{CANARY}")
-    else:
-        ca = make_tls(tmp_path / "other-ca", name="other").ca_pem
-    log = tmp_path / "job.log"
+REFUSALS = {
+    "no group ACL": "not authorized",
+    "wrong password": "authentication failed",
+    "untrusted certificate": "certificate",
+}
 
-    rc = run_job(spec, "run.mode=until-drained", *job_security(secure, user, ca), log=log, timeout=180)
+
+@dataclass(frozen=True)
+class RefusedStart:
+    job: subprocess.Popen[bytes]
+    log: Path
+
+
+@pytest.fixture(scope="module")
+def refused_starts(
+    secure: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, RefusedStart]]:
+    """The three refused starts, started beside each other: each is mostly a wait on its client's errors
+    and timeouts (one after the other they took 50 s of CI time, together about as long as the slowest).
+    Each its own topic, group, table and password (its own environment); the test of each case checks it."""
+    started: dict[str, RefusedStart] = {}
+    try:
+        for case in REFUSALS:
+            folder = tmp_path_factory.mktemp("denied")
+            name = uuid.uuid4().hex[:8]
+            spec = JobSpec(secure, f"denied-{name}", f"g-{name}", folder / "table")
+            setup_topic(secure, spec.topic, 10)
+            user, ca, password = JOB_USER, None, CANARY
+            if case == "no group ACL":
+                user = INTRUDER
+                assert secure.security is not None
+                password = secure.security.users[INTRUDER]
+                grant(secure, INTRUDER, spec.topic, spec.group, group_acls=False)
+            elif case == "wrong password":
+                password = f"not-{CANARY}"
+            else:
+                ca = make_tls(folder / "other-ca", name="other").ca_pem
+            with pytest.MonkeyPatch.context() as env:
+                env.setenv(PASSWORD_ENV, password)  # the job's environment is taken when it starts
+                log = folder / "job.log"
+                started[case] = RefusedStart(
+                    start_job(spec, "run.mode=until-drained", *job_security(secure, user, ca), log=log), log
+                )
+        yield started
+    finally:
+        for refused in started.values():
+            kill_job(refused.job)
+
+
+@pytest.mark.parametrize(("case", "expect"), list(REFUSALS.items()))
+def test_a_security_problem_stops_the_job_at_start_with_one_line(
+    case: str, expect: str, secure: EmbeddedKafka, refused_starts: dict[str, RefusedStart]
+) -> None:
+    job, log = refused_starts[case].job, refused_starts[case].log
+    try:
+        rc = job.wait(180)
+    except subprocess.TimeoutExpired:
+        kill_job(job)
+        raise
 
     lines = start_failure(log)
     assert rc == 2, log.read_text(errors="replace")[-3000:]
