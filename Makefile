@@ -198,8 +198,12 @@ lint: setup
 	$(VENV)/bin/ruff format --check app jobs tests bench devkit
 	$(VENV)/bin/mypy app jobs bench devkit
 
+# two workers (pytest-xdist), a module's tests all on one of them (its module fixtures, its cluster):
+# much of a test is waiting (a lock expiring, a driver starting, a job idling out), which the other
+# worker fills. PYTEST_WORKERS=0 runs the suite in this process, one test after the other.
+PYTEST_WORKERS ?= 2
 pytest: setup s3 runtime-env runtime-pack testing-env yarn prometheus airflow-env k8s-test-image
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 test: lint pytest
 

@@ -147,8 +147,15 @@ def unique() -> str:
     return uuid.uuid4().hex[:8]
 
 
+# modules that start a cluster or a scheduler of their own, minutes each: on two workers (`make test`)
+# they are handed out first, so that neither worker is left running one alone at the end
+FIRST_MODULES = ("test_kubernetes.py", "test_yarn.py", "test_airflow.py")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The `long` variants run only under `make chaos` (SHARELAKE_LONG=1): CI's time is bounded."""
+    """The cluster modules first (a stable sort: every worker collects the same order); the `long`
+    variants run only under `make chaos` (SHARELAKE_LONG=1): CI's time is bounded."""
+    items.sort(key=lambda item: item.path.name not in FIRST_MODULES)
     if os.environ.get("SHARELAKE_LONG") == "1":
         return
     skip = pytest.mark.skip(reason="a long variant: `make chaos` runs it")

@@ -178,9 +178,20 @@ def cluster_id() -> str:
 
 
 def create_topic(admin: AdminClient, name: str, partitions: int, replicas: int, config: dict[str, str] | None) -> None:
-    """Create one topic and wait for it (`admin` is held here: the futures fail if it is collected)."""
+    """Create one topic and wait until the brokers' metadata serves every partition with a leader
+    (`admin` is held here: the futures fail if it is collected). The controller's success comes
+    first: a client asking a broker before its metadata caught up would be told there is no such topic."""
     topic = NewTopic(name, num_partitions=partitions, replication_factor=replicas, config=config or {})
     admin.create_topics([topic], operation_timeout=30)[name].result(timeout=60)
+    deadline = time.monotonic() + 60
+    while True:
+        served = admin.list_topics(name, timeout=10).topics.get(name)
+        if served is not None and served.error is None and len(served.partitions) == partitions:
+            if all(p.leader >= 0 and p.error is None for p in served.partitions.values()):
+                return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topic {name} created, but its {partitions} partitions had no leader after 60 s")
+        time.sleep(0.1)
 
 
 @dataclass
