@@ -32,7 +32,8 @@ from app.consume.group_client import GroupType
 from app.consume.group_settings import AUTHORIZATION, DELIVERY_LIMIT, broker_lock_cap, read_broker_settings
 from app.failures.errors import ConfigError, DependencyUnavailable, one_line
 from app.sink.delta.catalog_tables import located_routes
-from app.sink.delta.writer_lease import LEASE_FILE
+from app.sink.delta.commit_lock import create_lock_file, lock_path, on_local_disk
+from app.sink.delta.writer_lease import LEASE_FILE, needs_lease
 from app.table.location import TableLocation
 
 BROKER_TIMEOUT_S = 15.0  # how long start-up waits for a broker to answer
@@ -246,7 +247,63 @@ def _ours(name: str) -> bool:
 
 
 def check_table_path(spark: SparkSession, location: TableLocation, key: str = "delta.table_path") -> None:
-    """The path is a Delta table, or empty / absent (the first write creates it), and writable."""
+    """The path is a Delta table, or empty / absent (the first write creates it), and writable; so is
+    the folder of what guards its commits (`check_commit_guard`)."""
+    _check_table_folder(spark, location, key)
+    check_commit_guard(spark, location, key)
+
+
+def check_commit_guard(spark: SparkSession, location: TableLocation, key: str) -> None:
+    """The commit lock's folder on a local disk (beside the table: its parent folder), the writer lease's
+    folder on S3 (`<table>/_sharelake`): writable, else one line naming the folder and the fix."""
+    if on_local_disk(location):
+        try:
+            create_lock_file(location)
+        except OSError as e:
+            lock = lock_path(location)
+            folder = os.path.dirname(lock)
+            raise ConfigError(
+                f"{key} = {location.path!r}: the table's commit lock {lock} cannot be created ({e.strerror}): make "
+                f"{folder} writable by the job, or put the table in a folder it can write"
+            ) from None
+    elif needs_lease(spark, location):
+        folder = location.file(LEASE_FILE.split("/")[0])
+        try:
+            _write_probe(spark, folder)
+        except Exception as e:  # noqa: BLE001 - any storage error means: not usable as configured
+            if _store_outage(e):
+                raise DependencyUnavailable(
+                    f"{key} = {location.path!r}: the table's store did not answer ({one_line(e, 200)}); check that "
+                    "it is up and reachable from the driver"
+                ) from None
+            raise ConfigError(
+                f"{key} = {location.path!r}: the writer lease's folder {folder} is not writable ({one_line(e, 200)}); "
+                f"let the job write and delete files under {folder}/ (it keeps its lease there)"
+            ) from None
+
+
+def _write_probe(spark: SparkSession, folder: str) -> None:
+    """A file of its own name written in `folder` (made when absent) and deleted; the store's error if not."""
+    sc = spark.sparkContext
+    jvm = sc._jvm
+    assert jvm is not None and sc._jsc is not None
+    path = jvm.org.apache.hadoop.fs.Path(folder)
+    fs = path.getFileSystem(sc._jsc.hadoopConfiguration())
+    # a name of its own: jobs starting together on one table never touch each other's probe
+    probe = jvm.org.apache.hadoop.fs.Path(path, f"{PROBE_PREFIX}-{uuid.uuid4().hex}")
+    fs.mkdirs(path)
+    fs.create(probe, True).close()
+    fs.delete(probe, False)
+
+
+def _store_outage(e: Exception) -> bool:
+    """Whether a storage error says the store did not answer (not a path or a permission to fix)."""
+    text = str(e)
+    return any(cause in text for cause in STORE_OUTAGE) and "UnknownHostException" not in text
+
+
+def _check_table_folder(spark: SparkSession, location: TableLocation, key: str) -> None:
+    """`location` is a Delta table, or holds none of anyone's data, and a file can be written in it."""
     table_path = location.path
     sc = spark.sparkContext
     jvm = sc._jvm
@@ -263,16 +320,12 @@ def check_table_path(spark: SparkSession, location: TableLocation, key: str = "d
                     f"{key} = {table_path!r}: the path holds data but is not a Delta table; "
                     "point it at a Delta table or at a new, empty path"
                 )
-        # a name of its own: jobs starting together on one table never touch each other's probe
-        probe = jvm.org.apache.hadoop.fs.Path(path, f"{PROBE_PREFIX}-{uuid.uuid4().hex}")
-        fs.mkdirs(path)
-        fs.create(probe, True).close()
-        fs.delete(probe, False)
+        _write_probe(spark, table_path)
     except ConfigError:
         raise
     except Exception as e:  # noqa: BLE001 - any storage error means: not usable as configured
         text = str(e)
-        if any(cause in text for cause in STORE_OUTAGE) and "UnknownHostException" not in text:
+        if _store_outage(e):
             raise DependencyUnavailable(
                 f"{key} = {table_path!r}: the table's store did not answer ({one_line(e, 200)}); check that it is up "
                 "and reachable from the driver"
