@@ -39,6 +39,7 @@ from tests.ingest_config import ingest_config
 from tests.job_runner import JobSpec, run_job, run_summary
 from tests.kafka_helpers import nothing_left
 from tests.table_checks import EVENT_COLUMNS, dead_letter_rows, dead_letters_by_key, event_rows
+from tests.test_record_keys import KEY_SCHEMA, avro_keys
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.usefixtures("clean_faults")  # fault points reset before each test (conftest)
@@ -311,3 +312,58 @@ def test_the_registry_password_never_appears_in_the_job_log(
     assert run_summary(log)["rows_written"] == 200
     assert f"registry {registry.url} (basic auth)" in text  # the banner names the URL, not the credentials
     assert secret not in text
+
+
+def test_strings_that_are_not_utf8_in_values_and_keys_are_dead_lettered_as_invalid_utf8(
+    broker: EmbeddedKafka, registry: EmbeddedSchemaRegistry, spark: SparkSession, tmp_path: Path, unique: str
+) -> None:
+    """Avro's strings are UTF-8 (the spec says so, and Avro's decoder does not check): a value or an
+    Avro key holding other bytes in a string, at the top or inside an array or a map, is a dead letter
+    of its own class, never a row a reader may decode one way or another."""
+    topic, group = f"avro-utf8-{unique}", f"g-{unique}"
+    broker.create_topic(topic, partitions=2)
+    nested = json.loads(EVENT_AVRO_SCHEMA)
+    nested["fields"] += [
+        {"name": "tags", "type": ["null", {"type": "array", "items": "string"}], "default": None},
+        {"name": "attrs", "type": ["null", {"type": "map", "values": "string"}], "default": None},
+    ]
+    ids = range(200)
+    keys = list(avro_keys(registry.url, topic, KEY_SCHEMA, ({"customer": f"c-{i}"} for i in ids)))
+    values = list(avro_values(registry.url, topic, EVENT_AVRO_SCHEMA, (event_record(i) for i in ids)))
+    good = produce_records(broker.bootstrap, topic, zip(keys, values, strict=True))
+    # one string of each record written as "@@" (length 2: zigzag 4), then given two bytes no UTF-8 decoder
+    # accepts in its place: the body still decodes, its string does not
+    marked = {
+        "user": (EVENT_AVRO_SCHEMA, {"user": "@@"}),
+        "tags": (json.dumps(nested), {"tags": ["t", "@@"]}),
+        "map_key": (json.dumps(nested), {"attrs": {"@@": "v"}}),
+        "map_value": (json.dumps(nested), {"attrs": {"k": "@@"}}),
+    }
+    bad_values = {}
+    for n, (name, (schema, fields)) in enumerate(marked.items()):
+        (value,) = avro_values(registry.url, topic, schema, [{**event_record(500 + n), **fields}])
+        assert value.count(b"\x04@@") == 1, value
+        bad_values[name] = value.replace(b"\x04@@", b"\x04\xff\xfe")
+    (marked_key,) = avro_keys(registry.url, topic, KEY_SCHEMA, [{"customer": "@@"}])
+    assert marked_key.count(b"\x04@@") == 1
+    bad_key = marked_key.replace(b"\x04@@", b"\x04\xff\xfe")
+    produce_records(
+        broker.bootstrap, topic, [*((keys[0], value) for value in bad_values.values()), (bad_key, values[1])]
+    )
+    cfg = ingest_config(broker, topic, group, tmp_path / "t", *avro_settings(registry, "payload.key_format=avro"))
+    summary = run_ingest(spark, cfg)
+
+    table = spark.read.format("delta").load(str(tmp_path / "t"))
+    assert sorted(r["id"] for r in table.select("id").collect()) == list(ids)  # the good records, once each
+    dead = spark.read.format("delta").load(resolve_routes(cfg).dead_letter.path).collect()
+    by_value = {bytes(r["value"]): (r["error_class"], r["error_message"]) for r in dead}  # the raw bytes
+    assert len(by_value) == len(dead) == 5  # each once
+    assert {name: by_value[value] for name, value in bad_values.items()} == {
+        "user": ("invalid_utf8", "not valid UTF-8 in field user"),
+        "tags": ("invalid_utf8", "not valid UTF-8 in field tags[]"),
+        "map_key": ("invalid_utf8", "not valid UTF-8 in field attrs{key}"),
+        "map_value": ("invalid_utf8", "not valid UTF-8 in field attrs{value}"),
+    }
+    assert by_value[values[1]] == ("key_invalid_utf8", "the key: not valid UTF-8 in field customer")
+    assert summary.dead_lettered == 5 and summary.rows_written == len(good)
+    assert nothing_left(broker, topic, group)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from app.run import preflight
 from app.run.pipeline import run_ingest
 from app.table.location import TableLocation
 from app.testing.kafka_broker import EmbeddedKafka, free_port
+from devkit.sample_data import produce_json_events
 from tests.ingest_config import ingest_config
 from tests.job_runner import ROOT
 
@@ -103,6 +105,38 @@ def test_table_path_that_cannot_be_written(
     message = start_error(spark, broker, f"t-{unique}", f"g-{unique}", a_file / "table")
     assert message.startswith(f"delta.table_path = '{a_file / 'table'}': not writable (")
     assert message.endswith("fix the path or its permissions")
+
+
+@pytest.fixture
+def immutable_parent(tmp_path: Path) -> Iterator[Path]:
+    """A folder holding a writable table folder `t`, in which no file can be created: `chattr +i`
+    (tests run as root, whom a chmod does not stop), undone at teardown."""
+    parent = tmp_path / "read-only"
+    (parent / "t").mkdir(parents=True)
+    if subprocess.run(["chattr", "+i", str(parent)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available here (needs root and a file system that has it)")
+    try:
+        yield parent
+    finally:
+        subprocess.run(["chattr", "-i", str(parent)], check=True)
+
+
+def test_a_table_whose_parent_folder_is_not_writable_stops_the_start_not_its_first_commit(
+    broker: EmbeddedKafka, spark: SparkSession, tmp_path: Path, unique: str, immutable_parent: Path
+) -> None:
+    # the table's own folder is writable; the folder holding it, where its commit lock lives, is not
+    topic = f"t-{unique}"
+    broker.create_topic(topic)
+    produce_json_events(broker.bootstrap, topic, 10)  # so a job that started would meet its first commit
+    table = immutable_parent / "t"
+    dead_letters = f"dead_letter.table_path={tmp_path / 'dead_letters'}"
+    message = start_error(spark, broker, topic, f"g-{unique}", table, dead_letters, "batch.write_attempts=1")
+    assert message == (
+        f"delta.table_path = '{table}': the table's commit lock {immutable_parent / '.t.sharelake-commit.lock'} "
+        f"cannot be created (Operation not permitted): make {immutable_parent} writable by the job, or put the "
+        "table in a folder it can write"
+    )
+    assert not (table / "_delta_log").exists()  # nothing was committed
 
 
 def test_delivery_cap_not_below_the_group_limit(

@@ -308,8 +308,7 @@ class Record:
 
 @dataclass(frozen=True)
 class LandedRow:
-    """One row of the main table's columns, each read into Python only when asked for (a landed
-    string need not be UTF-8: Avro's decoder does not check)."""
+    """One row of the main table's columns, each read into Python only when asked for."""
 
     rows: pa.Table
     at: int
@@ -791,6 +790,26 @@ def assert_unframed_not_wire_format(records: Sequence[Record], outcome: Outcome)
             assert outcome.parked[i][0] == "not_wire_format", record
 
 
+def not_utf8_string(rng: random.Random, body: bytes, at: int) -> bytes | None:
+    """`body` with the Avro string at `at` (its length, then its bytes) holding as many bytes that are
+    not UTF-8: the body still decodes, its string is not UTF-8. None for an empty string."""
+    found = reference_varint(body, at)
+    assert found is not None
+    length, start = found
+    if length <= 0:
+        return None
+    broken = (rng.choice(INVALID_UTF8) * length)[:length]  # every prefix of each is invalid too
+    return body[:start] + broken + body[start + length :]
+
+
+def assert_landed_strings_are_utf8(outcome: Outcome) -> None:
+    """Every string the batch landed is UTF-8 (Arrow's full validation checks each)."""
+    for rows in {id(r.rows): r.rows for r in outcome.landed.values()}.values():
+        for name in rows.column_names:
+            if pa.types.is_string(rows.schema.field(name).type) or pa.types.is_struct(rows.schema.field(name).type):
+                rows.column(name).validate(full=True)
+
+
 @pytest.mark.timeout(300)
 def test_avro_values_land_or_are_named(
     spark: SparkSession, registry: EmbeddedSchemaRegistry, tmp_path_factory: pytest.TempPathFactory
@@ -809,6 +828,7 @@ def test_avro_values_land_or_are_named(
     assert len(ids) == 3
     bodies = [v[5:] for v in good]
     seeds = [Record(v) for v in good]
+    not_utf8: set[bytes] = set()  # good values whose `user` string was given bytes that are not UTF-8
     fmt = AvroSettings(registry=registry_settings(registry), max_value_bytes=MAX_VALUE_BYTES)
     with fuzzed(spark, fmt, tmp_path_factory, "avro") as target:
 
@@ -816,6 +836,14 @@ def test_avro_values_land_or_are_named(
             roll = rng.random()
             if (value := mixed(rng, good, roll)) is not None:
                 return value
+            if roll < 0.45:  # a good value whose `user` (after the long `id`) is not UTF-8
+                value = rng.choice(good)
+                id_end = reference_varint(value, 5)
+                assert id_end is not None
+                broken = not_utf8_string(rng, value, id_end[1])
+                if broken is not None:
+                    not_utf8.add(broken)
+                    return broken
             body = rng.choice(bodies)
             if roll < 0.5:  # a string's length huge, negative, or a varint that never ends
                 body = zigzag(1) + rng.choice((zigzag(2**62), zigzag(-7), zigzag(2**31 - 1), *BAD_VARINTS)) + b"u"
@@ -839,6 +867,9 @@ def test_avro_values_land_or_are_named(
                 # old id), so only the registry can say an id is no one's
                 if not registered(registry.url, struct.unpack(">I", record.value[1:5])[0]):
                     assert outcome.parked[i][0] == "unknown_schema_id", record
+                if record.value in not_utf8:
+                    assert outcome.parked[i] == ("invalid_utf8", "not valid UTF-8 in field user"), record
+            assert_landed_strings_are_utf8(outcome)
 
         batch()
 
@@ -947,6 +978,7 @@ def test_avro_keys_land_or_are_named(
     key_ids = sorted({struct.unpack(">I", k[1:5])[0] for k in keys})
     key_bodies = [k[5:] for k in keys]
     seeds = [Record(v, key=k) for v, k in zip(values, keys, strict=True)] + [Record(values[0], key=None)]
+    not_utf8: set[bytes] = set()  # good keys whose `customer` string was given bytes that are not UTF-8
     fmt = AvroSettings(registry=registry_settings(registry), key_format="avro", max_value_bytes=MAX_VALUE_BYTES)
     with fuzzed(spark, fmt, tmp_path_factory, "avro_keys") as target:
 
@@ -956,6 +988,11 @@ def test_avro_keys_land_or_are_named(
                 return None
             if roll < 0.15:
                 return random_bytes(rng)
+            if roll < 0.25:  # a good key whose `customer` string is not UTF-8
+                broken = not_utf8_string(rng, rng.choice(keys), 5)
+                assert broken is not None
+                not_utf8.add(broken)
+                return broken
             return wire_value(rng, key_ids, mutated(rng, rng.choice(key_bodies), key_bodies))
 
         def value_of(rng: random.Random) -> bytes:
@@ -974,5 +1011,8 @@ def test_avro_keys_land_or_are_named(
                     continue
                 if not framed(record.key):
                     assert outcome.parked[i][0] == "key_not_wire_format", record
+                if record.key in not_utf8:
+                    assert outcome.parked[i] == ("key_invalid_utf8", "the key: not valid UTF-8 in field customer")
+            assert_landed_strings_are_utf8(outcome)
 
         batch()

@@ -14,18 +14,23 @@ from __future__ import annotations
 import re
 import secrets
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
 from app.config.loader import load_config
 from app.consume.group_admin import GroupAdmin
 from app.consume.group_types import group_type
-from app.testing.kafka_broker import EmbeddedKafka
+from app.failures.errors import ConfigError, DependencyUnavailable
+from app.run import preflight
+from app.run.pipeline import run_ingest
+from app.testing.kafka_broker import EmbeddedKafka, free_port
 from devkit.sample_data import produce_json_events
 from devkit.security import Security, make_tls
 from tests.job_runner import ROOT, JobSpec, kill_job, run_job, start_failure, start_job
@@ -153,3 +158,37 @@ def test_a_security_problem_stops_the_job_at_start_with_one_line(
     printed = [line for line in text.splitlines() if line.strip() and not BUSY_PORT.search(line)]
     assert len(printed) <= MOST_LINES_OF_A_REFUSED_START, "\n".join(printed)
     assert printed[-1] == lines[0], printed[-3:]
+
+
+def test_a_certificate_that_does_not_verify_stops_the_start_at_once_and_a_silent_broker_is_still_waited_for(
+    secure: EmbeddedKafka,
+    spark: SparkSession,
+    tmp_path: Path,
+    unique: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A certificate that does not verify will not verify later: the start says so at once, not after
+    the broker wait (`preflight.BROKER_TIMEOUT_S`, 15 s). In process, for the time of the start alone."""
+    spec = JobSpec(secure, f"tls-{unique}", f"g-{unique}", tmp_path / "table")
+    setup_topic(secure, spec.topic, 1)
+    monkeypatch.setenv(PASSWORD_ENV, CANARY)
+    other_ca = make_tls(tmp_path / "other-ca", name="other").ca_pem
+    cfg = load_config(ROOT / "conf" / "local.toml", spec.sets(*job_security(secure, JOB_USER, other_ca)))
+    started = time.monotonic()
+    with pytest.raises(ConfigError) as refused:
+        run_ingest(spark, cfg)
+    took = time.monotonic() - started
+    print(f"the certificate refused after {took:.1f}s")
+    line = str(refused.value)
+    assert "\n" not in line and line.startswith("kafka.client.ssl.ca.location: the TLS handshake with"), line
+    assert "certificate verify failed" in line and CANARY not in line, line
+    assert took < preflight.BROKER_TIMEOUT_S / 3, f"the start took {took:.1f}s to refuse the certificate"
+
+    # the same TLS settings against an address where no broker listens yet: an outage, waited for
+    monkeypatch.setattr(preflight, "BROKER_TIMEOUT_S", 3.0)
+    nowhere = f"kafka.bootstrap_servers=127.0.0.1:{free_port()}"  # the later --set wins
+    cfg = load_config(ROOT / "conf" / "local.toml", spec.sets(*job_security(secure, JOB_USER, other_ca), nowhere))
+    started = time.monotonic()
+    with pytest.raises(DependencyUnavailable, match="no broker answered within 3s"):
+        preflight.check_kafka(AdminClient(cfg.kafka.client_config()), cfg, group_type(cfg.kafka))
+    assert time.monotonic() - started >= 3.0

@@ -179,6 +179,7 @@ class ConsumerGroupClient(GroupClient):
         self._positions = positions
         self._next: dict[tuple[str, int], int] = {}  # after ACCEPT / REJECT: the offset to commit
         self._rewind: dict[tuple[str, int], int] = {}  # after RELEASE: the lowest released offset
+        self._decided: dict[tuple[str, int], int] = {}  # ACCEPTs and REJECTs since the last commit, per partition
 
     def subscribe(self, topics: list[str]) -> None:
         self._consumer.subscribe(topics, on_assign=self._on_assign)
@@ -194,20 +195,21 @@ class ConsumerGroupClient(GroupClient):
                 self._rewind[key] = min(self._rewind.get(key, offset), offset)
             else:
                 self._next[key] = max(self._next.get(key, 0), offset + 1)
+                self._decided[key] = self._decided.get(key, 0) + 1
         return 0
 
     def commit(self) -> int:
         # never past a released record: it is read again, and so are the decided ones after it
         offsets = [TopicPartition(t, p, min(n, self._rewind.get((t, p), n))) for (t, p), n in self._next.items()]
-        rewind, self._next, self._rewind = self._rewind, {}, {}
-        refused = 0
+        rewind, decided, self._next, self._rewind, self._decided = self._rewind, self._decided, {}, {}, {}
+        refused = 0  # the decisions a refused partition's offset carried, each of them
         if offsets:
             try:
                 done = self._consumer.commit(offsets=offsets, asynchronous=False) or []
-                refused = sum(1 for tp in done if tp.error is not None)
+                refused = sum(max(1, decided.get((tp.topic, tp.partition), 0)) for tp in done if tp.error is not None)
             except KafkaException as e:
                 log.warning("member %d offset commit failed: %s", self._member_id, e)
-                refused = 1
+                refused = max(1, sum(decided.values()))
         for (t, p), offset in rewind.items():
             try:
                 self._consumer.seek(TopicPartition(t, p, offset))

@@ -107,7 +107,8 @@ class GroupClient(ABC):
 
     @abstractmethod
     def commit(self) -> int:
-        """Send the poll's decisions once all are applied; how many partitions (or calls) were refused."""
+        """Send the poll's decisions once all are applied; how many acknowledgements (records' decisions) the
+        broker refused: each one of a refused partition, all of a refused call."""
 
     @abstractmethod
     def close(self) -> None: ...

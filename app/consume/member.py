@@ -43,7 +43,7 @@ class MemberStats:
     released: int = counter("records RELEASEd (failed writes, stops)")
     rejected: int = counter("records REJECTed (after landing in the dead-letter table)")
     ack_errors: int = counter(
-        "acknowledgements the broker refused (the record lock had expired)", prometheus="expired_locks"
+        "acknowledgements the broker refused, one per record (its lock had expired)", prometheus="expired_locks"
     )
     poll_errors: int = counter("polls that failed (retried with backoff)")
     acks_s: float = counter("seconds from a poll's first acknowledgement to its commit returning", default=0.0)

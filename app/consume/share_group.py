@@ -10,8 +10,10 @@ be acknowledged before the next poll; `acknowledge` applies one AckCommand (each
 the command's ACCEPT, RELEASE or REJECT), `commit` sends the poll's acknowledgements with
 `commit_sync` once all are applied. With `pump.acknowledgement_commit = "async"` they go with
 `commit_async` instead and the member polls again at once; the broker's per-partition results come
-back inside a later poll, to the commit callback (a refused partition is an ack error: its records
-come back and are deduplicated).
+back inside a later poll, to the commit callback. The broker takes or refuses a partition's acknowledgements
+together (a refused one: a record whose lock expired); each refused acknowledgement is an ack error, so the
+client counts the acknowledgements it sent per partition since its last commit. Their records come back and are
+deduplicated.
 
 `ShareGroupType.read_state` reads the group's members and each share partition's start offset and lag through the
 Java Admin (`GroupAdmin.java`: `describeShareGroups`, `listShareGroupOffsets`). The lag is the broker's: records at
@@ -22,6 +24,7 @@ not in the admin API.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -206,6 +209,7 @@ class ShareGroupClient(GroupClient):
         self._member_id = member_id
         self._async = commit_async
         self._refused_later = 0  # counted by the commit callback, inside a poll
+        self._sent: Counter[tuple[str, int]] = Counter()  # acknowledgements applied since the last commit
         if commit_async:
             consumer.set_acknowledgement_commit_callback(self._on_commit)
 
@@ -219,14 +223,18 @@ class ShareGroupClient(GroupClient):
         ack_type = ACK_TYPES[cmd.decision]
         refused = self._take_refused()
         for i in cmd.indices:
+            record = cmd.batch.records[i]
             try:
-                self._consumer.acknowledge(cmd.batch.records[i], ack_type)
+                self._consumer.acknowledge(record, ack_type)
             except KafkaException as e:
                 refused += 1
                 log.warning("member %d acknowledge failed: %s", self._member_id, e)
+            else:
+                self._sent[(str(record.topic()), int(record.partition() or 0))] += 1
         return refused
 
     def commit(self) -> int:
+        sent, self._sent = self._sent, Counter()
         try:
             if self._async:
                 self._consumer.commit_async()
@@ -234,11 +242,11 @@ class ShareGroupClient(GroupClient):
             results = self._consumer.commit_sync()
         except KafkaException as e:
             log.warning("member %d commit failed: %s", self._member_id, e)
-            return 1
+            return max(1, sum(sent.values()))  # none of them reached the broker
         refused = 0
         for tp, err in results.items():
             if err is not None:
-                refused += 1
+                refused += max(1, sent[(tp.topic, tp.partition)])  # the partition's acknowledgements, all of them
                 log.warning(
                     "member %d: acknowledgements on %s/%s failed: %s", self._member_id, tp.topic, tp.partition, err
                 )
@@ -250,7 +258,7 @@ class ShareGroupClient(GroupClient):
     def _on_commit(self, offsets: dict[TopicPartition, set[int]], error: KafkaException | None) -> None:
         if error is None:
             return
-        self._refused_later += max(1, len(offsets))
+        self._refused_later += max(1, sum(len(acknowledged) for acknowledged in offsets.values()))
         where = ", ".join(f"{tp.topic}/{tp.partition}" for tp in offsets) or "?"
         log.warning("member %d: acknowledgements on %s failed: %s", self._member_id, where, error)
 

@@ -26,8 +26,10 @@ into it.
 the shape})` per schema id of the batch, in PERMISSIVE mode. The reader schema given to Spark carries
 one extra field with a default (`__sharelake_decoded`): Avro's resolution fills it for every body that
 decodes, and PERMISSIVE mode leaves it null for one that does not (`avro_decode_failed`), which tells
-a bad body from a record whose fields are all null. A record whose `required_fields` are null or absent is
-`missing_required_field`. Avro's decoder allocates what a length declares before it reads it, so its limits
+a bad body from a record whose fields are all null. Avro's strings are UTF-8, and its decoder does not check:
+a record with a string that is not (at any depth: in a record, an array, a map's keys or values) is
+`invalid_utf8`, its message naming the field (`utf8_faults`). A record whose `required_fields` are null or absent
+is `missing_required_field`. Avro's decoder allocates what a length declares before it reads it, so its limits
 (`AVRO_LIMITS`) are set to the job's largest `payload.max_value_bytes` (in the driver's JVM; a cluster's executors
 take them from `spark.executor.extraJavaOptions`): a longer declaration fails its decode instead of running the
 JVM out of heap.
@@ -51,7 +53,7 @@ from pydantic import Field, model_validator
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
-from pyspark.sql.types import StructType
+from pyspark.sql.types import ArrayType, DataType, MapType, StringType, StructType
 
 from app.failures.errors import ConfigError, one_line
 from app.formats.base import (
@@ -295,6 +297,66 @@ class AvroShape:
 # -- one batch in Spark ----------------------------------------------------------------------------------
 
 
+def utf8_faults(value: Column, kind: DataType, path: str = "") -> list[tuple[str, Column]]:
+    """Each string of `value` (of Spark type `kind`) as (its path, true where it is not valid UTF-8).
+
+    Records are walked field by field (`user`, `address.street`); an array's items (`tags[]`) and a
+    map's keys and values (`attrs{key}`, `attrs{value}`) are one check each, true when any is not.
+    Null is never a fault. Avro's decoder copies a string's bytes as they are (`Utf8`), and so does
+    Spark's (`UTF8String`), so this is the only check they meet."""
+    if isinstance(kind, StringType):
+        return [(path, F.coalesce(~F.call_function("is_valid_utf8", value), F.lit(False)))]
+    if isinstance(kind, StructType):
+        return [
+            fault
+            for field in kind.fields
+            if field.name != DECODED
+            for fault in utf8_faults(value[field.name], field.dataType, f"{path}.{field.name}" if path else field.name)
+        ]
+    if isinstance(kind, ArrayType):
+        return _any_of(value, kind.elementType, f"{path}[]")
+    if isinstance(kind, MapType):
+        keys, values = F.map_keys(value), F.map_values(value)
+        return [*_any_of(keys, kind.keyType, f"{path}{{key}}"), *_any_of(values, kind.valueType, f"{path}{{value}}")]
+    return []
+
+
+def _any_of(items: Column, kind: DataType, path: str) -> list[tuple[str, Column]]:
+    """One fault for an array of `kind`: true when any item has one (none when `kind` holds no string)."""
+    if not _holds_string(kind):
+        return []
+
+    def faulty(item: Column) -> Column:
+        found = F.lit(False)
+        for _, fault in utf8_faults(item, kind):
+            found = found | fault
+        return found
+
+    return [(path, F.coalesce(F.exists(items, faulty), F.lit(False)))]
+
+
+def _holds_string(kind: DataType) -> bool:
+    if isinstance(kind, StringType):
+        return True
+    if isinstance(kind, StructType):
+        return any(_holds_string(f.dataType) for f in kind.fields)
+    if isinstance(kind, ArrayType):
+        return _holds_string(kind.elementType)
+    if isinstance(kind, MapType):
+        return _holds_string(kind.keyType) or _holds_string(kind.valueType)
+    return False
+
+
+def utf8_verdict(parsed: Column, kind: StructType) -> tuple[Column, Column]:
+    """Whether a decoded record holds a string that is not UTF-8, and the fields that do (for its message)."""
+    faults = utf8_faults(parsed, kind)
+    invalid = F.lit(False)
+    for _, fault in faults:
+        invalid = invalid | fault
+    named = F.concat_ws(", ", *(F.when(fault, F.lit(path)) for path, fault in faults))
+    return invalid, F.concat(F.lit("not valid UTF-8 in field "), named)
+
+
 class AvroColumn:
     """The Avro of one column of a batch: `value` (this format) or `key` (`app.formats.keys`).
 
@@ -393,12 +455,13 @@ class _AvroRead(ColumnRead):
         parsed = F.col(PARSED)
         kept_null = F.col("value").isNull()  # only reaches Spark when payload.allow_null_value is set
         failed = parsed[DECODED].isNull()
+        invalid, not_utf8 = utf8_verdict(parsed, shape.spark_type())
         missing = F.concat_ws(", ", *(F.when(parsed[name].isNull(), F.lit(name)) for name in required))
         absent = F.lit(False)
         for name in required:
             absent = absent | parsed[name].isNull()
         fields = [f["name"] for f in shape.fields]
-        parse = {PARSED: decoded, BAD: ~kept_null & (failed | absent)}
+        parse = {PARSED: decoded, BAD: ~kept_null & (failed | invalid | absent)}
         which = (
             F.lit("payload.avro_schema")
             if plain is not None
@@ -407,11 +470,13 @@ class _AvroRead(ColumnRead):
         error_class = (
             F.when(~F.col(BAD), F.lit(None).cast("string"))
             .when(failed, F.lit("avro_decode_failed"))
+            .when(invalid, F.lit("invalid_utf8"))
             .otherwise(F.lit("missing_required_field"))
         )
         message = (
             F.when(~F.col(BAD), F.lit(None).cast("string"))
             .when(failed, F.concat(F.lit("the body does not decode with "), which))
+            .when(invalid, not_utf8)
             .otherwise(F.concat(F.lit("required fields null or absent: "), missing))
         )
         metadata = [F.col(c) for c in METADATA_COLUMNS if c != "value"]
@@ -428,6 +493,7 @@ class AvroFormat(PayloadFormat):
         "not_wire_format",
         "unknown_schema_id",
         "avro_decode_failed",
+        "invalid_utf8",
         "schema_incompatible",
         "missing_required_field",
     )

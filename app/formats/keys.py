@@ -8,7 +8,8 @@ still one `PayloadFormat`. The key lands in the main table's `key` column:
 - `avro`: Avro in the Confluent wire format, its writer schemas fetched from `[payload.registry]`
   and decoded into a struct (`key.customer_id`), which grows with the key's schemas as a value's
   columns do (`app.formats.avro`). The value's error classes apply, prefixed `key_`:
-  `key_not_wire_format`, `key_unknown_schema_id`, `key_decode_failed`, `key_schema_incompatible`.
+  `key_not_wire_format`, `key_unknown_schema_id`, `key_decode_failed`, `key_schema_incompatible`, and
+  `key_invalid_utf8` for a key holding a string that is not UTF-8 (as a text key that is not).
 
 A null key stays null in every format. The start-up check refuses a table whose `key` column an
 earlier run wrote in another format (one line naming payload.key_format and the column's type).
@@ -33,6 +34,7 @@ from app.formats.avro import (
     AvroColumn,
     AvroShape,
     bound_declared_lengths,
+    utf8_verdict,
     warm_up_registry,
 )
 from app.formats.base import BAD, BadRecord, BatchRead, PayloadFormat
@@ -130,15 +132,24 @@ class _AvroKeyRead(KeyRead):
         self._decoded, schema_id = keys.decoded(writers)
         self._fields = len(keys.shape.fields)
         self._which = F.concat(F.lit("its writer schema (id "), schema_id.cast("string"), F.lit(")"))
+        self._failed = F.col(KEY_PARSED)[DECODED].isNull()
+        self._invalid, self._not_utf8 = utf8_verdict(F.col(KEY_PARSED), keys.shape.spark_type())
 
     def parse(self) -> dict[str, Column]:
-        return {KEY_PARSED: self._decoded, KEY_BAD: F.col(KEY).isNotNull() & F.col(KEY_PARSED)[DECODED].isNull()}
+        return {KEY_PARSED: self._decoded, KEY_BAD: F.col(KEY).isNotNull() & (self._failed | self._invalid)}
 
     def error_class(self) -> Column:
-        return F.when(F.col(KEY_BAD), F.lit("key_decode_failed"))
+        return F.when(
+            F.col(KEY_BAD), F.when(self._failed, F.lit("key_decode_failed")).otherwise(F.lit("key_invalid_utf8"))
+        )
 
     def message(self) -> Column:
-        return F.when(F.col(KEY_BAD), F.concat(F.lit("the key does not decode with "), self._which))
+        return F.when(
+            F.col(KEY_BAD),
+            F.when(self._failed, F.concat(F.lit("the key does not decode with "), self._which)).otherwise(
+                F.concat(F.lit("the key: "), self._not_utf8)
+            ),
+        )
 
     def value(self) -> Column:
         return F.col(KEY_PARSED).dropFields(DECODED) if self._fields else F.col(KEY)

@@ -5,8 +5,10 @@ nothing on the broker (`sharelake check`). Each problem raises `ConfigError`
 with one line naming the key or the resource and the fix; the job prints it and exits with code 2.
 A broker that does not answer (none up yet, a cut network) is an outage, not a problem of the config:
 `DependencyUnavailable`, which the start waits out (`app.failures.dependency_wait`); an address that
-does not resolve is a wrong setting. So is a table's store (S3) that does not answer: an outage;
-a path that cannot be written is a wrong setting. Messages never include `kafka.client` values (they hold credentials).
+does not resolve is a wrong setting, and so is a broker certificate that does not verify, said at once:
+the broker is asked in slices of its wait, the client's errors read after each (`certificate_refused`).
+A table's store (S3) that does not answer is an outage too; a path that cannot be written is a wrong
+setting. Messages never include `kafka.client` values (they hold credentials).
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import os
 import re
 import socket
 import ssl
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ClusterMetadata
 from pyspark.sql import SparkSession
 
 from app.config.routes import Routes
@@ -29,10 +32,12 @@ from app.consume.group_client import GroupType
 from app.consume.group_settings import AUTHORIZATION, DELIVERY_LIMIT, broker_lock_cap, read_broker_settings
 from app.failures.errors import ConfigError, DependencyUnavailable, one_line
 from app.sink.delta.catalog_tables import located_routes
-from app.sink.delta.writer_lease import LEASE_FILE
+from app.sink.delta.commit_lock import create_lock_file, lock_path, on_local_disk
+from app.sink.delta.writer_lease import LEASE_FILE, needs_lease
 from app.table.location import TableLocation
 
 BROKER_TIMEOUT_S = 15.0  # how long start-up waits for a broker to answer
+BROKER_SLICE_S = 1.0  # each ask of that wait, after which the client's errors are read
 PROBE_PREFIX = "_sharelake_write_probe"  # the file written (and deleted) to check a table path is writable
 # what a store that did not answer leaves in its error (S3A and the AWS SDK: refused, timed out, 5xx):
 # an outage the start waits out, unlike a path, a permission or a host name to fix
@@ -104,6 +109,14 @@ def security_problem(cfg: SharelakeConfig, errors: ClientErrors) -> ConfigError 
     return None
 
 
+def certificate_refused(cfg: SharelakeConfig, errors: ClientErrors) -> ConfigError | None:
+    """The one line for a TLS handshake that failed because the broker's certificate did not verify
+    (librdkafka's `_SSL` error saying "certificate verify failed"): it will not verify later, so the
+    start need not wait for the broker. Other TLS errors (a handshake cut off) may be an outage: None."""
+    refused = any(e.code() == KafkaError._SSL and "certificate verify failed" in e.str() for e in errors.seen)
+    return security_problem(cfg, errors) if refused else None
+
+
 # `sasl_ssl://host:port/bootstrap: SSL handshake failed: ...`: the broker librdkafka names
 FAILED_BROKER = re.compile(r"^\w+://(?P<address>[^/\s]+)/")
 # OpenSSL's verify codes for a certificate that chains to a trusted CA but names another host or IP
@@ -153,6 +166,39 @@ class KafkaFacts:
     partitions: int  # of the subscribed topics, together
 
 
+def broker_metadata(admin: AdminClient, cfg: SharelakeConfig, errors: ClientErrors) -> ClusterMetadata:
+    """The cluster's metadata, asked for up to `BROKER_TIMEOUT_S` in slices of `BROKER_SLICE_S`, reading
+    the client's errors after each: a certificate that does not verify is a ConfigError at once.
+    After the wait, a failed authentication or TLS handshake or an address that does not resolve is a
+    ConfigError too; no answer is `DependencyUnavailable` (an outage, waited out by the caller)."""
+    k = cfg.kafka
+    deadline = time.monotonic() + BROKER_TIMEOUT_S
+    while True:
+        try:
+            return admin.list_topics(timeout=max(0.1, min(BROKER_SLICE_S, deadline - time.monotonic())))
+        except KafkaException as e:
+            admin.poll(0.1)  # serve the error callbacks librdkafka queued meanwhile (authentication, TLS)
+            refused = certificate_refused(cfg, errors)
+            if refused is not None:
+                raise refused from None
+            if time.monotonic() < deadline:
+                continue
+            problem = security_problem(cfg, errors)
+            if problem is not None:
+                raise problem from None
+            unresolved = errors.first(KafkaError._RESOLVE)
+            if unresolved is not None:
+                raise ConfigError(
+                    f"kafka.bootstrap_servers = {k.bootstrap_servers!r}: the address does not resolve "
+                    f"({unresolved.str()[:200]}); fix the host name"
+                ) from None
+            raise DependencyUnavailable(
+                f"kafka.bootstrap_servers = {k.bootstrap_servers!r}: no broker answered within "
+                f"{BROKER_TIMEOUT_S:.0f}s ({one_line(e, 200)}); check the address, the listener and the "
+                "kafka.client security settings"
+            ) from None
+
+
 def check_kafka(
     admin: AdminClient, cfg: SharelakeConfig, group: GroupType, errors: ClientErrors | None = None, apply: bool = True
 ) -> KafkaFacts:
@@ -164,24 +210,7 @@ def check_kafka(
     k = cfg.kafka
     errors = errors or ClientErrors()
     user = k.client.get("sasl.username", "(the client's principal)")
-    try:
-        metadata = admin.list_topics(timeout=BROKER_TIMEOUT_S)
-    except KafkaException as e:
-        admin.poll(1.0)  # serve the error callbacks librdkafka queued meanwhile (authentication, TLS)
-        problem = security_problem(cfg, errors)
-        if problem is not None:
-            raise problem from None
-        unresolved = errors.first(KafkaError._RESOLVE)
-        if unresolved is not None:
-            raise ConfigError(
-                f"kafka.bootstrap_servers = {k.bootstrap_servers!r}: the address does not resolve "
-                f"({unresolved.str()[:200]}); fix the host name"
-            ) from None
-        raise DependencyUnavailable(
-            f"kafka.bootstrap_servers = {k.bootstrap_servers!r}: no broker answered within "
-            f"{BROKER_TIMEOUT_S:.0f}s ({one_line(e, 200)}); check the address, the listener and the "
-            "kafka.client security settings"
-        ) from None
+    metadata = broker_metadata(admin, cfg, errors)
     partitions = 0
     for name in k.subscribed:
         key = f"kafka.topic = {name!r}" if k.topic is not None else f"kafka.topics names {name!r}"
@@ -218,7 +247,63 @@ def _ours(name: str) -> bool:
 
 
 def check_table_path(spark: SparkSession, location: TableLocation, key: str = "delta.table_path") -> None:
-    """The path is a Delta table, or empty / absent (the first write creates it), and writable."""
+    """The path is a Delta table, or empty / absent (the first write creates it), and writable; so is
+    the folder of what guards its commits (`check_commit_guard`)."""
+    _check_table_folder(spark, location, key)
+    check_commit_guard(spark, location, key)
+
+
+def check_commit_guard(spark: SparkSession, location: TableLocation, key: str) -> None:
+    """The commit lock's folder on a local disk (beside the table: its parent folder), the writer lease's
+    folder on S3 (`<table>/_sharelake`): writable, else one line naming the folder and the fix."""
+    if on_local_disk(location):
+        try:
+            create_lock_file(location)
+        except OSError as e:
+            lock = lock_path(location)
+            folder = os.path.dirname(lock)
+            raise ConfigError(
+                f"{key} = {location.path!r}: the table's commit lock {lock} cannot be created ({e.strerror}): make "
+                f"{folder} writable by the job, or put the table in a folder it can write"
+            ) from None
+    elif needs_lease(spark, location):
+        folder = location.file(LEASE_FILE.split("/")[0])
+        try:
+            _write_probe(spark, folder)
+        except Exception as e:  # noqa: BLE001 - any storage error means: not usable as configured
+            if _store_outage(e):
+                raise DependencyUnavailable(
+                    f"{key} = {location.path!r}: the table's store did not answer ({one_line(e, 200)}); check that "
+                    "it is up and reachable from the driver"
+                ) from None
+            raise ConfigError(
+                f"{key} = {location.path!r}: the writer lease's folder {folder} is not writable ({one_line(e, 200)}); "
+                f"let the job write and delete files under {folder}/ (it keeps its lease there)"
+            ) from None
+
+
+def _write_probe(spark: SparkSession, folder: str) -> None:
+    """A file of its own name written in `folder` (made when absent) and deleted; the store's error if not."""
+    sc = spark.sparkContext
+    jvm = sc._jvm
+    assert jvm is not None and sc._jsc is not None
+    path = jvm.org.apache.hadoop.fs.Path(folder)
+    fs = path.getFileSystem(sc._jsc.hadoopConfiguration())
+    # a name of its own: jobs starting together on one table never touch each other's probe
+    probe = jvm.org.apache.hadoop.fs.Path(path, f"{PROBE_PREFIX}-{uuid.uuid4().hex}")
+    fs.mkdirs(path)
+    fs.create(probe, True).close()
+    fs.delete(probe, False)
+
+
+def _store_outage(e: Exception) -> bool:
+    """Whether a storage error says the store did not answer (not a path or a permission to fix)."""
+    text = str(e)
+    return any(cause in text for cause in STORE_OUTAGE) and "UnknownHostException" not in text
+
+
+def _check_table_folder(spark: SparkSession, location: TableLocation, key: str) -> None:
+    """`location` is a Delta table, or holds none of anyone's data, and a file can be written in it."""
     table_path = location.path
     sc = spark.sparkContext
     jvm = sc._jvm
@@ -235,16 +320,12 @@ def check_table_path(spark: SparkSession, location: TableLocation, key: str = "d
                     f"{key} = {table_path!r}: the path holds data but is not a Delta table; "
                     "point it at a Delta table or at a new, empty path"
                 )
-        # a name of its own: jobs starting together on one table never touch each other's probe
-        probe = jvm.org.apache.hadoop.fs.Path(path, f"{PROBE_PREFIX}-{uuid.uuid4().hex}")
-        fs.mkdirs(path)
-        fs.create(probe, True).close()
-        fs.delete(probe, False)
+        _write_probe(spark, table_path)
     except ConfigError:
         raise
     except Exception as e:  # noqa: BLE001 - any storage error means: not usable as configured
         text = str(e)
-        if any(cause in text for cause in STORE_OUTAGE) and "UnknownHostException" not in text:
+        if _store_outage(e):
             raise DependencyUnavailable(
                 f"{key} = {table_path!r}: the table's store did not answer ({one_line(e, 200)}); check that it is up "
                 "and reachable from the driver"

@@ -15,7 +15,9 @@ before Delta checks for N.json until its commit returns. Beside, not inside: a f
 folder before its first commit makes Delta's `createIfNotExists` of a partitioned or clustered
 table skip the create, taking the folder for a table. The drivers on one machine (or on one NFS
 mount, where Linux maps flock to NFS locks) then commit one at a time, and Delta's own conflict
-check sees each other's commits. The kernel releases the lock of a process that dies. HDFS, ADLS
+check sees each other's commits. The kernel releases the lock of a process that dies. The start
+creates the lock file (`create_lock_file`, as every commit does, never deleted: a job may hold it), so a
+table whose folder is writable but whose parent is not stops the start, not its first commit. HDFS, ADLS
 and GCS refuse the second create by themselves: no lock there; S3 has the writer lease
 (`app.sink.delta.writer_lease`).
 """
@@ -52,6 +54,14 @@ def lock_path(location: TableLocation) -> str:
     return os.path.join(folder, f".{name}{LOCK_SUFFIX}")
 
 
+def create_lock_file(location: TableLocation) -> str:
+    """The table's lock file, created when absent (its folder too); OSError when it cannot be opened."""
+    path = lock_path(location)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "a"):
+        return path
+
+
 @contextlib.contextmanager
 def _no_lock() -> Iterator[None]:
     yield
@@ -65,8 +75,8 @@ def commit_lock(location: TableLocation) -> CommitLock:
 
     @contextlib.contextmanager
     def held() -> Iterator[None]:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
         try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
             f = open(path, "a")
         except OSError as e:
             raise OSError(
