@@ -29,7 +29,7 @@ from app.consume.group_client import GroupType
 from app.consume.group_settings import AUTHORIZATION, DELIVERY_LIMIT, broker_lock_cap, read_broker_settings
 from app.failures.errors import ConfigError, DependencyUnavailable, one_line
 from app.sink.delta.catalog_tables import located_routes
-from app.sink.delta.writer_lease import LEASE_FILE
+from app.sink.delta.writer_lease import OLD_LEASE_FILE
 from app.table.location import TableLocation
 
 BROKER_TIMEOUT_S = 15.0  # how long start-up waits for a broker to answer
@@ -213,8 +213,9 @@ def check_dead_letter_cap(cfg: SharelakeConfig, group_settings: dict[str, str]) 
 
 def _ours(name: str) -> bool:
     """Files Sharelake keeps in a table's folder before the table exists: a writability probe (of
-    this or another starting job), the S3 writer lease (app.sink.delta.writer_lease)."""
-    return PROBE_PREFIX in name or name == LEASE_FILE.split("/")[0]
+    this or another starting job), an older version's S3 writer lease (app.sink.delta.writer_lease:
+    the start waits it out, then removes it)."""
+    return PROBE_PREFIX in name or name == OLD_LEASE_FILE.split("/")[0]
 
 
 def check_table_path(spark: SparkSession, location: TableLocation, key: str = "delta.table_path") -> None:
