@@ -17,6 +17,7 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
+from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from app.config.loader import load_config
@@ -24,12 +25,13 @@ from app.failures import faults
 from app.failures.errors import ConfigError, DependencyUnavailable, TableInUseError
 from app.run import preflight
 from app.run.pipeline import run_ingest
-from app.sink.delta.writer_lease import LEASE_FILE, LeaseLostError, WriterLease
+from app.sink.delta.writer_lease import LEASE_SUFFIX, OLD_LEASE_FILE, LeaseLostError, WriterLease
 from app.table.location import TableLocation
 from app.testing.kafka_broker import EmbeddedKafka, free_port
 from devkit.s3_server import EmbeddedS3
 from devkit.sample_data import produce_json_events
 from tests.job_runner import ROOT, JobSpec, drain_in_process, drain_job, kill_job, run_summary, start_job
+from tests.kafka_helpers import nothing_left
 from tests.table_checks import assert_exactly_once
 from tests.waiting import wait_for
 
@@ -94,7 +96,7 @@ def test_a_second_job_on_the_same_s3_table_stops_at_start_and_a_taken_lease_stop
     first = start_job(spec, "run.mode=until-drained", "run.idle_timeout_ms=60000", log=first_log)
     try:
         jvm, hadoop = spark.sparkContext._jvm, spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
-        lease = jvm.org.apache.hadoop.fs.Path(f"{table}/{LEASE_FILE}")  # type: ignore[union-attr]
+        lease = jvm.org.apache.hadoop.fs.Path(TableLocation.at(table).beside(LEASE_SUFFIX))  # type: ignore[union-attr]
         fs = lease.getFileSystem(hadoop)
         wait_for(
             lambda: fs.exists(lease), 180, give_up=lambda: first.poll() is not None,
@@ -155,7 +157,7 @@ def test_a_writer_lease_lets_commits_through_from_the_moment_it_is_held(
     finally:
         lease.release()
     jvm, hadoop = spark.sparkContext._jvm, spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
-    path = jvm.org.apache.hadoop.fs.Path(lease.location.file(LEASE_FILE))  # type: ignore[union-attr]
+    path = jvm.org.apache.hadoop.fs.Path(lease.location.beside(LEASE_SUFFIX))  # type: ignore[union-attr]
     assert not path.getFileSystem(hadoop).exists(path)  # released: a successor starts at once
 
 
@@ -274,3 +276,97 @@ def test_an_s3_store_that_does_not_answer_at_start_is_an_outage_and_a_host_that_
     with pytest.raises(ConfigError) as wrong:
         preflight.check_table_path(spark, TableLocation.at(f"s3a://{unknown}/events"))
     assert str(wrong.value).startswith(f"delta.table_path = 's3a://{unknown}/events': not writable"), str(wrong.value)
+
+
+def test_a_partitioned_and_a_clustered_table_on_s3_get_their_layout_from_the_first_commit_under_the_lease(
+    broker: EmbeddedKafka, spark: SparkSession, s3: EmbeddedS3, tmp_path: Path, unique: str
+) -> None:
+    """On S3 the job holds each table's writer lease before it creates the table: Delta's create of
+    a table with a layout then runs with the lease file already there, and any file in a table's
+    folder before its first commit makes Delta's `createIfNotExists` skip the create (the table
+    would then be made by a plain append, with no layout, and nothing would say so). One routed job,
+    two new tables on S3: one partitioned by a generated day, one clustered. What a user checks:
+    each table's layout in its Delta log from version 0 on, every record once, nothing left."""
+    bucket = s3.bucket(f"lake-{unique}")
+    by_day, by_partition = f"s3day-{unique}", f"s3clu-{unique}"
+    tables = {by_day: f"{bucket}/by_day", by_partition: f"{bucket}/by_partition"}
+    produced = {}
+    for topic in tables:
+        broker.create_topic(topic, partitions=2)
+        produced[topic] = produce_json_events(broker.bootstrap, topic, 300)
+    spec = JobSpec(
+        broker, "", f"g-{unique}", f"{bucket}/dead_letter", s3=s3, routes=tables,  # type: ignore[arg-type]
+        settings=(
+            f"delta.writer_lease_s={LEASE_S}",
+            f'topics.{by_day}.partition_by=["day"]',
+            f"topics.{by_day}.generated_columns.day=CAST(kafka_timestamp AS DATE)",
+            f'topics.{by_partition}.cluster_by=["partition"]',
+        ),
+    )  # fmt: skip
+
+    log = tmp_path / "run.log"
+    assert drain_in_process(spark, spec, log) == 0, log.read_text()[-3000:]
+    for table in tables.values():
+        assert f"{table}: writer lease held" in log.read_text()  # the lease was there before the create
+
+    layouts = {}
+    for topic, table in tables.items():
+        detail = DeltaTable.forPath(spark, table).detail().first()
+        assert detail is not None
+        first = DeltaTable.forPath(spark, table).history().where("version = 0").first()
+        assert first is not None
+        layouts[topic] = (list(detail["partitionColumns"]), list(detail["clusteringColumns"]), first["operation"])
+        assert_exactly_once(spark, table, produced[topic])
+        assert nothing_left(broker, topic, spec.group)
+    assert layouts == {
+        by_day: (["day"], [], "CREATE TABLE"),
+        by_partition: ([], ["partition"], "CREATE TABLE"),
+    }, layouts
+    day = spark.read.format("delta").load(tables[by_day])
+    assert day.where("day IS NULL OR day <> CAST(kafka_timestamp AS DATE)").count() == 0
+
+
+def test_a_lease_an_older_version_kept_inside_the_table_is_waited_out_then_removed(
+    spark: SparkSession, s3: EmbeddedS3, unique: str
+) -> None:
+    """Older versions kept the lease at `<table>/_sharelake/writer-lease.json`. A job of this version
+    started while such a job still runs (a rolling upgrade) must not write beside it: renewed there,
+    it is refused at start as for any live holder. Once that job is gone (its lease unrenewed for its
+    TTL) the new job takes its own lease and removes the old one, so the table's folder holds nothing
+    of ours before its first commit."""
+    location = TableLocation.at(f"{s3.bucket(f'lake-{unique}')}/events")
+    jvm, hadoop = spark.sparkContext._jvm, spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    old = jvm.org.apache.hadoop.fs.Path(location.file(OLD_LEASE_FILE))  # type: ignore[union-attr]
+    fs = old.getFileSystem(hadoop)
+    ttl = 3.0
+    stop = threading.Event()
+
+    def older_job_renewing() -> None:
+        renewals = 0
+        while not stop.is_set():
+            renewals += 1
+            body = {"holder": "older", "renewals": renewals, "ttl_s": ttl, "host": "old-host", "pid": 7, "group": "g"}
+            stream = fs.create(old, True)
+            stream.write(bytearray(json.dumps(body).encode()))
+            stream.close()
+            stop.wait(ttl / 3)
+
+    renewing = threading.Thread(target=older_job_renewing)
+    renewing.start()
+    try:
+        wait_for(lambda: fs.exists(old), 10, "the older job wrote no lease in 10 s")
+        with pytest.raises(TableInUseError, match="old-host, pid 7"):
+            WriterLease(spark, location, "delta.table_path", LEASE_S, "g").acquire()
+    finally:
+        stop.set()
+        renewing.join(10)
+
+    lease = WriterLease(spark, location, "delta.table_path", LEASE_S, "g")  # the older job is gone now
+    lease.acquire()
+    try:
+        table_folder = jvm.org.apache.hadoop.fs.Path(location.path)  # type: ignore[union-attr]
+        assert not fs.exists(old)
+        assert not fs.exists(table_folder) or not list(fs.listStatus(table_folder))
+        assert fs.exists(jvm.org.apache.hadoop.fs.Path(location.beside(LEASE_SUFFIX)))  # type: ignore[union-attr]
+    finally:
+        lease.release()

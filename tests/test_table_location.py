@@ -55,7 +55,8 @@ def test_locations_of_one_table_are_equal_and_hash_alike() -> None:
 def test_derived_locations_come_from_the_normalised_path() -> None:
     location = TableLocation.at("s3a://bucket/events/")
     assert location.delta_log == "s3a://bucket/events/_delta_log"
-    assert location.file("_sharelake/writer-lease.json") == "s3a://bucket/events/_sharelake/writer-lease.json"
+    assert location.file("_delta_log/_last_checkpoint") == "s3a://bucket/events/_delta_log/_last_checkpoint"
+    assert location.beside(".lease.json") == "s3a://bucket/.events.lease.json"  # in the folder holding the table's
     assert location.dead_letter() == TableLocation.at("s3a://bucket/events_dead_letter")
     assert location.describe() == "s3a://bucket/events"
 
@@ -116,3 +117,10 @@ def test_routed_topics_on_one_table_written_two_ways_share_it() -> None:
     assert [(r.topics, r.location) for r in resolve_routes(cfg).main] == [
         (("orders", "audit"), TableLocation.at("s3a://bucket/orders"))
     ]
+
+
+def test_a_table_at_the_root_of_its_store_has_no_folder_beside_it() -> None:
+    for root in ("s3a://bucket", "s3a://bucket/"):
+        with pytest.raises(ValueError, match="at the root of its store"):
+            TableLocation.at(root).beside(".lease.json")
+    assert TableLocation.at("/events").beside(".lock") == "/.events.lock"

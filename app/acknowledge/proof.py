@@ -63,8 +63,9 @@ class _Minted:
 class CommitProof(_Minted):
     """Evidence that records are durably in a Delta table: minted by the table's Delta writer only.
 
-    `DeltaWriter.append` mints one for the commit it made once the commit file is written (and
-    `DeltaMerge.merge` for a MERGE's); its `proof_of_presence` mints one for records the dedup
+    `DeltaWriter.append` mints one for the commit it made once the commit file is written and read
+    back holding this write's `write_id` (`app.sink.delta.commit_read_back`; `DeltaMerge.merge` for a
+    MERGE's likewise); its `proof_of_presence` mints one for records the dedup
     cache found in an earlier commit (`already_present`; `version` is then the version the cache
     has read up to). Constructing
     one directly raises, so INVARIANT 1 is enforced, not a convention. Tests get proofs from a

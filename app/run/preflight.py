@@ -33,7 +33,7 @@ from app.consume.group_settings import AUTHORIZATION, DELIVERY_LIMIT, broker_loc
 from app.failures.errors import ConfigError, DependencyUnavailable, one_line
 from app.sink.delta.catalog_tables import located_routes
 from app.sink.delta.commit_lock import create_lock_file, lock_path, on_local_disk
-from app.sink.delta.writer_lease import LEASE_FILE, needs_lease
+from app.sink.delta.writer_lease import LEASE_SUFFIX, OLD_LEASE_FILE, needs_lease
 from app.table.location import TableLocation
 
 BROKER_TIMEOUT_S = 15.0  # how long start-up waits for a broker to answer
@@ -242,8 +242,9 @@ def check_dead_letter_cap(cfg: SharelakeConfig, group_settings: dict[str, str]) 
 
 def _ours(name: str) -> bool:
     """Files Sharelake keeps in a table's folder before the table exists: a writability probe (of
-    this or another starting job), the S3 writer lease (app.sink.delta.writer_lease)."""
-    return PROBE_PREFIX in name or name == LEASE_FILE.split("/")[0]
+    this or another starting job), an older version's S3 writer lease (app.sink.delta.writer_lease:
+    the start waits it out, then removes it)."""
+    return PROBE_PREFIX in name or name == OLD_LEASE_FILE.split("/")[0]
 
 
 def check_table_path(spark: SparkSession, location: TableLocation, key: str = "delta.table_path") -> None:
@@ -254,8 +255,8 @@ def check_table_path(spark: SparkSession, location: TableLocation, key: str = "d
 
 
 def check_commit_guard(spark: SparkSession, location: TableLocation, key: str) -> None:
-    """The commit lock's folder on a local disk (beside the table: its parent folder), the writer lease's
-    folder on S3 (`<table>/_sharelake`): writable, else one line naming the folder and the fix."""
+    """The commit lock's folder on a local disk, the writer lease's folder on S3 (both beside the table:
+    its parent folder): writable, else one line naming the folder and the fix."""
     if on_local_disk(location):
         try:
             create_lock_file(location)
@@ -267,7 +268,10 @@ def check_commit_guard(spark: SparkSession, location: TableLocation, key: str) -
                 f"{folder} writable by the job, or put the table in a folder it can write"
             ) from None
     elif needs_lease(spark, location):
-        folder = location.file(LEASE_FILE.split("/")[0])
+        try:
+            folder = location.beside(LEASE_SUFFIX).rpartition("/")[0]
+        except ValueError:
+            return  # a table at a bucket's root: its lease stops the start, naming it (WriterLease)
         try:
             _write_probe(spark, folder)
         except Exception as e:  # noqa: BLE001 - any storage error means: not usable as configured
@@ -278,7 +282,7 @@ def check_commit_guard(spark: SparkSession, location: TableLocation, key: str) -
                 ) from None
             raise ConfigError(
                 f"{key} = {location.path!r}: the writer lease's folder {folder} is not writable ({one_line(e, 200)}); "
-                f"let the job write and delete files under {folder}/ (it keeps its lease there)"
+                f"let the job write and delete files in {folder}/ (it keeps the table's lease there)"
             ) from None
 
 

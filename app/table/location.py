@@ -61,6 +61,18 @@ class TableLocation:
         """A file under the table's directory (`_sharelake/writer-lease.json`, `_delta_log/_last_checkpoint`)."""
         return f"{self.path}/{relative}"
 
+    def beside(self, suffix: str) -> str:
+        """A file beside the table's folder, in the folder that holds it: `<parent>/.<table><suffix>`
+        (`s3a://bucket/events` -> `s3a://bucket/.events<suffix>`). Not inside: any file in a table's
+        folder before its first commit makes Delta's create of a partitioned or clustered table skip
+        the create. ValueError for a table at a root (`s3a://bucket`): nothing holds its folder."""
+        parent, slash, name = self.path.rpartition("/")
+        if slash and not parent:  # a local table in `/`
+            return f"/.{name}{suffix}"
+        if not parent or parent.endswith((":", ":/")) or not name:
+            raise ValueError(f"{self.path!r} is at the root of its store: no folder holds it")
+        return f"{parent}/.{name}{suffix}"
+
     def dead_letter(self) -> TableLocation:
         """The default dead-letter table of this main table: its path (or its name) + `_dead_letter`."""
         if self.name is not None:

@@ -6,9 +6,10 @@ records are RELEASEd by the sink before the policy's retry (or the error) follow
 
 - **Retries.** A failed attempt is retried with exponential backoff and jitter (tenacity) on
   whatever the buffer holds then; after `batch.write_attempts` failures in a row the error
-  propagates and the query (and job) fails. A lost writer lease (`LeaseLostError`) and a config a batch
-  found wrong (`ConfigError`: a key column the registry's schemas lack) are never retried: neither passes
-  with time, and each retry would cost the released records a delivery.
+  propagates and the query (and job) fails. A lost writer lease (`LeaseLostError`), a config a batch
+  found wrong (`ConfigError`: a key column the registry's schemas lack) and a commit another writer
+  replaced (`CommitReplacedError`: the store has no mutual exclusion) are never retried (`NEVER_RETRIED`):
+  none passes with time, and each retry would cost the released records a delivery.
 - **Stopping the members.** When the job is about to fail (the last attempt failed, the lease is lost,
   the config is wrong) the members stop polling first (`on_fatal`), or they would poll the released
   records again at once, each poll costing a delivery.
@@ -33,9 +34,13 @@ from tenacity import (
 )
 
 from app.failures.errors import ConfigError, DependencyUnavailable
+from app.sink.delta.commit_read_back import CommitReplacedError
 from app.sink.delta.writer_lease import LeaseLostError
 
 log = logging.getLogger(__name__)
+
+# failures no retry mends: the attempt's error ends the job at once, the members stopped first
+NEVER_RETRIED = (LeaseLostError, ConfigError, CommitReplacedError)
 
 
 class AttemptPolicy:
@@ -60,8 +65,8 @@ class AttemptPolicy:
             stop=stop_after_attempt(self.attempts),
             wait=wait_exponential_jitter(multiplier=0.5, max=30, jitter=0.5),
             # a lost writer lease does not come back, nor does a config a batch found wrong (a key column the
-            # registry's schemas lack): retrying would only burn the records' deliveries
-            retry=retry_if_exception_type(Exception) & retry_if_not_exception_type((LeaseLostError, ConfigError)),
+            # registry's schemas lack), nor a store's mutual exclusion: retrying would only burn deliveries
+            retry=retry_if_exception_type(Exception) & retry_if_not_exception_type(NEVER_RETRIED),
             reraise=True,
             before_sleep=lambda state: log.warning(
                 "micro-batch %d attempt %d failed, records RELEASEd, retrying: %s",
@@ -91,5 +96,5 @@ class AttemptPolicy:
             self._on_pause()
         # the job fails now: stop the members first, or they poll the released records again at once,
         # each poll costing a delivery
-        if last or isinstance(error, LeaseLostError | ConfigError):
+        if last or isinstance(error, NEVER_RETRIED):
             self._on_fatal()

@@ -64,13 +64,12 @@ from app.config.settings import BatchConfig
 from app.failures import faults
 from app.failures.errors import ConfigError
 from app.formats.base import SHARED_ERROR_CLASSES, BadRecord
-from app.sink.batch.attempt_policy import AttemptPolicy
+from app.sink.batch.attempt_policy import NEVER_RETRIED, AttemptPolicy
 from app.sink.batch.budget import BatchBudget
 from app.sink.batch.parking import DeadLetterParking
 from app.sink.batch.plan import COPY, PARKED, PRESENT, BatchPlan, Verdict, plan_batch
 from app.sink.batch.stats import SinkStats, timed
 from app.sink.dead_letter.sinks import DeadLetterSink
-from app.sink.delta.writer_lease import LeaseLostError
 from app.sink.write.destinations import Destination
 from app.sink.write.table_writer import Landed, TableWriter
 
@@ -328,5 +327,5 @@ class DeltaSink:
 
 def _first_fatal(errors: list[BaseException]) -> BaseException | None:
     """The error a failed attempt raises: the first that no retry mends (a lost lease, a config a batch
-    found wrong), else the first; None without errors."""
-    return next((e for e in errors if isinstance(e, LeaseLostError | ConfigError)), errors[0] if errors else None)
+    found wrong, a commit another writer replaced: `NEVER_RETRIED`), else the first; None without errors."""
+    return next((e for e in errors if isinstance(e, NEVER_RETRIED)), errors[0] if errors else None)

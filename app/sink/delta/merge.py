@@ -5,8 +5,9 @@ Both run in the caller's thread, after every earlier commit's post-commit work (
 checked before and its commit lock held around the commit (`app.sink.delta.commit_lock`). Delta's
 MERGE and DELETE run their own transactions; a MERGE another writer's commit sent back runs again
 on the newer snapshot (a conditional MERGE repeated changes nothing it already changed). A MERGE's
-commit is a commit of the table like an append's: its proof is minted here once it is durable, and
-the writer's after-commit work (catalog entry, checkpoint) follows it.
+commit is a commit of the table like an append's: its proof is minted here once it is durable and
+read back (`DeltaWriter.read_back`: the commit file holds this MERGE's metadata), and the writer's
+after-commit work (catalog entry, checkpoint) follows it.
 """
 
 from __future__ import annotations
@@ -115,6 +116,7 @@ class DeltaMerge:
             return None
         self._writer.after_commit()
         faults.hit(f"after_{self._name}_commit")
+        self._writer.read_back(version, user_metadata)
         return CommitProof._mint(self._table_path, version)
 
     def _with_table_columns(self, frame: DataFrame) -> DataFrame:

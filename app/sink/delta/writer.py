@@ -53,7 +53,10 @@ caller waits for that append to be durable.
 
 Proofs: `append` returns the `CommitProof` of its commit and `proof_of_presence` one for records
 an earlier commit holds; a MERGE's (`app.sink.delta.merge`) is the only other one minted
-(`CommitProof` cannot be constructed directly).
+(`CommitProof` cannot be constructed directly). Before minting a commit's proof the writer reads the
+commit back (`read_back`, `app.sink.delta.commit_read_back`): the commit file at the version Delta
+reported must hold this write's `userMetadata` (which carries its `write_id`), or the job stops
+(`CommitReplacedError`, never retried) before any record of the batch is ACCEPTed.
 """
 
 from __future__ import annotations
@@ -78,6 +81,7 @@ from app.sink.dedup.offset_ranges import BatchOffsets
 from app.sink.delta.catalog_tables import register_table
 from app.sink.delta.checkpointer import SAVES_IN_FLIGHT, Checkpointer
 from app.sink.delta.commit_lock import CommitLock
+from app.sink.delta.commit_read_back import CommitReader
 from app.table.layout import TableLayout
 from app.table.location import TableLocation
 
@@ -220,6 +224,7 @@ class DeltaWriter:
         assert jvm is not None
         self._jvm = jvm
         self._none = jvm.scala.Option.empty()
+        self._commits = CommitReader(session, location)  # reads each commit back before its proof
         self._created = False  # the table has its first commit
         self._known_shape: str | None = None  # a frame schema the table is known to fit
         # commits another writer's concurrent commit sent back to check again are counted here
@@ -287,7 +292,13 @@ class DeltaWriter:
         if refusal.first_at is not None:  # what other writers' commits cost it: re-checks, commit attempts
             self._stats.commit_conflict_s += time.monotonic() - refusal.first_at
         faults.hit(f"after_{self.name}_commit")
+        self.read_back(version, user_metadata)
         return CommitProof._mint(self.table_path, version)
+
+    def read_back(self, version: int, user_metadata: str) -> None:
+        """Before a commit's proof is minted: `CommitReplacedError` unless the commit file of `version`
+        holds `user_metadata` (this write's, with its `write_id`): `app.sink.delta.commit_read_back`."""
+        self._commits.check(version, user_metadata)
 
     def proof_of_presence(self, version: int) -> CommitProof:
         """For records an earlier commit holds: the table version the dedup cache has read up to."""

@@ -9,7 +9,14 @@ refuse the second create; S3 with Delta's default log store does not (it seriali
 one driver only), so two jobs appending to one S3 table can overwrite each other's commit file and
 lose records they already ACCEPTed. On such a store (`needs_lease`: s3a://, s3:// or s3n://, unless
 `spark.delta.logStore.<scheme>.impl` is Delta's DynamoDB-backed multi-writer store) a job holds a
-lease on each table it writes, a small JSON file at `<table>/_sharelake/writer-lease.json`:
+lease on each table it writes, a small JSON file beside the table's folder,
+`<parent>/.<table>.sharelake-writer-lease.json` (`LEASE_SUFFIX`). Beside, not inside: the lease is
+written before the table's first commit, and any file in a table's folder then makes Delta's
+`createIfNotExists` of a partitioned or clustered table skip the create (the local commit lock,
+`app.sink.delta.commit_lock`, sits beside the table for the same reason). Older Sharelake versions
+kept it at `<table>/_sharelake/writer-lease.json` (`OLD_LEASE_FILE`): a job still finding one there
+waits it out as any other holder's (renewed: another live job, refused at start; unrenewed for its
+TTL: a dead one's, deleted) before it takes its own.
 
 - **Taking it.** Absent: write ours, wait `SETTLE_S`, read it back (of two jobs starting together
   the later write wins, and the other sees it). Held by someone else: watch it for the holder's
@@ -48,7 +55,7 @@ from pyspark.sql import SparkSession
 from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
 from app.failures import faults
-from app.failures.errors import TableInUseError, one_line
+from app.failures.errors import ConfigError, TableInUseError, one_line
 from app.table.location import TableLocation
 
 if TYPE_CHECKING:
@@ -58,7 +65,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 LeaseCheck = Callable[[], None]  # raises when this job may not commit to the table now
 
-LEASE_FILE = "_sharelake/writer-lease.json"  # `_`-prefixed: Delta ignores it, VACUUM keeps it
+LEASE_SUFFIX = ".sharelake-writer-lease.json"  # `<parent>/.<table>` + this: beside the table's folder
+OLD_LEASE_FILE = "_sharelake/writer-lease.json"  # where older versions kept it, inside the table's folder
 SETTLE_S = 2.0  # a lease written is read back this long after: the later of two racing writes is then there
 WATCH_POLL_S = 1.0  # how often a job waiting on someone else's lease reads it
 UNSAFE_SCHEMES = ("s3a", "s3", "s3n")
@@ -103,21 +111,31 @@ class WriterLease:
         jvm = spark.sparkContext._jvm
         assert jvm is not None and spark.sparkContext._jsc is not None
         self._jvm = jvm
-        self._path = jvm.org.apache.hadoop.fs.Path(location.file(LEASE_FILE))
+        try:
+            beside = location.beside(LEASE_SUFFIX)
+        except ValueError:
+            raise ConfigError(
+                f"{key} = {location.path!r}: a table at the root of a bucket has no folder beside it for its "
+                f"S3 writer lease; put the table in a folder ({location.path}/events)"
+            ) from None
+        self._path = jvm.org.apache.hadoop.fs.Path(beside)
+        self._old_path = jvm.org.apache.hadoop.fs.Path(location.file(OLD_LEASE_FILE))
         self._fs = self._path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
 
     # -- the file ---------------------------------------------------------------------------------------
 
-    def _read(self) -> dict[str, Any] | None:
-        """The lease as it stands. Its holder may rewrite it while we read it (a renewal): S3A then
-        refuses the rest of the read (HTTP 412, the object's ETag changed), and it is read again."""
+    def _read(self, path: Any = None) -> dict[str, Any] | None:
+        """The lease as it stands (at `path`: the one an older version kept). Its holder may rewrite it
+        while we read it (a renewal): S3A then refuses the rest of the read (HTTP 412, the object's
+        ETag changed), and it is read again."""
         reading = Retrying(retry=retry_if_exception(_changed_while_read), stop=stop_after_attempt(5), reraise=True)
-        return reading(self._read_once)
+        return reading(self._read_once, path)
 
-    def _read_once(self) -> dict[str, Any] | None:
-        if not self._fs.exists(self._path):
+    def _read_once(self, path: Any = None) -> dict[str, Any] | None:
+        path = self._path if path is None else path
+        if not self._fs.exists(path):
             return None
-        stream = self._fs.open(self._path)
+        stream = self._fs.open(path)
         try:
             text = str(self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
         finally:
@@ -143,6 +161,10 @@ class WriterLease:
 
     def acquire(self) -> None:
         """Hold the lease, after waiting out a dead holder's; TableInUseError if a live job holds it."""
+        old = self._read(self._old_path)
+        if old is not None:  # an older Sharelake's lease, inside the table's folder
+            self._wait_out(old, self._old_path)
+            self._drop_old()
         while True:
             current = self._read()
             if current is not None and current.get("holder") != self.holder:
@@ -161,7 +183,19 @@ class WriterLease:
             self.ttl_s / 3,
         )
 
-    def _wait_out(self, seen: dict[str, Any]) -> None:
+    def _drop_old(self) -> None:
+        """Delete an older version's lease once its holder is gone, and its folder if that is empty
+        now: a table not created yet must hold nothing of ours (see the module doc)."""
+        self._fs.delete(self._old_path, False)
+        folder = self._old_path.getParent()
+        try:
+            if self._fs.exists(folder) and not self._fs.listStatus(folder):
+                self._fs.delete(folder, False)
+        except Exception as e:  # noqa: BLE001 - an existing table is not troubled by an empty folder
+            log.warning("%s: removing %s failed: %s", self.location, folder.toString(), one_line(e, 200))
+        log.info("%s: an older Sharelake's writer lease inside the table's folder was removed", self.location)
+
+    def _wait_out(self, seen: dict[str, Any], path: Any = None) -> None:
         ttl = float(seen.get("ttl_s") or self.ttl_s)
         log.info(
             "%s: the writer lease is held by %s (pid %s, group %s); waiting up to %.0fs for it to be renewed "
@@ -175,7 +209,7 @@ class WriterLease:
         deadline = time.monotonic() + ttl
         while time.monotonic() < deadline:
             time.sleep(WATCH_POLL_S)
-            now = self._read()
+            now = self._read(path)
             if now is None:
                 return  # released: its holder stopped gracefully
             if now != seen:
