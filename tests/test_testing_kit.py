@@ -3,11 +3,13 @@
 The example test of the manual (docs/examples/testing/) runs with the `sharelake[testing]` wheel in
 a venv of its own (`make testing-env`), copied out of the checkout, with none of the checkout's jar
 folders: the broker's jars come from the kit's first-use fetch (Maven Central, SHA-1 checked),
-Delta's from Spark's. The kit's lock files pin what the checkout's tests run.
+Delta's from Spark's. The kit's lock files pin what the checkout's tests run. A conftest.py beside
+the example notes what pytest's start-up imported: the plugin, and nothing heavy (no pyspark).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -22,6 +24,16 @@ EXAMPLE = PROJECT_ROOT / "docs" / "examples" / "testing"
 KIT_CACHE = CACHE_DIR / "testing-kit"
 # the checkout's own settings a user's environment does not have
 CHECKOUT_ENV = ("SHARELAKE_JARS", "SHARELAKE_KAFKA_JARS", "SHARELAKE_REGISTRY_DIR", "SHARELAKE_CLASS_ARCHIVES")
+# a conftest.py beside the example, loaded after the plugins and before any test or fixture: it notes
+# which of Sharelake's and the heavy packages pytest's start-up has imported
+START_PROBE = """
+import json, sys
+from pathlib import Path
+
+roots = ("app", "pyspark", "delta", "py4j", "confluent_kafka", "pandas", "pyarrow")
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in roots)
+Path(__file__).with_name("loaded-at-start.json").write_text(json.dumps(loaded))
+"""
 
 
 def test_the_kits_locks_pin_the_jars_the_checkouts_tests_run() -> None:
@@ -35,6 +47,7 @@ def test_the_kits_locks_pin_the_jars_the_checkouts_tests_run() -> None:
 def test_the_manuals_example_passes_from_the_installed_wheel(tmp_path: Path) -> None:
     project = tmp_path / "users-project"
     shutil.copytree(EXAMPLE, project)
+    (project / "conftest.py").write_text(START_PROBE)
     env = {k: v for k, v in os.environ.items() if k not in CHECKOUT_ENV and k != "PYTHONPATH"}
     env["SHARELAKE_TESTING_CACHE"] = str(KIT_CACHE)
     python = str(TESTING_VENV / "bin" / "python")
@@ -50,6 +63,11 @@ def test_the_manuals_example_passes_from_the_installed_wheel(tmp_path: Path) -> 
     print(done.stdout[-3000:], done.stderr[-2000:])
     assert done.returncode == 0, f"the example failed:\n{done.stdout[-6000:]}\n{done.stderr[-3000:]}"
     assert "1 passed" in done.stdout
+    # the plugin was loaded at start-up, and loaded nothing heavy: pyspark and the rest wait for a fixture
+    at_start = json.loads((project / "loaded-at-start.json").read_text())
+    assert "app.testing.plugin" in at_start, at_start
+    heavy = [m for m in at_start if m not in ("app", "app.testing", "app.testing.plugin")]
+    assert not heavy, f"pytest's start-up imported {heavy[:12]} before any test asked for a fixture"
     assert list(KIT_CACHE.glob("kafka-broker-*/kafka_2.13-*.jar")), "the broker ran without the kit's fetched jars"
 
 
