@@ -4,7 +4,8 @@
   once per session from jars fetched on first use (`app.testing.kafka_broker`);
 - `sharelake_registry`: a Confluent-compatible schema registry (Apicurio), once per session, for
   pipelines that read Avro, Protobuf or JSON Schema payloads;
-- `sharelake_spark`: a local SparkSession with Delta (Delta's jars resolved by Spark on first use);
+- `sharelake_spark`: a local SparkSession with Delta, its jars (Delta, spark-avro, the Kafka client)
+  those of `spark-jars.lock`, fetched into the kit's cache on first use (`app.testing.maven_artifacts`);
 - `sharelake_topic`: makes a fresh topic on the broker (`sharelake_topic(partitions=3)`), its name unique.
 
 pytest loads this module in every run of an environment with Sharelake installed, so it imports
@@ -61,10 +62,14 @@ def sharelake_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emb
 
 @pytest.fixture(scope="session")
 def sharelake_spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
-    from app.run.spark_session import build_spark
+    from app.run.spark_session import build_spark, env_jar_folders
+    from app.testing.maven_artifacts import fetched
 
     warehouse = tmp_path_factory.mktemp("sharelake-warehouse")
-    session = build_spark("sharelake-test", "local[2]", {**SPARK_CONF, "spark.sql.warehouse.dir": str(warehouse)})
+    # the jars SHARELAKE_JARS names, else the kit's pinned Delta, spark-avro and Kafka client jars (its cache)
+    jars = env_jar_folders() or [fetched("spark-jars.lock")]
+    conf = {**SPARK_CONF, "spark.sql.warehouse.dir": str(warehouse)}
+    session = build_spark("sharelake-test", "local[2]", conf, jar_folders=jars)
     yield session
     session.stop()
 
