@@ -77,6 +77,11 @@ shopt -u nullglob
 jars="$(IFS=,; echo "${jar_files[*]}")"
 job="$1"; shift
 job_args=("$@")
+# the application's name is the job's run.app_name (its config with its --set overrides): in cluster mode
+# YARN and Kubernetes name the application from spark-submit's --name before the driver runs, which would
+# otherwise be the entry point's file name. Nothing when this machine cannot read the config (a path
+# inside a Kubernetes driver pod): --conf spark.app.name then names it.
+app_name="$("$venv/bin/python" -m app.config.app_name "$job" ${job_args[@]+"${job_args[@]}"} 2>/dev/null || true)"
 
 export PYSPARK_PYTHON="$venv/bin/python" PYSPARK_DRIVER_PYTHON="$venv/bin/python"
 export SHARELAKE_SUBMITTED=1
@@ -134,8 +139,10 @@ jar_args=(--jars "$jars")
 if [ "$profile" = k8s ] && [ "$deploy_mode" = cluster ]; then
   jar_args=()  # the image holds them (pyspark's jars folder); this machine's would need an upload path
 fi
-cmd=("$venv/bin/spark-submit" --master "$master" --deploy-mode "$deploy_mode" ${jar_args[@]+"${jar_args[@]}"}
-  ${extra[@]+"${extra[@]}"} ${confs[@]+"${confs[@]}"}
+name_args=()
+[ -z "$app_name" ] || name_args=(--name "$app_name")
+cmd=("$venv/bin/spark-submit" --master "$master" --deploy-mode "$deploy_mode" ${name_args[@]+"${name_args[@]}"}
+  ${jar_args[@]+"${jar_args[@]}"} ${extra[@]+"${extra[@]}"} ${confs[@]+"${confs[@]}"}
   "$job" ${job_args[@]+"${job_args[@]}"})
 if [ "$dry_run" = 1 ]; then
   printf '%q ' "${cmd[@]}"; echo

@@ -1,10 +1,12 @@
 """The testing kit's lock files, written from what Maven resolved for the checkout.
 
-`app/testing/kafka-broker.lock` pins every jar of `.cache/jars/kafka/` (conf/maven/kafka-broker.pom.xml)
-and `app/testing/schema-registry.lock` the Apicurio archive (conf/maven/schema-registry.pom.xml), by
-their coordinates in the local Maven repository and their SHA-1: an installed kit fetches exactly
-the files the checkout's tests run. `python -m devkit.artifact_locks` rewrites both after a pom
-changes (`make jars` first); tests/test_testing_kit.py checks they still match.
+`app/testing/kafka-broker.lock` pins every jar of `.cache/jars/kafka/` (conf/maven/kafka-broker.pom.xml),
+`app/testing/spark-jars.lock` every jar of `.cache/jars/spark/` (conf/maven/spark-jars.pom.xml: Delta,
+spark-avro, the Kafka client) and `app/testing/schema-registry.lock` the Apicurio archive
+(conf/maven/schema-registry.pom.xml), by their coordinates in the local Maven repository and their
+SHA-1: an installed kit fetches exactly the files the checkout's tests run. `python -m
+devkit.artifact_locks` rewrites them after a pom changes (`make jars` first);
+tests/test_testing_kit.py checks they still match.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import hashlib
 from pathlib import Path
 
 from app.testing.maven_artifacts import Artifact
-from devkit.paths import CACHE_DIR, KAFKA_JARS, PROJECT_ROOT
+from devkit.paths import CACHE_DIR, KAFKA_JARS, PROJECT_ROOT, SPARK_JARS
 
 M2 = CACHE_DIR / "m2"
 LOCKS = PROJECT_ROOT / "app" / "testing"
@@ -37,6 +39,11 @@ def kafka_broker_lock() -> str:
     return HEADER.format(source="conf/maven/kafka-broker.pom.xml") + "".join(artifact_of(j).line() + "\n" for j in jars)
 
 
+def spark_jars_lock() -> str:
+    jars = sorted(SPARK_JARS.glob("*.jar"))
+    return HEADER.format(source="conf/maven/spark-jars.pom.xml") + "".join(artifact_of(j).line() + "\n" for j in jars)
+
+
 def schema_registry_lock() -> str:
     archives = sorted(M2.glob("io/apicurio/apicurio-registry-app/*/apicurio-registry-app-*-all.tar.gz"))
     if not archives:
@@ -47,6 +54,7 @@ def schema_registry_lock() -> str:
 def main() -> None:
     (LOCKS / "kafka-broker.lock").write_text(kafka_broker_lock())
     (LOCKS / "schema-registry.lock").write_text(schema_registry_lock())
+    (LOCKS / "spark-jars.lock").write_text(spark_jars_lock())
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from importlib.metadata import version
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -33,9 +34,9 @@ SPARK_CLASS = RUNTIME / "bin" / "spark-class"
 SUBMIT = str(ROOT / "spark-submit.sh")
 
 
-def dry_run(*args: str) -> list[str]:
+def dry_run(*args: str, job_args: tuple[str, ...] = ()) -> list[str]:
     out = subprocess.run(
-        [SUBMIT, *args, "--dry-run", "jobs/sharelake.py", "ingest", "--config", "conf/local.toml"], **RUN
+        [SUBMIT, *args, "--dry-run", "jobs/sharelake.py", "ingest", *job_args, "--config", "conf/local.toml"], **RUN
     )
     assert out.returncode == 0, out.stderr
     return out.stdout.split()
@@ -49,8 +50,12 @@ def test_profiles_build_the_spark_submit_command() -> None:
     assert local[local.index("--master") + 1] == "local\\[2\\]"
     standalone = dry_run("--profile", "standalone", "--master", "spark://h:7077")
     assert any(a.endswith("conf/spark/standalone.properties") for a in standalone)
-    yarn = dry_run("--profile", "yarn", "--deploy-mode", "cluster")
+    yarn = dry_run("--profile", "yarn", "--deploy-mode", "cluster", job_args=("--set", "run.app_name=orders-ingest"))
     assert yarn[yarn.index("--master") + 1] == "yarn" and yarn[yarn.index("--deploy-mode") + 1] == "cluster"
+    # YARN names a cluster-mode application from spark-submit's name, before the driver runs: the job's run.app_name
+    named = dict(pairwise(yarn)).get("--name")
+    assert named == "orders-ingest", f"spark-submit's application name: {named}, not the job's run.app_name"
+    assert dict(pairwise(local)).get("--name") == "sharelake-ingest"  # conf/local.toml's
     # the code travels installed, never as files of this tree: the packed runtime venv on YARN
     assert any(a.endswith("dist/sharelake-runtime.tar.gz#environment") for a in yarn)
     assert not any("--py-files" in cmd or "PYTHONPATH" in " ".join(cmd) for cmd in (local, standalone, yarn))

@@ -2,12 +2,15 @@
 
 The example test of the manual (docs/examples/testing/) runs with the `sharelake[testing]` wheel in
 a venv of its own (`make testing-env`), copied out of the checkout, with none of the checkout's jar
-folders: the broker's jars come from the kit's first-use fetch (Maven Central, SHA-1 checked),
-Delta's from Spark's. The kit's lock files pin what the checkout's tests run.
+folders, an empty kit cache and an empty home: the broker's jars and Spark's (Delta, spark-avro,
+the Kafka client) come from the kit's first-use fetch (Maven Central, SHA-1 checked) into its cache,
+none from ~/.ivy2. The kit's lock files pin what the checkout's tests run. A conftest.py beside
+the example notes what pytest's start-up imported: the plugin, and nothing heavy (no pyspark).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -15,13 +18,21 @@ from pathlib import Path
 
 from app.testing.maven_artifacts import locked, parse_lock
 from devkit import artifact_locks
-from devkit.paths import CACHE_DIR, PROJECT_ROOT, TESTING_VENV
+from devkit.paths import PROJECT_ROOT, TESTING_VENV
 
 EXAMPLE = PROJECT_ROOT / "docs" / "examples" / "testing"
-# where the kit keeps what it fetched: empty on a clean clone, so CI proves the first-use fetch
-KIT_CACHE = CACHE_DIR / "testing-kit"
 # the checkout's own settings a user's environment does not have
 CHECKOUT_ENV = ("SHARELAKE_JARS", "SHARELAKE_KAFKA_JARS", "SHARELAKE_REGISTRY_DIR", "SHARELAKE_CLASS_ARCHIVES")
+# a conftest.py beside the example, loaded after the plugins and before any test or fixture: it notes
+# which of Sharelake's and the heavy packages pytest's start-up has imported
+START_PROBE = """
+import json, sys
+from pathlib import Path
+
+roots = ("app", "pyspark", "delta", "py4j", "confluent_kafka", "pandas", "pyarrow")
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in roots)
+Path(__file__).with_name("loaded-at-start.json").write_text(json.dumps(loaded))
+"""
 
 
 def test_the_kits_locks_pin_the_jars_the_checkouts_tests_run() -> None:
@@ -30,13 +41,22 @@ def test_the_kits_locks_pin_the_jars_the_checkouts_tests_run() -> None:
         "run `python -m devkit.artifact_locks`"
     )
     assert locked("schema-registry.lock") == parse_lock(artifact_locks.schema_registry_lock())
+    assert locked("spark-jars.lock") == parse_lock(artifact_locks.spark_jars_lock()), (
+        "app/testing/spark-jars.lock differs from conf/maven/spark-jars.pom.xml's jars: "
+        "run `python -m devkit.artifact_locks`"
+    )
 
 
 def test_the_manuals_example_passes_from_the_installed_wheel(tmp_path: Path) -> None:
     project = tmp_path / "users-project"
     shutil.copytree(EXAMPLE, project)
+    (project / "conftest.py").write_text(START_PROBE)
+    # the kit's cache empty, so the run proves the first-use fetch; a home of its own, empty, so
+    # nothing comes from (or goes to) the user's ~/.ivy2, ~/.m2 or ~/.cache
+    kit_cache, home = tmp_path / "kit-cache", tmp_path / "home"
+    home.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in CHECKOUT_ENV and k != "PYTHONPATH"}
-    env["SHARELAKE_TESTING_CACHE"] = str(KIT_CACHE)
+    env |= {"SHARELAKE_TESTING_CACHE": str(kit_cache), "HOME": str(home)}
     python = str(TESTING_VENV / "bin" / "python")
 
     where = subprocess.run([python, "-c", "import app; print(app.__file__)"], cwd=project, env=env, text=True,
@@ -50,7 +70,16 @@ def test_the_manuals_example_passes_from_the_installed_wheel(tmp_path: Path) -> 
     print(done.stdout[-3000:], done.stderr[-2000:])
     assert done.returncode == 0, f"the example failed:\n{done.stdout[-6000:]}\n{done.stderr[-3000:]}"
     assert "1 passed" in done.stdout
-    assert list(KIT_CACHE.glob("kafka-broker-*/kafka_2.13-*.jar")), "the broker ran without the kit's fetched jars"
+    # the plugin was loaded at start-up, and loaded nothing heavy: pyspark and the rest wait for a fixture
+    at_start = json.loads((project / "loaded-at-start.json").read_text())
+    assert "app.testing.plugin" in at_start, at_start
+    heavy = [m for m in at_start if m not in ("app", "app.testing", "app.testing.plugin")]
+    assert not heavy, f"pytest's start-up imported {heavy[:12]} before any test asked for a fixture"
+    assert list(kit_cache.glob("kafka-broker-*/kafka_2.13-*.jar")), "the broker ran without the kit's fetched jars"
+    assert list(kit_cache.glob("spark-jars-*/delta-spark_*.jar")), (
+        f"Spark ran without Delta's jars in the kit's cache: {sorted(p.name for p in kit_cache.iterdir())}"
+    )
+    assert not list(home.iterdir()), f"the run wrote to the home folder: {sorted(p.name for p in home.iterdir())}"
 
 
 def test_the_manual_shows_the_example_as_it_runs() -> None:

@@ -5,7 +5,8 @@ containers, a NameNode and a DataNode). What an operator sets up once per cluste
 session, as docs/operations.md tells a user: the packed runtime venv (`make runtime-pack`) put on
 HDFS, and Spark's jars found on every node (`spark.yarn.jars=local:...`, as a cluster with Spark
 installed has them). Each job is then `./spark-submit.sh --profile yarn` with the sizes a small
-cluster takes, the config file shipped by the script in cluster mode. The executors' Python (and,
+cluster takes, the config file shipped by the script in cluster mode, the application named by the
+config's `run.app_name` alone (no spark.app.name), as a user's is. The executors' Python (and,
 in cluster mode, the driver's) is the archive YARN unpacked, never this checkout's.
 
 Each run is checked record by record against the topic (chispa), with a sentinel proving the group
@@ -62,13 +63,13 @@ class Yarn:
     archive: str  # the runtime archive on HDFS
 
     def submit(
-        self, deploy_mode: str, name: str, sets: list[str], log: Path, conf: Mapping[str, str] | None = None
+        self, deploy_mode: str, sets: list[str], log: Path, conf: Mapping[str, str] | None = None
     ) -> subprocess.Popen[bytes]:
-        """`./spark-submit.sh --profile yarn` as a user runs it from an edge node (`conf`: more --conf)."""
+        """`./spark-submit.sh --profile yarn` as a user runs it from an edge node (`conf`: more --conf). No
+        spark.app.name: the application is named by the job's run.app_name (`job_sets`), as a user's is."""
         conf = {
             **SMALL_CLUSTER,
             **(conf or {}),
-            "spark.app.name": name,
             "spark.archives": f"{self.archive}#environment",
             "spark.yarn.jars": f"local:{SPARK_JARS_ON_NODES}/*",
         }
@@ -107,7 +108,7 @@ def backlog(yarn: Yarn, broker: EmbeddedKafka, topic: str, records: int) -> tupl
 
 def job_sets(broker: EmbeddedKafka, topic: str, group: str, table: str, *more: str) -> list[str]:
     return [
-        f"run.app_name=sharelake-{topic}",  # the YARN application's name (the driver names it in client mode)
+        f"run.app_name=sharelake-{topic}",  # the YARN application's name: spark-submit.sh passes it as --name
         f"kafka.bootstrap_servers={broker.bootstrap}",
         f"kafka.topic={topic}",
         f"kafka.group_id={group}",
@@ -147,14 +148,16 @@ def test_a_backlog_lands_once_on_hdfs_from_a_client_mode_driver(
 ) -> None:
     topic, group, table, produced = backlog(yarn, broker, f"yarn-client-{unique}", 3000)
     log = tmp_path / "client.log"
-    name = f"sharelake-{topic}"
-    proc = yarn.submit("client", name, job_sets(broker, topic, group, table), log)
+    name = f"sharelake-{topic}"  # the job's run.app_name (job_sets)
+    proc = yarn.submit("client", job_sets(broker, topic, group, table), log)
     finish(proc, log, 400)
     output = log.read_text(errors="replace")
     # the driver ran here, from the installed wheel; the writes ran in a YARN container
     assert f"{topic} -> table {table}" in output, output[-3000:]
+    # the YARN application is named by the config's run.app_name
     app = yarn.cluster.application(name)
-    assert app is not None and app["final_state"] == "SUCCEEDED", app
+    assert app is not None, f"no YARN application named {name}: {[a['name'] for a in yarn.cluster.applications()]}"
+    assert app["final_state"] == "SUCCEEDED", app
     executor_logs = [text for path, text in yarn.cluster.container_logs(app["id"]).items() if path.endswith("stderr")]
     assert any("CoarseGrainedExecutorBackend" in text for text in executor_logs), list(executor_logs)[:3]
     assert_exactly_once(spark, table, produced)
@@ -174,8 +177,8 @@ def test_the_driver_killed_in_cluster_mode_and_the_second_attempt_lands_the_rest
     # small batches, so the kill strikes between commits with records polled and locked in between
     sets = job_sets(broker, topic, group, table, "pump.max_poll_records=500", "batch.max_records=2000",
                     "kafka.record_lock_duration_ms=15000", f"metrics.prometheus_port={free_port()}")  # fmt: skip
-    proc = yarn.submit("cluster", name, sets, log)
-    app_id = wait_for_application(yarn.cluster, name)["id"]
+    proc = yarn.submit("cluster", sets, log)
+    app_id = wait_for_application(yarn.cluster, name)["id"]  # named by run.app_name before the driver runs
     wait_for(
         lambda: re.search(r"batch [1-9]\d*: in=", driver_log(yarn.cluster, app_id, 1)) is not None,
         300, interval_s=1.0, give_up=lambda: proc.poll() is not None,
@@ -220,7 +223,7 @@ def test_an_executor_container_killed_during_a_write_costs_a_retry_not_a_record(
     sets = job_sets(broker, topic, group, table, "pump.max_poll_records=500", "batch.max_records=2000",
                     "kafka.record_lock_duration_ms=60000")  # fmt: skip
     known = {app["id"] for app in yarn.cluster.applications()}
-    proc = yarn.submit("client", f"sharelake-{topic}", sets, log)
+    proc = yarn.submit("client", sets, log)
     wait_for(
         lambda: re.search(r"batch [1-9]\d*: in=", log.read_text(errors="replace")) is not None,
         300, interval_s=0.5, give_up=lambda: proc.poll() is not None,
@@ -252,8 +255,8 @@ def test_two_jobs_on_one_hdfs_table_land_each_record_once(
     sets = job_sets(broker, topic, group, table, "pump.max_poll_records=500", "batch.max_records=2000")
     logs = [tmp_path / f"job{i}.log" for i in (1, 2)]
     # two drivers and two executors in one NodeManager: the executors smaller
-    jobs = [yarn.submit("client", f"sharelake-{topic}-{i}", sets, log, conf={"spark.executor.memory": "512m"})
-            for i, log in enumerate(logs)]  # fmt: skip
+    jobs = [yarn.submit("client", [*sets, f"run.app_name=sharelake-{topic}-{i}"], log,
+                        conf={"spark.executor.memory": "512m"}) for i, log in enumerate(logs)]  # fmt: skip
     for job, log in zip(jobs, logs, strict=True):
         finish(job, log, 600)
     summaries = [run_summary(log) for log in logs]

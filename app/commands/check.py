@@ -16,6 +16,7 @@ import argparse
 import logging
 
 from app.commands.config_arguments import add_config_arguments, job_config
+from app.config.app_name import spark_app_name
 from app.run.pipeline import IngestRun
 from app.run.preflight import check_not_spark_connect
 from app.run.spark_session import build_spark
@@ -31,7 +32,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     cfg = job_config(args)
     check_not_spark_connect()
-    spark = build_spark(f"{cfg.run.app_name}-check", extra_conf=cfg.spark_conf)
+    spark = build_spark(spark_app_name("check", cfg.run.app_name), extra_conf=cfg.spark_conf)
     run = IngestRun(spark, cfg)
     try:
         opened = run.open(apply=False)

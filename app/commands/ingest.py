@@ -13,6 +13,7 @@ import argparse
 import logging
 
 from app.commands.config_arguments import add_config_arguments, job_config
+from app.config.app_name import spark_app_name
 from app.ops.table_summary import print_tables_summary
 from app.run.pipeline import IngestError, IngestRun
 from app.run.preflight import check_not_spark_connect
@@ -31,7 +32,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     cfg = job_config(args)
     check_not_spark_connect()  # before a session is built: under Spark Connect it would be remote
-    spark = build_spark(cfg.run.app_name, extra_conf=cfg.spark_conf)
+    spark = build_spark(spark_app_name("ingest", cfg.run.app_name), extra_conf=cfg.spark_conf)
     shutdown = GracefulShutdown(cfg.run.stop_timeout_s)
     shutdown.install(spark)
     run = IngestRun(spark, cfg, shutdown.stop_requested)

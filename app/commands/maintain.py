@@ -13,6 +13,7 @@ import argparse
 import logging
 
 from app.commands.config_arguments import add_config_arguments, job_config
+from app.config.app_name import spark_app_name
 from app.failures.errors import one_line
 from app.ops.maintenance import maintain_table
 from app.run.spark_session import build_spark
@@ -28,7 +29,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cfg = job_config(args)
-    spark = build_spark(f"{cfg.run.app_name}-maintain", extra_conf=cfg.spark_conf)
+    spark = build_spark(spark_app_name("maintain", cfg.run.app_name), extra_conf=cfg.spark_conf)
     routes = located_routes(spark, cfg)
     m, failed = cfg.maintenance, 0
     for location in routes.tables():

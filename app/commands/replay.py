@@ -16,6 +16,7 @@ import argparse
 import logging
 
 from app.commands.config_arguments import add_config_arguments, job_config
+from app.config.app_name import spark_app_name
 from app.failures.errors import ConfigError
 from app.ops.replay import ReplayError, replay_dead_letters
 from app.ops.replay_broker_topic import replay_broker_dead_letters
@@ -40,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = job_config(args)
     if args.from_broker_topic and args.where:
         raise ConfigError("--where filters the dead-letter table: drop it with --from-broker-topic")
-    spark = None if args.from_broker_topic else build_spark(f"{cfg.run.app_name}-replay", extra_conf=cfg.spark_conf)
+    name = spark_app_name("replay-dead-letters", cfg.run.app_name)
+    spark = None if args.from_broker_topic else build_spark(name, extra_conf=cfg.spark_conf)
     try:
         if spark is None:
             result = replay_broker_dead_letters(cfg, args.to_topic)

@@ -14,6 +14,7 @@ import argparse
 import json
 
 from app.commands.config_arguments import add_config_arguments, job_config
+from app.config.app_name import spark_app_name
 from app.ops.group_status import read_group_status
 from app.run.spark_session import build_spark
 
@@ -27,7 +28,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cfg = job_config(args)
-    spark = build_spark(f"{cfg.run.app_name}-status", extra_conf=cfg.spark_conf)
+    spark = build_spark(spark_app_name("status", cfg.run.app_name), extra_conf=cfg.spark_conf)
     status = read_group_status(spark, cfg)
     print(json.dumps(status.as_json(), indent=2) if args.json else "\n".join(status.lines()), flush=True)
     spark.stop()

@@ -2,7 +2,7 @@
 models (`app.config.settings`); the first problem as a `ConfigError` whose one line names the key
 and the fix (`load_config`).
 
-An override is read as a TOML value when it parses, else as a string. Overriding one routing or
+An override is read as a TOML value when it parses, else as a string (`app.config.overrides`). Overriding one routing or
 table key replaces the file's keys it contradicts (`kafka.topics` the file's `kafka.topic` and its
 table, a `table_path` the file's `table_name`, and back), so a command line can switch the mode.
 """
@@ -15,48 +15,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from app.config.overrides import merge_overrides, parse_override
 from app.config.settings import SharelakeConfig
 from app.failures.errors import ConfigError
 from app.formats import FORMATS
 from app.secrets import is_secret_key
 
 __all__ = ["load_config", "merge_overrides", "parse_override"]
-
-
-# sections whose keys are another tool's dotted names (librdkafka's, Spark's): `--set` keeps the rest whole
-FLAT_SECTIONS: tuple[tuple[str, ...], ...] = (("kafka", "client"), ("spark_conf",))
-
-
-def parse_override(item: str) -> tuple[list[str], Any]:
-    """`section.key=value` -> (["section", "key"], value); the value is read as TOML when it parses."""
-    if "=" not in item:
-        raise ConfigError(f"override {item!r}: write it as section.key=value, e.g. kafka.topic=events")
-    dotted, raw = item.split("=", 1)
-    path = [p for p in dotted.strip().split(".") if p]
-    if not path:
-        raise ConfigError(f"override {item!r}: the key is empty; write section.key=value")
-    for section in FLAT_SECTIONS:  # their keys are dotted names (`fs.s3a.endpoint` beside `fs.s3a.endpoint.region`)
-        if tuple(path[: len(section)]) == section and len(path) > len(section):
-            path = [*section, ".".join(path[len(section) :])]
-    try:
-        value: Any = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw
-    return path, value
-
-
-def merge_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """`data` with each override set in it, in order (in place; a section made where it is missing)."""
-    for item in overrides:
-        path, value = parse_override(item)
-        node = data
-        for part in path[:-1]:
-            nxt = node.setdefault(part, {})
-            if not isinstance(nxt, dict):
-                raise ConfigError(f"override {item!r}: {part} is a value, not a section")
-            node = nxt
-        node[path[-1]] = value
-    return data
 
 
 def _one_line(err: ValidationError) -> str:

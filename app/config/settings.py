@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from app.config.app_name import DEFAULT_APP_NAME
 from app.config.routes import check_routes
 from app.formats import PayloadSettings
 from app.formats.base import FormatSettings
@@ -539,7 +540,11 @@ class RunConfig(_Section):
         gt=0,
         description="Graceful-stop bound (SIGTERM, SIGINT): records still undecided after it are RELEASEd.",
     )
-    app_name: str = Field(default="sharelake-ingest", description="The Spark application's name.")
+    app_name: str = Field(
+        default=DEFAULT_APP_NAME,
+        description="The Spark application's name (YARN's, Kubernetes', the Spark UI's); the other subcommands "
+        "add -check, -maintain, -replay or -status.",
+    )
     dependency_wait_s: float = Field(
         default=300.0,
         ge=0,

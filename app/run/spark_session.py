@@ -9,16 +9,18 @@ Precedence, lowest first: `SHARELAKE_CONF` (Delta, Arrow, a quiet console, sizes
 what spark-submit was given (`--conf`, a profile's properties file), the job's `[spark_conf]`.
 
 Jars: under spark-submit the session already has its jars (`--jars`, `--packages`, or a cluster
-image's). Started from plain Python it takes the jars of the folders in `SHARELAKE_JARS` (a
-checkout's `make jars` fills them), else it has Spark resolve `RUNTIME_PACKAGES` from Maven Central
-once (Ivy's cache keeps them). Python workers must run the job's interpreter (`PYSPARK_PYTHON`), or
-they pick the system Python and fail on missing pyarrow.
+image's). Started from plain Python it takes the jars of the folders its caller gives (the testing
+kit's, fetched into its cache), by default those in `SHARELAKE_JARS` (a checkout's `make jars` fills
+them); with none, it has Spark resolve `RUNTIME_PACKAGES` from Maven Central once (Ivy's cache keeps
+them). Python workers must run the job's interpreter (`PYSPARK_PYTHON`), or they pick the system
+Python and fail on missing pyarrow.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from importlib.metadata import version
 from pathlib import Path
 
@@ -74,11 +76,17 @@ def submitted() -> bool:
     return bool(os.environ.get("SHARELAKE_SUBMITTED") or os.environ.get("PYSPARK_GATEWAY_PORT"))
 
 
-def jar_conf() -> dict[str, str]:
-    """Where a session started from plain Python gets its jars; nothing under spark-submit."""
+def env_jar_folders() -> list[Path]:
+    """The folders `SHARELAKE_JARS` names (a checkout's `make jars` ones, or the user's own)."""
+    return [Path(f) for f in os.environ.get("SHARELAKE_JARS", "").split(os.pathsep) if f]
+
+
+def jar_conf(folders: Sequence[Path] | None = None) -> dict[str, str]:
+    """Where a session started from plain Python gets its jars; nothing under spark-submit. The jars
+    of `folders` (by default `SHARELAKE_JARS`'s); with none there, RUNTIME_PACKAGES from Maven Central."""
     if submitted():
         return {}  # spark-submit started the JVM with its jars
-    folders = [Path(f) for f in os.environ.get("SHARELAKE_JARS", "").split(os.pathsep) if f]
+    folders = env_jar_folders() if folders is None else folders
     jars = [str(jar) for folder in folders for jar in sorted(folder.glob("*.jar"))]
     if jars:
         return {"spark.jars": ",".join(jars)}
@@ -95,23 +103,30 @@ def given_to_spark_submit() -> set[str]:
     return {key for key, _ in SparkConf().getAll()}
 
 
-def session_conf(extra_conf: dict[str, str] | None = None) -> dict[str, str]:
+def session_conf(extra_conf: dict[str, str] | None = None, jar_folders: Sequence[Path] | None = None) -> dict[str, str]:
     """What build_spark sets: Sharelake's settings under spark-submit's, under the job's `[spark_conf]`."""
     if submitted():
         given = given_to_spark_submit()
         conf = {k: v for k, v in SHARELAKE_CONF.items() if k not in given}
     else:
-        conf = {**SHARELAKE_CONF, **launch_conf(), **jar_conf()}
+        conf = {**SHARELAKE_CONF, **launch_conf(), **jar_conf(jar_folders)}
     return {**conf, **(extra_conf or {})}
 
 
-def build_spark(app_name: str, master: str | None = None, extra_conf: dict[str, str] | None = None) -> SparkSession:
+def build_spark(
+    app_name: str,
+    master: str | None = None,
+    extra_conf: dict[str, str] | None = None,
+    jar_folders: Sequence[Path] | None = None,
+) -> SparkSession:
+    """The session, named `app_name`; `jar_folders`: where its jars are when not under spark-submit
+    (default: `SHARELAKE_JARS`'s folders, else Maven Central through Spark)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
-    for k, v in session_conf(extra_conf).items():
+    for k, v in session_conf(extra_conf, jar_folders).items():
         builder = builder.config(k, v)
     return builder.getOrCreate()
 

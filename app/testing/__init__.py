@@ -6,10 +6,43 @@ share groups, a schema registry and a local SparkSession with Delta, each starte
 dead-lettered and the run's counters; `read_table` and `without_bookkeeping` give chispa-ready
 frames; `produce_records` sends records and returns where each landed. The manual's chapter:
 docs/testing.md.
+
+pytest imports this package with its plugin in every run of an environment with Sharelake
+installed, so the names below are imported on first use (`from app.testing import ...`), not here:
+a run that uses none of them loads no pyspark.
 """
 
-from app.testing.drained_run import DrainedRun, run_until_drained
-from app.testing.produce import Produced, produce_records
-from app.testing.tables import read_table, without_bookkeeping
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from app.testing.drained_run import DrainedRun, run_until_drained
+    from app.testing.produce import Produced, produce_records
+    from app.testing.tables import read_table, without_bookkeeping
+
+# each name of the kit -> the module that holds it
+_HOME = {
+    "DrainedRun": "app.testing.drained_run",
+    "run_until_drained": "app.testing.drained_run",
+    "Produced": "app.testing.produce",
+    "produce_records": "app.testing.produce",
+    "read_table": "app.testing.tables",
+    "without_bookkeeping": "app.testing.tables",
+}
 
 __all__ = ["DrainedRun", "Produced", "produce_records", "read_table", "run_until_drained", "without_bookkeeping"]
+
+
+def __getattr__(name: str) -> Any:
+    """A kit name, imported from its module on first use (PEP 562)."""
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(_HOME[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOME])

@@ -1,11 +1,13 @@
-"""Pinned Maven artifacts fetched on first use: the embedded broker's jars and the registry's archive.
+"""Pinned Maven artifacts fetched on first use: the embedded broker's jars, the kit's Spark jars
+(Delta, spark-avro, the Kafka client) and the registry's archive.
 
-A lock file in this package (`kafka-broker.lock`, `schema-registry.lock`) names each artifact by its
-Maven coordinates and SHA-1, the exact files the project's own tests run. `fetched(lock)` downloads
-them once from Maven Central (or `SHARELAKE_MAVEN_REPO`, a mirror) into a folder of the user's cache
-(`SHARELAKE_TESTING_CACHE`, else `~/.cache/sharelake`), checks every SHA-1, and returns the folder;
-a later call finds it complete and downloads nothing. A folder is made whole in a temporary folder
-and renamed into place, so a run killed mid-download leaves nothing a later run would take.
+A lock file in this package (`kafka-broker.lock`, `spark-jars.lock`, `schema-registry.lock`) names
+each artifact by its Maven coordinates and SHA-1, the exact files the project's own tests run.
+`fetched(lock)` downloads them once from Maven Central (or `SHARELAKE_MAVEN_REPO`, a mirror) into a
+folder of the user's cache (`SHARELAKE_TESTING_CACHE`, else `~/.cache/sharelake`), checks every
+SHA-1, and returns the folder; a later call finds it complete and downloads nothing. A folder is
+made whole in a temporary folder and renamed into place, so a run killed mid-download leaves
+nothing a later run would take.
 """
 
 from __future__ import annotations

@@ -4,25 +4,30 @@
   once per session from jars fetched on first use (`app.testing.kafka_broker`);
 - `sharelake_registry`: a Confluent-compatible schema registry (Apicurio), once per session, for
   pipelines that read Avro, Protobuf or JSON Schema payloads;
-- `sharelake_spark`: a local SparkSession with Delta (Delta's jars resolved by Spark on first use);
+- `sharelake_spark`: a local SparkSession with Delta, its jars (Delta, spark-avro, the Kafka client)
+  those of `spark-jars.lock`, fetched into the kit's cache on first use (`app.testing.maven_artifacts`);
 - `sharelake_topic`: makes a fresh topic on the broker (`sharelake_topic(partitions=3)`), its name unique.
 
-A failing test that used the broker or the registry shows its log tail. Run the pipeline with
-`app.testing.run_until_drained` and compare with chispa (`app.testing.read_table`).
+pytest loads this module in every run of an environment with Sharelake installed, so it imports
+nothing heavy itself: pyspark, the pipeline and the Kafka client are imported by the fixture that
+needs them, when a test first asks for it. A failing test that used the broker or the registry shows
+its log tail. Run the pipeline with `app.testing.run_until_drained` and compare with chispa
+(`app.testing.read_table`).
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Generator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from pyspark.sql import SparkSession
 
-from app.run.spark_session import build_spark
-from app.testing.kafka_broker import EmbeddedKafka
-from app.testing.schema_registry import EmbeddedSchemaRegistry
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from app.testing.kafka_broker import EmbeddedKafka
+    from app.testing.schema_registry import EmbeddedSchemaRegistry
 
 # a small, loopback-only session: no UI, two cores, two shuffle partitions
 SPARK_CONF = {
@@ -37,6 +42,8 @@ SPARK_CONF = {
 
 @pytest.fixture(scope="session")
 def sharelake_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedKafka]:
+    from app.testing.kafka_broker import EmbeddedKafka
+
     kafka = EmbeddedKafka(tmp_path_factory.mktemp("sharelake-broker"))
     kafka.start()
     yield kafka
@@ -45,6 +52,8 @@ def sharelake_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embed
 
 @pytest.fixture(scope="session")
 def sharelake_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedSchemaRegistry]:
+    from app.testing.schema_registry import EmbeddedSchemaRegistry
+
     registry = EmbeddedSchemaRegistry(tmp_path_factory.mktemp("sharelake-registry"))
     registry.start()
     yield registry
@@ -53,8 +62,14 @@ def sharelake_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emb
 
 @pytest.fixture(scope="session")
 def sharelake_spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    from app.run.spark_session import build_spark, env_jar_folders
+    from app.testing.maven_artifacts import fetched
+
     warehouse = tmp_path_factory.mktemp("sharelake-warehouse")
-    session = build_spark("sharelake-test", "local[2]", {**SPARK_CONF, "spark.sql.warehouse.dir": str(warehouse)})
+    # the jars SHARELAKE_JARS names, else the kit's pinned Delta, spark-avro and Kafka client jars (its cache)
+    jars = env_jar_folders() or [fetched("spark-jars.lock")]
+    conf = {**SPARK_CONF, "spark.sql.warehouse.dir": str(warehouse)}
+    session = build_spark("sharelake-test", "local[2]", conf, jar_folders=jars)
     yield session
     session.stop()
 
