@@ -65,7 +65,7 @@ RUN --mount=type=secret,id=pip_ca,required=false \
 # (the driver) and of the executors (the entrypoint's $SPARK_HOME/jars/*), so no --jars is needed
 COPY .cache/jars/spark/*.jar .cache/jars/s3/*.jar /opt/venv/lib/python3.11/site-packages/pyspark/jars/
 
-# The entrypoint and the jobs' scripts (spark-submit ... local:///opt/sharelake/jobs/sharelake.py)
+# The entrypoint and the jobs' scripts (spark-submit ... local:///opt/sharelake/jobs/main.py)
 COPY devkit/k8s/entrypoint.sh /opt/sharelake/entrypoint.sh
 COPY jobs/*.py /opt/sharelake/jobs/
 

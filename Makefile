@@ -16,7 +16,7 @@ setup: $(VENV)/.installed jars $(CACHE)/cds/.built
 jars: $(CACHE)/jars/kafka/.resolved $(CACHE)/jars/kafka-floor/.resolved-$(KAFKA_FLOOR) $(CACHE)/jars/spark/.resolved $(CACHE)/jars/bench/.resolved $(CACHE)/registry/.resolved
 
 # the checkout's venv: runtime, test and bench packages, and Sharelake itself installed editable (the
-# `sharelake` command; no path tricks: every import of `app` is the installed package's)
+# `sharelake` command; no path tricks: every import of `sharelake` is the installed package's)
 $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-bench.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; v=sys.version_info[:2]; sys.exit(0 if v==(3,11) else "sharelake needs Python 3.11, found %d.%d: set PYTHON=/path/to/python3.11" % v)'
 	@command -v java >/dev/null || { echo "sharelake needs Java 17: apt-get install openjdk-17-jdk-headless"; exit 1; }
@@ -27,7 +27,7 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-bench.txt
 	$(VENV)/bin/pip install -q --no-deps -e .
 	@touch $@
 
-# The wheel (app/ only) and the runtime environment a cluster runs: a venv with requirements.txt and
+# The wheel (app/sharelake/ only) and the runtime environment a cluster runs: a venv with requirements.txt and
 # the wheel, nothing of the tests or the bench. `make runtime-pack` packs it for YARN (spark.archives).
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 WHEEL = $(CACHE)/dist/sharelake-$(VERSION)-py3-none-any.whl
@@ -95,10 +95,10 @@ image: $(WHEEL) $(CACHE)/jars/spark/.resolved $(CACHE)/jars/s3/.resolved
 image-check:
 	devkit/k8s/image_check.sh
 
-# the driver JVM's class-data-sharing archive (app/run/class_archive.py): a training run writes the
+# the driver JVM's class-data-sharing archive (app/sharelake/run/class_archive.py): a training run writes the
 # classes the write path loads; every later driver maps them instead of loading them (seconds off each start)
-$(CACHE)/cds/.built: $(VENV)/.installed $(CACHE)/jars/spark/.resolved app/run/class_archive.py app/run/class_archive_build.py
-	SHARELAKE_JARS=$(abspath $(CACHE))/jars/spark SHARELAKE_CLASS_ARCHIVES=$(abspath $(CACHE))/cds $(VENV)/bin/python -m app.run.class_archive_build
+$(CACHE)/cds/.built: $(VENV)/.installed $(CACHE)/jars/spark/.resolved app/sharelake/run/class_archive.py app/sharelake/run/class_archive_build.py
+	SHARELAKE_JARS=$(abspath $(CACHE))/jars/spark SHARELAKE_CLASS_ARCHIVES=$(abspath $(CACHE))/cds $(VENV)/bin/python -m sharelake.run.class_archive_build
 	@if ls $(CACHE)/cds/*.jsa >/dev/null 2>&1; then touch $@; fi
 
 # Kafka broker + tools, for the embedded broker (its own JVM classpath)

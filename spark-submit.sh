@@ -2,7 +2,7 @@
 # Submit a Sharelake job from this checkout: its venv's spark-submit, the Delta jars, the profile's properties.
 #
 #   ./spark-submit.sh [--profile local|standalone|yarn|k8s] [--master URL] [--deploy-mode client|cluster]
-#                     [--conf KEY=VALUE ...] [--dry-run] jobs/sharelake.py ingest --config conf/local.toml [args]
+#                     [--conf KEY=VALUE ...] [--dry-run] jobs/main.py ingest --config conf/local.toml [args]
 #
 # --profile picks the target (default local): it reads conf/spark/<profile>.properties when present
 # (--properties-file). The code runs from an installed Sharelake, never from this tree's files:
@@ -81,11 +81,11 @@ job_args=("$@")
 # YARN and Kubernetes name the application from spark-submit's --name before the driver runs, which would
 # otherwise be the entry point's file name. Nothing when this machine cannot read the config (a path
 # inside a Kubernetes driver pod): --conf spark.app.name then names it.
-app_name="$("$venv/bin/python" -m app.config.app_name "$job" ${job_args[@]+"${job_args[@]}"} 2>/dev/null || true)"
+app_name="$("$venv/bin/python" -m sharelake.config.app_name "$job" ${job_args[@]+"${job_args[@]}"} 2>/dev/null || true)"
 
 export PYSPARK_PYTHON="$venv/bin/python" PYSPARK_DRIVER_PYTHON="$venv/bin/python"
 export SHARELAKE_SUBMITTED=1
-# the driver JVM's class archive (app/run/class_archive.py), when `make setup` built one for this venv
+# the driver JVM's class archive (app/sharelake/run/class_archive.py), when `make setup` built one for this venv
 export SHARELAKE_CLASS_ARCHIVES="${SHARELAKE_CLASS_ARCHIVES-$cache/cds}"  # set empty: none
 extra=()
 case "$master" in
@@ -116,9 +116,9 @@ if [ "$profile" = k8s ] && [ "$deploy_mode" = cluster ]; then
   # the driver runs in a pod of the image: its job script is the image's copy, and the --config path is
   # one inside the pod (a ConfigMap mounted by the driver's pod template), passed as given
   job="local://$IMAGE_JOBS/$(basename "$job")"
-  # the driver's logging as in client mode (app/run/log4j2.properties, in the image's venv): Sharelake's
+  # the driver's logging as in client mode (app/sharelake/run/log4j2.properties, in the image's venv): Sharelake's
   # lines, not Spark's INFO flood
-  extra+=(--conf "spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:$IMAGE_SITE_PACKAGES/app/run/log4j2.properties")
+  extra+=(--conf "spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:$IMAGE_SITE_PACKAGES/sharelake/run/log4j2.properties")
 elif [ "$deploy_mode" = cluster ]; then
   # the driver runs in the cluster: ship the config file and pass its name
   for i in "${!job_args[@]}"; do
@@ -129,10 +129,10 @@ elif [ "$deploy_mode" = cluster ]; then
   done
 fi
 if [ "$deploy_mode" = client ]; then
-  # Sharelake's Spark settings live in app/run/spark_session.py, for this script and the `sharelake`
+  # Sharelake's Spark settings live in app/sharelake/run/spark_session.py, for this script and the `sharelake`
   # command alike: the job's session sets them; only the driver JVM's own options are needed here
   launch=()
-  while IFS= read -r arg; do launch+=("$arg"); done < <("$venv/bin/python" -m app.run.spark_session --submit-args)
+  while IFS= read -r arg; do launch+=("$arg"); done < <("$venv/bin/python" -m sharelake.run.spark_session --submit-args)
   extra+=(${launch[@]+"${launch[@]}"})
 fi
 jar_args=(--jars "$jars")

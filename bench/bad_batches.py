@@ -23,19 +23,19 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.acknowledge.lifecycle import AckCommand, PollBatch
-from app.acknowledge.window import DecisionWindow
-from app.bridge.arrow_rows import poll_rows
-from app.bridge.record_buffer import Poll, RecordBuffer
-from app.bridge.synthetic_record import SyntheticRecord
-from app.config.settings import BatchConfig
-from app.formats.json import JsonFormat, JsonSettings
-from app.run.spark_session import build_spark
-from app.sink.batch.delta_sink import DeltaSink
-from app.sink.dead_letter.sinks import DeltaDeadLetters, dead_letter_table
-from app.sink.write.destinations import Destination, main_table
-from app.table.location import TableLocation
 from devkit.sample_data import EVENT_SCHEMA, event_value
+from sharelake.acknowledge.lifecycle import AckCommand, PollBatch
+from sharelake.acknowledge.window import DecisionWindow
+from sharelake.bridge.arrow_rows import poll_rows
+from sharelake.bridge.record_buffer import Poll, RecordBuffer
+from sharelake.bridge.synthetic_record import SyntheticRecord
+from sharelake.config.settings import BatchConfig
+from sharelake.formats.json import JsonFormat, JsonSettings
+from sharelake.run.spark_session import build_spark
+from sharelake.sink.batch.delta_sink import DeltaSink
+from sharelake.sink.dead_letter.sinks import DeltaDeadLetters, dead_letter_table
+from sharelake.sink.write.destinations import Destination, main_table
+from sharelake.table.location import TableLocation
 
 HELP = "what a few bad records cost the sink's batch, on a local SparkSession and real Delta tables (no broker)"
 TOPIC = "bench-bad-batches"

@@ -145,7 +145,7 @@ def event_log_jobs(event_dir: Path) -> dict[int, dict[str, float]]:
 
 
 def profile_top(
-    raw: Path, ours: tuple[str, ...] = ("app/", "jobs/"), top: int = 12
+    raw: Path, ours: tuple[str, ...] = ("sharelake/", "jobs/"), top: int = 12
 ) -> tuple[list[tuple[str, float]], int]:
     """The functions most often on the CPU in py-spy's raw (collapsed) output, by own samples.
 

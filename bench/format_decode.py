@@ -27,14 +27,14 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import Message
 from pyspark.sql import SparkSession
 
-from app.formats.avro import AvroFormat, AvroSettings
-from app.formats.base import PayloadFormat, RegistrySettings
-from app.formats.protobuf import ProtobufFormat, ProtobufSettings
-from app.run.spark_session import build_spark
-from app.table.columns import ROW_SCHEMA
-from app.table.location import TableLocation
-from app.testing.schema_registry import EmbeddedSchemaRegistry
 from devkit.sample_data import EVENT_AVRO_SCHEMA, avro_values, event_record
+from sharelake.formats.avro import AvroFormat, AvroSettings
+from sharelake.formats.base import PayloadFormat, RegistrySettings
+from sharelake.formats.protobuf import ProtobufFormat, ProtobufSettings
+from sharelake.run.spark_session import build_spark
+from sharelake.table.columns import ROW_SCHEMA
+from sharelake.table.location import TableLocation
+from sharelake.testing.schema_registry import EmbeddedSchemaRegistry
 
 HELP = "one batch's decode, Protobuf against Avro, on a local SparkSession and an embedded registry (no broker)"
 

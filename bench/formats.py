@@ -36,8 +36,6 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from app.testing.kafka_broker import EmbeddedKafka
-from app.testing.schema_registry import EmbeddedSchemaRegistry
 from bench.avro_workload import avro_value_of, produce_avro_backlog
 from bench.contenders.avro import run_sharelake_avro, run_spark_kafka_avro
 from bench.contenders.base import RunContext, RunResult, attempt
@@ -49,6 +47,8 @@ from bench.machine import load_average, machine_facts
 from bench.settings import BenchSettings, carried
 from bench.verify import check_table, spark_session
 from bench.workload import SCHEMA_DDL, produce_backlog, record_value
+from sharelake.testing.kafka_broker import EmbeddedKafka
+from sharelake.testing.schema_registry import EmbeddedSchemaRegistry
 
 HELP = "Sharelake on JSON and on Avro against Spark's Kafka source on each, and one job routing 3 topics"
 log = logging.getLogger(__name__)

@@ -18,9 +18,9 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
-from app.testing.kafka_broker import EmbeddedKafka
 from bench.workload import produce_backlog, record_key
 from devkit.paths import CACHE_DIR, PROJECT_ROOT
+from sharelake.testing.kafka_broker import EmbeddedKafka
 
 RESULTS_DIR = PROJECT_ROOT / "bench" / "results"
 WORK_ROOT = CACHE_DIR / "bench"  # broker data, Delta tables, job logs of each run

@@ -25,13 +25,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders import sharelake, spark_kafka_source
 from bench.contenders.base import RunContext, RunResult, failed, tail, wait_until
 from bench.settings import BenchSettings
 from bench.workload import RateProducer, record_value
 from devkit.delta_log import data_commits, read_commits, rows_in
 from devkit.paths import PROJECT_ROOT
+from sharelake.testing.kafka_broker import EmbeddedKafka
 
 log = logging.getLogger(__name__)
 

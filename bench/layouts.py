@@ -24,7 +24,6 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders.base import RunContext
 from bench.contenders.sharelake import result_of, start_sharelake
 from bench.figures import finite_median, fmt_rate, runs_data, save_report, table_report
@@ -33,6 +32,7 @@ from bench.machine import machine_facts
 from bench.settings import BenchSettings, add_drain_arguments, drain_settings
 from bench.verify import check_exactly_once
 from devkit.delta_log import added_files
+from sharelake.testing.kafka_broker import EmbeddedKafka
 
 HELP = "table layouts (partitioned, by a generated column, clustered) against the plain table, one backlog each"
 log = logging.getLogger(__name__)

@@ -47,7 +47,6 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders import sharelake
 from bench.contenders.base import log_time
 from bench.contenders.sharelake import dead_letter_of
@@ -59,6 +58,7 @@ from bench.settings import BenchSettings, carried
 from bench.verify import spark_session, table_latency
 from devkit.delta_log import read_commits, rows_in
 from devkit.sample_data import EVENT_SCHEMA, POISON_VALUES, event_value
+from sharelake.testing.kafka_broker import EmbeddedKafka
 
 HELP = "a clean and a poison run per round at one offered rate: all decided exactly once, and poison / clean"
 log = logging.getLogger(__name__)

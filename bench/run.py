@@ -18,7 +18,6 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders import CONTENDERS, RunContext, RunResult
 from bench.contenders.base import attempt
 from bench.cycle import cycle_phase
@@ -31,6 +30,7 @@ from bench.settings import BenchSettings, add_arguments, from_args
 from bench.share_bound import max_record_locks
 from bench.verify import check_table, spark_session, table_latency
 from bench.workload import produce_backlog
+from sharelake.testing.kafka_broker import EmbeddedKafka
 
 HELP = "Sharelake against Spark's Kafka source, a ShareConsumer drain and Kafka's perf tool on one broker (make bench)"
 log = logging.getLogger(__name__)

@@ -34,7 +34,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders.base import RunContext, tail, wait_until
 from bench.contenders.sharelake import SharelakeJob, parse_job_log, start_sharelake
 from bench.figures import finite_median, finite_values, fmt, kv_table, md_table, save_report
@@ -45,6 +44,7 @@ from bench.verify import check_exactly_once
 from devkit import network
 from devkit.delta_log import data_commits, read_commits, rows_in
 from devkit.sample_data import produce_json_events
+from sharelake.testing.kafka_broker import EmbeddedKafka
 
 HELP = "k Sharelake drivers on one table, each a host of its own, at a steady offered rate (root only)"
 log = logging.getLogger(__name__)

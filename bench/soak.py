@@ -49,7 +49,6 @@ import numpy as np
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders.base import RunContext, stop_group
 from bench.contenders.sharelake import dead_letter_of, parse_job_log, sharelake_command
 from bench.cycle import progress_batches
@@ -61,6 +60,7 @@ from bench.workload import RateProducer, produce_backlog
 from devkit.delta_log import Commit, CommitTail, rows_in
 from devkit.job_logs import race_counts
 from devkit.paths import PROJECT_ROOT
+from sharelake.testing.kafka_broker import EmbeddedKafka
 
 HELP = "a long steady load at 60% of the measured maximum, with kill -9 of the driver and broker restarts"
 log = logging.getLogger(__name__)

@@ -36,7 +36,6 @@ from typing import Any
 import numpy as np
 from delta.tables import DeltaTable
 
-from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders.base import RunContext, tail
 from bench.contenders.sharelake import parse_job_log, start_sharelake
 from bench.figures import finite_median, save_report
@@ -48,6 +47,7 @@ from bench.verify import spark_session, table_latency
 from bench.workload import produce_backlog
 from devkit.paths import PROJECT_ROOT
 from devkit.s3_server import EmbeddedS3
+from sharelake.testing.kafka_broker import EmbeddedKafka
 
 HELP = "local against S3 tables, auto compaction, optimized writes and jobs/maintain.py (make bench-storage)"
 log = logging.getLogger(__name__)

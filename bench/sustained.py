@@ -29,7 +29,6 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from app.testing.kafka_broker import EmbeddedKafka
 from bench.contenders import LABELS, spark_kafka_source
 from bench.contenders import sharelake as sharelake_contender
 from bench.figures import finite_or_none, finite_values, fmt, kv_table, md_table, save_report
@@ -38,6 +37,7 @@ from bench.latency import CONTENDERS, LatencyRun, run_latency
 from bench.machine import load_average, machine_facts
 from bench.settings import BenchSettings, add_before_root, carried
 from bench.verify import Window, spark_session, table_latency
+from sharelake.testing.kafka_broker import EmbeddedKafka
 
 HELP = "the highest offered rate Sharelake, and Spark's Kafka source beside it, keep up with"
 BASE, PEER = sharelake_contender.NAME, spark_kafka_source.NAME  # the sustained-rate ratio: Sharelake / its peer

@@ -26,9 +26,9 @@ import numpy as np
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from app.run.spark_session import build_spark
 from devkit.delta_log import added_files, read_commits, relative_data_path
 from devkit.paths import jars_env
+from sharelake.run.spark_session import build_spark
 
 VERIFY_CONF = {
     "spark.ui.enabled": "false",

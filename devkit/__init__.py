@@ -3,9 +3,9 @@
 Real services started from registry packages (an embedded Kafka broker or 3-node cluster, SASL_SSL
 users and certificates, the Apicurio schema registry, an S3 API server), sample data, the demo
 (`make demo` = `python -m devkit.demo`), and where the checkout's cache keeps their jars
-(`devkit.paths`). Never shipped to a cluster: the wheel holds `app` only.
+(`devkit.paths`). Never shipped to a cluster: the wheel holds the `sharelake` package only.
 
-The embedded broker and registry live in the wheel's testing kit (`app.testing`); a checkout runs
+The embedded broker and registry live in the wheel's testing kit (`sharelake.testing`); a checkout runs
 them on the jars `make jars` resolved, not the kit's own fetch, through the two variables set here.
 """
 

@@ -1,8 +1,8 @@
 """The testing kit's lock files, written from what Maven resolved for the checkout.
 
-`app/testing/kafka-broker.lock` pins every jar of `.cache/jars/kafka/` (conf/maven/kafka-broker.pom.xml),
-`app/testing/spark-jars.lock` every jar of `.cache/jars/spark/` (conf/maven/spark-jars.pom.xml: Delta,
-spark-avro, the Kafka client) and `app/testing/schema-registry.lock` the Apicurio archive
+`app/sharelake/testing/kafka-broker.lock` pins every jar of `.cache/jars/kafka/` (conf/maven/kafka-broker.pom.xml),
+`app/sharelake/testing/spark-jars.lock` every jar of `.cache/jars/spark/` (conf/maven/spark-jars.pom.xml: Delta,
+spark-avro, the Kafka client) and `app/sharelake/testing/schema-registry.lock` the Apicurio archive
 (conf/maven/schema-registry.pom.xml), by their coordinates in the local Maven repository and their
 SHA-1: an installed kit fetches exactly the files the checkout's tests run. `python -m
 devkit.artifact_locks` rewrites them after a pom changes (`make jars` first);
@@ -14,11 +14,11 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from app.testing.maven_artifacts import Artifact
 from devkit.paths import CACHE_DIR, KAFKA_JARS, PROJECT_ROOT, SPARK_JARS
+from sharelake.testing.maven_artifacts import Artifact
 
 M2 = CACHE_DIR / "m2"
-LOCKS = PROJECT_ROOT / "app" / "testing"
+LOCKS = PROJECT_ROOT / "app" / "sharelake" / "testing"
 HEADER = "# written by `python -m devkit.artifact_locks` from {source}: group:name:version[:classifier][@ext] sha1\n"
 
 

@@ -2,8 +2,8 @@
 
     python -m devkit.config_reference > docs/configuration.md
 
-Every key's type, default and description come from the pydantic models (`app.config.settings`, the payload
-formats' settings in `app.formats`), so a key is documented once, on its `Field`. The committed
+Every key's type, default and description come from the pydantic models (`sharelake.config.settings`, the payload
+formats' settings in `sharelake.formats`), so a key is documented once, on its `Field`. The committed
 file is checked against this output by `tests/test_docs.py`, which fails when they differ.
 """
 
@@ -20,15 +20,15 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from app.config.settings import SharelakeConfig, TopicRoute
-from app.formats import PayloadSettings
-from app.formats.base import FormatSettings, RegistrySettings
+from sharelake.config.settings import SharelakeConfig, TopicRoute
+from sharelake.formats import PayloadSettings
+from sharelake.formats.base import FormatSettings, RegistrySettings
 
 HEADER = """\
 # Configuration reference
 
 <!-- Generated from the config models by `python -m devkit.config_reference > docs/configuration.md`:
-edit the `Field(description=...)` in app/config/settings.py or app/formats/, not this file
+edit the `Field(description=...)` in app/sharelake/config/settings.py or app/sharelake/formats/, not this file
 (tests/test_docs.py fails when the two differ). -->
 
 A Sharelake config is a TOML file, given with `--config FILE`; any key can be overridden with

@@ -8,14 +8,14 @@ creates three 3-partition topics and produces to them: sample JSON events with a
 in the middle; the same events as Avro through the registry (confluent-kafka's AvroSerializer),
 the second half with a new version of the schema that adds an optional field, and two poison
 records; and the JSON events again, keyed by their `user`, into a table upserted by `user` (one row
-per user, the newest amount: `docs/upserts.md`). Then one `./spark-submit.sh jobs/sharelake.py
+per user, the newest amount: `docs/upserts.md`). Then one `./spark-submit.sh jobs/main.py
 ingest` (what users submit) reads the topics in until-drained mode, each routed into its own table,
 with `--summary` (each table, its columns, and the dead letters by class), and the broker and
 registry stop. Then it proves its own result with a Spark session of its own
 (`devkit.demo_check`): every produced record in its table exactly once, one row per user at its
 newest amount, every poison record in the dead-letter table once with its class. Exits with the
 ingest job's exit code, or 1 when the check fails. In a terminal the job's output scrolls above one
-progress bar; piped or redirected there is no bar, only the job's lines (`app.observe.console.follow_job`).
+progress bar; piped or redirected there is no bar, only the job's lines (`sharelake.observe.console.follow_job`).
 """
 
 from __future__ import annotations
@@ -30,10 +30,6 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from app.observe.console import follow_job
-from app.run.spark_session import build_spark
-from app.testing.kafka_broker import EmbeddedKafka
-from app.testing.schema_registry import EmbeddedSchemaRegistry
 from devkit.demo_check import Expected, ExpectedUpserts, check_demo
 from devkit.paths import CACHE_DIR, jars_env
 from devkit.paths import PROJECT_ROOT as ROOT
@@ -49,6 +45,10 @@ from devkit.sample_data import (
     produce_poison_records,
     produce_records,
 )
+from sharelake.observe.console import follow_job
+from sharelake.run.spark_session import build_spark
+from sharelake.testing.kafka_broker import EmbeddedKafka
+from sharelake.testing.schema_registry import EmbeddedSchemaRegistry
 
 TOPIC = "demo-events"
 AVRO_TOPIC = "demo-avro-events"
@@ -126,7 +126,7 @@ def main() -> int:
             f"{USERS_TOPIC}, in {time.monotonic() - t0:.1f}s"
         )
         cmd = [
-            str(ROOT / "spark-submit.sh"), str(ROOT / "jobs" / "sharelake.py"), "ingest",
+            str(ROOT / "spark-submit.sh"), str(ROOT / "jobs" / "main.py"), "ingest",
             "--config", str(ROOT / "conf" / "local.toml"),
             "--set", f"kafka.bootstrap_servers={broker.bootstrap}",
             "--set", f'kafka.topics=["{TOPIC}", "{AVRO_TOPIC}", "{USERS_TOPIC}"]',

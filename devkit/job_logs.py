@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-REPLANNED = ": re-planned, "  # app.sink.write.table_writer: another writer committed planned records first
-REFUSED = ": another writer committed first"  # app.sink.delta.writer: Delta refused a commit
+REPLANNED = ": re-planned, "  # sharelake.sink.write.table_writer: another writer committed planned records first
+REFUSED = ": another writer committed first"  # sharelake.sink.delta.writer: Delta refused a commit
 
 
 def race_counts(logs: Iterable[Path]) -> tuple[int, int]:

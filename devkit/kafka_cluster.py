@@ -1,7 +1,7 @@
 """An embedded replicated Kafka cluster: 3 KRaft nodes (combined broker+controller) on loopback.
 
 For what a single node cannot show (a node's death, a network fault); otherwise the
-single node of `app.testing.kafka_broker` serves. Every node runs the same Maven-resolved jars as the
+single node of `sharelake.testing.kafka_broker` serves. Every node runs the same Maven-resolved jars as the
 single node, with a static controller quorum of all nodes, and every topic - the job's, the
 consumer offsets and the share-group state - keeps 3 copies with `min.insync.replicas` 2, so one
 node can die at any moment without losing an acknowledged write. `kill()` / `restart()` act on
@@ -20,8 +20,8 @@ from types import TracebackType
 
 from confluent_kafka.admin import AdminClient
 
-from app.testing.kafka_broker import HOST_PORTS, EmbeddedKafka, Quorum, cluster_id, create_topic, free_port
 from devkit.network import Host
+from sharelake.testing.kafka_broker import HOST_PORTS, EmbeddedKafka, Quorum, cluster_id, create_topic, free_port
 
 # Three copies of everything, two of them needed for a write: what a production cluster runs.
 REPLICATED_SETTINGS: dict[str, str] = {

@@ -2,7 +2,7 @@
 
 The cache is `SHARELAKE_CACHE`, else .cache. For the embedded services, the demo, the tests and the bench,
 never for the runtime package: an installed Sharelake finds its jars through spark-submit's `--jars`,
-`SHARELAKE_JARS`, or Maven Central, see `app.run.spark_session`. `make jars` (part of `make setup`)
+`SHARELAKE_JARS`, or Maven Central, see `sharelake.run.spark_session`. `make jars` (part of `make setup`)
 fills the Kafka, Spark and registry folders from conf/maven/; `make s3` and `make yarn` the S3 and
 YARN ones (the comment beside each name says which target fills it).
 """
@@ -26,7 +26,7 @@ S3_SERVER_JARS = CACHE_DIR / "jars" / "s3-server"
 YARN_JARS = CACHE_DIR / "jars" / "yarn"
 # the unpacked Apicurio Registry distribution (a runner jar and its lib/), for the embedded schema registry
 REGISTRY_DIR = CACHE_DIR / "registry"
-# the driver JVM's class-data-sharing archives (`make setup` builds one: app.run.class_archive)
+# the driver JVM's class-data-sharing archives (`make setup` builds one: sharelake.run.class_archive)
 CLASS_ARCHIVES = CACHE_DIR / "cds"
 # the runtime venv a cluster runs: requirements.txt and the wheel only (`make runtime-env`)
 RUNTIME_VENV = CACHE_DIR / "runtime"

@@ -30,9 +30,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
-from app.testing.kafka_broker import free_port
 from devkit.network import Host
 from devkit.paths import S3_SERVER_JARS
+from sharelake.testing.kafka_broker import free_port
 
 T = TypeVar("T")
 ACCESS_KEY = "sharelake-test"

@@ -3,7 +3,7 @@
 `produce_json_events` returns what
 the broker acknowledged for each record (partition and offset from the delivery reports), so a
 test can compare the Delta table with exactly what was produced; `produce_records` does the same
-for any (key, value) pairs (the testing kit's, app.testing.produce). `avro_values` serializes
+for any (key, value) pairs (the testing kit's, sharelake.testing.produce). `avro_values` serializes
 records as users' producers do: confluent-kafka's `AvroSerializer`, registering the schema in a
 schema registry under the topic's value subject (Confluent wire format).
 """
@@ -14,9 +14,9 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-# what the broker acknowledged, and the producer that reports it: the testing kit's (app.testing.produce)
-from app.testing.produce import Produced as Produced
-from app.testing.produce import produce_records as produce_records
+# what the broker acknowledged, and the producer that reports it: the testing kit's (sharelake.testing.produce)
+from sharelake.testing.produce import Produced as Produced
+from sharelake.testing.produce import produce_records as produce_records
 
 
 def event_value(i: int) -> bytes:

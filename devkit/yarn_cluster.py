@@ -24,8 +24,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from app.testing.kafka_broker import free_port
 from devkit.paths import YARN_JARS
+from sharelake.testing.kafka_broker import free_port
 
 # Java 17 closes the JDK internals the mini clusters' Guice and Hadoop's RPC reflect into
 ADD_OPENS = [

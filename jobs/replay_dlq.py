@@ -1,4 +1,4 @@
-"""spark-submit entry point of `sharelake replay-dead-letters`, kept for existing schedules (jobs/sharelake.py runs any
+"""spark-submit entry point of `sharelake replay-dead-letters`, kept for existing schedules (jobs/main.py runs any
 subcommand).
 
 ./spark-submit.sh jobs/replay_dlq.py --config conf/local.toml [--set section.key=value ...]
@@ -6,7 +6,7 @@ subcommand).
 
 import sys
 
-from app.cli import main
+from sharelake.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["replay-dead-letters", *sys.argv[1:]]))

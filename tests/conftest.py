@@ -2,7 +2,7 @@
 
 Every test that crosses Kafka, Spark or Delta uses these (no fakes). Test data lives under the
 pytest session's temp dir. The broker and the schema registry (Apicurio, `registry`, started once
-for the tests that ask for it) are the testing kit's (`app.testing.plugin`, which the installed
+for the tests that ask for it) are the testing kit's (`sharelake.testing.plugin`, which the installed
 package registers with pytest): a failing test shows their log tails.
 """
 
@@ -17,15 +17,15 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.failures import faults
-from app.run.class_archive import ARCHIVES_ENV
-from app.run.spark_session import build_spark, launch_conf
-from app.testing.kafka_broker import EmbeddedKafka
-from app.testing.plugin import SPARK_CONF
-from app.testing.schema_registry import EmbeddedSchemaRegistry
 from devkit import network
 from devkit.paths import CLASS_ARCHIVES, jars_env
 from devkit.s3_server import EmbeddedS3
+from sharelake.failures import faults
+from sharelake.run.class_archive import ARCHIVES_ENV
+from sharelake.run.spark_session import build_spark, launch_conf
+from sharelake.testing.kafka_broker import EmbeddedKafka
+from sharelake.testing.plugin import SPARK_CONF
+from sharelake.testing.schema_registry import EmbeddedSchemaRegistry
 from tests.table_checks import DownstreamStream
 
 logging.getLogger("py4j").setLevel(logging.WARNING)
@@ -33,13 +33,13 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 os.environ.setdefault("SHARELAKE_JARS", jars_env())
 os.environ.setdefault(ARCHIVES_ENV, str(CLASS_ARCHIVES))  # the driver JVM's class archive, when built
 
-# beside Sharelake's own settings (app.run.spark_session.SHARELAKE_CONF): the kit's small, loopback-only session
+# beside Sharelake's own settings (sharelake.run.spark_session.SHARELAKE_CONF): the kit's small, loopback-only session
 TEST_SPARK_CONF = SPARK_CONF
 
 
 @pytest.fixture(scope="session")
 def broker(sharelake_broker: EmbeddedKafka) -> EmbeddedKafka:
-    """The session's broker: the testing kit's (app.testing.plugin), as users' tests get it."""
+    """The session's broker: the testing kit's (sharelake.testing.plugin), as users' tests get it."""
     return sharelake_broker
 
 

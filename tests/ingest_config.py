@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.config.loader import load_config
-from app.config.settings import SharelakeConfig
-from app.testing.kafka_broker import KafkaBrokers
+from sharelake.config.loader import load_config
+from sharelake.config.settings import SharelakeConfig
+from sharelake.testing.kafka_broker import KafkaBrokers
 
 
 def ingest_config(

@@ -18,12 +18,12 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from app.config.loader import load_config
-from app.failures import faults as fault_points
-from app.run.pipeline import run_ingest
-from app.testing.kafka_broker import KafkaBrokers
 from devkit.network import Host
 from devkit.s3_server import EmbeddedS3
+from sharelake.config.loader import load_config
+from sharelake.failures import faults as fault_points
+from sharelake.run.pipeline import run_ingest
+from sharelake.testing.kafka_broker import KafkaBrokers
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -7,9 +7,9 @@ import uuid
 
 from confluent_kafka import ShareConsumer
 
-from app.consume.group_settings import apply_group_settings
-from app.testing.kafka_broker import KafkaBrokers
 from devkit.sample_data import produce_records
+from sharelake.consume.group_settings import apply_group_settings
+from sharelake.testing.kafka_broker import KafkaBrokers
 
 
 def share_receive(

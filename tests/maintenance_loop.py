@@ -14,7 +14,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from app.ops.maintenance import maintain_table
+from sharelake.ops.maintenance import maintain_table
 
 RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
 FOREIGN = "another-writer"  # the topic column of the rows the other writer appends

@@ -14,8 +14,8 @@ from typing import Any
 
 import requests
 
-from app.testing.kafka_broker import free_port
 from devkit.paths import CACHE_DIR
+from sharelake.testing.kafka_broker import free_port
 from tests.waiting import wait_for
 
 PROMETHEUS_BIN = CACHE_DIR / "prometheus" / "usr" / "bin"

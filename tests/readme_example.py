@@ -21,7 +21,7 @@ PLACEHOLDERS = {
     '"sharelake-events"': "group",
     '"/tmp/sharelake/events"': "table",
 }
-COMMAND = ["./spark-submit.sh", "jobs/sharelake.py"]  # the README's command: the checkout's paths
+COMMAND = ["./spark-submit.sh", "jobs/main.py"]  # the README's command: the checkout's paths
 
 
 def own_broker_example(text: str) -> tuple[str, str]:

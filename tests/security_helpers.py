@@ -11,7 +11,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
 
-from app.testing.kafka_broker import EmbeddedKafka
+from sharelake.testing.kafka_broker import EmbeddedKafka
 
 PASSWORD_ENV = "SHARELAKE_TEST_SASL_PASSWORD"
 

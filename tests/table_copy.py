@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from app.run.spark_session import build_spark
+from sharelake.run.spark_session import build_spark
 
 COLUMNS = ("topic", "partition", "offset", "key", "value")
 

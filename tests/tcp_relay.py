@@ -11,7 +11,7 @@ from __future__ import annotations
 import socket
 import threading
 
-from app.testing.kafka_broker import LOOPBACK, free_port
+from sharelake.testing.kafka_broker import LOOPBACK, free_port
 
 
 class TcpRelay:

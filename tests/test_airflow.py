@@ -2,7 +2,7 @@
 
 Airflow 3 from a venv of its own (`make airflow-env`), one Airflow home for the module (a SQLite metadata
 DB, no scheduler, no API server): `airflow dags test` parses that very file in place and runs its task,
-which runs `./spark-submit.sh ... jobs/sharelake.py ingest` from this checkout against the session's broker,
+which runs `./spark-submit.sh ... jobs/main.py ingest` from this checkout against the session's broker,
 into a real Delta table. The DAG's params point it at the test's config (`--conf`); the retry delay is made
 short through the environment the DAG file is parsed in. What Airflow recorded is read back from its
 metadata DB (each try's state), not only the command's exit code:
@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.testing.kafka_broker import EmbeddedKafka
 from devkit.sample_data import Produced, produce_json_events
+from sharelake.testing.kafka_broker import EmbeddedKafka
 from tests.airflow_home import RUN_TIMEOUT_S, AirflowHome, airflow_home, finish, the_new_run
 from tests.job_runner import ROOT, kill_job
 from tests.kafka_helpers import nothing_left

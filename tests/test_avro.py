@@ -22,11 +22,6 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
-from app.config.routes import resolve_routes
-from app.failures.errors import ConfigError, DependencyOutage
-from app.run.pipeline import run_ingest
-from app.testing.kafka_broker import EmbeddedKafka
-from app.testing.schema_registry import EmbeddedSchemaRegistry
 from devkit.sample_data import (
     EVENT_AVRO_SCHEMA,
     EVENT_AVRO_SCHEMA_V2,
@@ -35,6 +30,11 @@ from devkit.sample_data import (
     event_record,
     produce_records,
 )
+from sharelake.config.routes import resolve_routes
+from sharelake.failures.errors import ConfigError, DependencyOutage
+from sharelake.run.pipeline import run_ingest
+from sharelake.testing.kafka_broker import EmbeddedKafka
+from sharelake.testing.schema_registry import EmbeddedSchemaRegistry
 from tests.ingest_config import ingest_config
 from tests.job_runner import JobSpec, run_job, run_summary
 from tests.kafka_helpers import nothing_left

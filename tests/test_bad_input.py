@@ -16,16 +16,16 @@ from chispa import assert_df_equality
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from app.config.routes import resolve_routes
-from app.config.settings import SharelakeConfig
-from app.failures import faults
-from app.ops.replay import replay_dead_letters
-from app.run.pipeline import run_ingest
-from app.sink.dedup.cache import DedupCache
-from app.sink.dedup.commit_log import DeltaCommitLog
-from app.table.location import TableLocation
-from app.testing.kafka_broker import EmbeddedKafka
 from devkit.sample_data import produce_json_events, produce_records
+from sharelake.config.routes import resolve_routes
+from sharelake.config.settings import SharelakeConfig
+from sharelake.failures import faults
+from sharelake.ops.replay import replay_dead_letters
+from sharelake.run.pipeline import run_ingest
+from sharelake.sink.dedup.cache import DedupCache
+from sharelake.sink.dedup.commit_log import DeltaCommitLog
+from sharelake.table.location import TableLocation
+from sharelake.testing.kafka_broker import EmbeddedKafka
 from tests.ingest_config import ingest_config
 from tests.job_runner import JobSpec
 from tests.kafka_helpers import nothing_left

@@ -17,20 +17,20 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
-from app.acknowledge.lifecycle import AckCommand, PollBatch
-from app.acknowledge.proof import RecordState
-from app.acknowledge.window import DecisionWindow
-from app.bridge.arrow_rows import poll_rows
-from app.bridge.record_buffer import Poll, RecordBuffer
-from app.bridge.synthetic_record import SyntheticRecord
-from app.config.settings import BatchConfig
-from app.formats.json import JsonFormat, JsonSettings
-from app.sink.batch.delta_sink import DeltaSink
-from app.sink.dead_letter.sinks import DeltaDeadLetters, dead_letter_table
-from app.sink.dedup.dedup_table import DedupTable
-from app.sink.write.destinations import Destination, main_table
-from app.table.location import TableLocation
 from devkit.sample_data import EVENT_SCHEMA, event_value
+from sharelake.acknowledge.lifecycle import AckCommand, PollBatch
+from sharelake.acknowledge.proof import RecordState
+from sharelake.acknowledge.window import DecisionWindow
+from sharelake.bridge.arrow_rows import poll_rows
+from sharelake.bridge.record_buffer import Poll, RecordBuffer
+from sharelake.bridge.synthetic_record import SyntheticRecord
+from sharelake.config.settings import BatchConfig
+from sharelake.formats.json import JsonFormat, JsonSettings
+from sharelake.sink.batch.delta_sink import DeltaSink
+from sharelake.sink.dead_letter.sinks import DeltaDeadLetters, dead_letter_table
+from sharelake.sink.dedup.dedup_table import DedupTable
+from sharelake.sink.write.destinations import Destination, main_table
+from sharelake.table.location import TableLocation
 from tests.table_checks import dead_letters_by_key
 from tests.test_lifecycle import state_of
 

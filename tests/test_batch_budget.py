@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.acknowledge.window import DecisionWindow
-from app.sink.batch.budget import BatchBudget
+from sharelake.acknowledge.window import DecisionWindow
+from sharelake.sink.batch.budget import BatchBudget
 
 
 def test_cheap_batches_take_all_they_may() -> None:

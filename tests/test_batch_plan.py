@@ -1,6 +1,6 @@
 """Unit tests of the batch plan and its decisions: no broker, no Spark.
 
-Polls are built as the members build them (`app.bridge.arrow_rows.poll_rows` over polled
+Polls are built as the members build them (`sharelake.bridge.arrow_rows.poll_rows` over polled
 records, beside their `PollBatch`), the tables' holdings are real `DedupCache`s, and the decisions
 go through `BatchPlan.decide` as the sink's one decision point sends them (`Verdict`s); what each
 record became is read from its `PollBatch` and the commands its member would receive.
@@ -15,16 +15,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from app.acknowledge.lifecycle import AckCommand, PollBatch
-from app.acknowledge.proof import Decision, IllegalTransition, RecordState
-from app.bridge.arrow_rows import poll_rows
-from app.bridge.record_buffer import Poll
-from app.bridge.synthetic_record import SyntheticRecord
-from app.formats.base import precheck
-from app.formats.raw import RawSettings
-from app.sink.batch.plan import CANDIDATE, COPY, PARKED, PRESENT, BatchPlan, Verdict, plan_batch
-from app.sink.dedup.cache import DedupCache
-from app.sink.dedup.offset_ranges import OffsetRanges
+from sharelake.acknowledge.lifecycle import AckCommand, PollBatch
+from sharelake.acknowledge.proof import Decision, IllegalTransition, RecordState
+from sharelake.bridge.arrow_rows import poll_rows
+from sharelake.bridge.record_buffer import Poll
+from sharelake.bridge.synthetic_record import SyntheticRecord
+from sharelake.formats.base import precheck
+from sharelake.formats.raw import RawSettings
+from sharelake.sink.batch.plan import CANDIDATE, COPY, PARKED, PRESENT, BatchPlan, Verdict, plan_batch
+from sharelake.sink.dedup.cache import DedupCache
+from sharelake.sink.dedup.offset_ranges import OffsetRanges
 from tests.proofs import proof_for_tests
 from tests.test_lifecycle import state_of
 

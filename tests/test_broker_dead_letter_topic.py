@@ -19,14 +19,14 @@ from confluent_kafka import AcknowledgeType, Consumer, Message, ShareConsumer
 from confluent_kafka.admin import ConfigResource, ResourceType
 from pyspark.sql import SparkSession
 
-from app.config.routes import resolve_routes
-from app.consume.broker_dead_letter_topic import TOPIC_ACCEPTS, ArchivedRecord
-from app.failures.errors import ConfigError
-from app.ops.replay import REPLAY_HEADER, replay_dead_letters
-from app.ops.replay_broker_topic import replay_broker_dead_letters
-from app.run.pipeline import run_ingest
-from app.testing.kafka_broker import EmbeddedKafka, KafkaBrokers
 from devkit.sample_data import produce_json_events, produce_records
+from sharelake.config.routes import resolve_routes
+from sharelake.consume.broker_dead_letter_topic import TOPIC_ACCEPTS, ArchivedRecord
+from sharelake.failures.errors import ConfigError
+from sharelake.ops.replay import REPLAY_HEADER, replay_dead_letters
+from sharelake.ops.replay_broker_topic import replay_broker_dead_letters
+from sharelake.run.pipeline import run_ingest
+from sharelake.testing.kafka_broker import EmbeddedKafka, KafkaBrokers
 from tests.ingest_config import ingest_config
 from tests.kafka_helpers import nothing_left
 
@@ -162,7 +162,7 @@ def test_dead_letters_to_the_broker_topic_alone_write_no_table_and_log_each_clas
     table = tmp_path / "t"
     settings = (f"kafka.broker_dead_letter_topic={dlq}", "dead_letter.sink=broker_topic")
     cfg = ingest_config(broker, topic, group, table, *JSON, *settings)
-    with caplog.at_level("WARNING", logger="app.sink.dead_letter.broker_topic"):
+    with caplog.at_level("WARNING", logger="sharelake.sink.dead_letter.broker_topic"):
         summary = run_ingest(spark, cfg)
 
     assert summary.rejected == 2

@@ -17,12 +17,12 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
-from app.consume.group_settings import DELIVERY_LIMIT, read_group_settings
-from app.failures.errors import ConfigError
-from app.run.pipeline import run_ingest
-from app.testing.kafka_broker import EmbeddedKafka
 from devkit.paths import KAFKA_FLOOR_JARS
 from devkit.sample_data import produce_json_events, produce_records
+from sharelake.consume.group_settings import DELIVERY_LIMIT, read_group_settings
+from sharelake.failures.errors import ConfigError
+from sharelake.run.pipeline import run_ingest
+from sharelake.testing.kafka_broker import EmbeddedKafka
 from tests.ingest_config import ingest_config
 from tests.job_runner import JobSpec, drain_in_process, drain_job, run_summary
 from tests.kafka_helpers import nothing_left

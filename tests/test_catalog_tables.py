@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.config.loader import load_config
-from app.failures.errors import ConfigError
-from app.run.pipeline import run_ingest
-from app.testing.kafka_broker import EmbeddedKafka
 from devkit.sample_data import produce_json_events, produce_records
+from sharelake.config.loader import load_config
+from sharelake.failures.errors import ConfigError
+from sharelake.run.pipeline import run_ingest
+from sharelake.testing.kafka_broker import EmbeddedKafka
 from tests.job_runner import ROOT, JobSpec, drain_in_process
 from tests.table_checks import KEY_COLUMNS
 

@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.consume.group_settings import DELIVERY_LIMIT, apply_group_settings
-from app.testing.kafka_broker import EmbeddedKafka
 from devkit.delta_log import read_commits, rows_in
 from devkit.job_logs import race_counts
 from devkit.sample_data import Produced, produce_json_events
+from sharelake.consume.group_settings import DELIVERY_LIMIT, apply_group_settings
+from sharelake.testing.kafka_broker import EmbeddedKafka
 from tests.job_runner import JobSpec, drain_in_process, kill_job, run_summary, start_job
 from tests.kafka_helpers import nothing_left
 from tests.table_checks import assert_exactly_once

@@ -12,9 +12,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from app.consume.group_settings import read_group_settings
-from app.testing.kafka_broker import EmbeddedKafka
 from devkit.paths import VENV_BIN
+from sharelake.consume.group_settings import read_group_settings
+from sharelake.testing.kafka_broker import EmbeddedKafka
 from tests.job_runner import ROOT
 
 SHARELAKE = str(VENV_BIN / "sharelake")

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.testing.kafka_broker import EmbeddedKafka, free_port
 from devkit.paths import RUNTIME_VENV
 from devkit.sample_data import produce_json_events
+from sharelake.testing.kafka_broker import EmbeddedKafka, free_port
 from tests.job_runner import ROOT
 from tests.table_checks import assert_exactly_once
 from tests.waiting import wait_for
@@ -36,7 +36,7 @@ SUBMIT = str(ROOT / "spark-submit.sh")
 
 def dry_run(*args: str, job_args: tuple[str, ...] = ()) -> list[str]:
     out = subprocess.run(
-        [SUBMIT, *args, "--dry-run", "jobs/sharelake.py", "ingest", *job_args, "--config", "conf/local.toml"], **RUN
+        [SUBMIT, *args, "--dry-run", "jobs/main.py", "ingest", *job_args, "--config", "conf/local.toml"], **RUN
     )
     assert out.returncode == 0, out.stderr
     return out.stdout.split()
@@ -117,7 +117,7 @@ def test_ingest_on_a_standalone_cluster_from_the_installed_wheel(
     produced = produce_json_events(broker.bootstrap, topic, 2000)
     elsewhere = tmp_path / "elsewhere"  # the job's working directory and entry point: not the checkout
     elsewhere.mkdir()
-    entry = shutil.copy(ROOT / "jobs" / "sharelake.py", elsewhere / "sharelake_job.py")
+    entry = shutil.copy(ROOT / "jobs" / "main.py", elsewhere / "sharelake_job.py")
     config = shutil.copy(ROOT / "conf" / "local.toml", elsewhere / "job.toml")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run(
@@ -132,7 +132,7 @@ def test_ingest_on_a_standalone_cluster_from_the_installed_wheel(
     assert done.returncode == 0, output[-4000:]
     assert_exactly_once(spark, tmp_path / "table", produced)
     # the driver ran the wheel installed in the runtime venv
-    installed = RUNTIME / "lib" / "python3.11" / "site-packages" / "app"
+    installed = RUNTIME / "lib" / "python3.11" / "site-packages" / "sharelake"
     assert f"Sharelake {version('sharelake')} starting (from {installed})" in output, output[-4000:]
     # the writes ran in an executor JVM the worker launched for this application, with the runtime venv's Python
     executor_logs = list(work.glob("app-*/*/stderr"))

@@ -1,5 +1,5 @@
-"""The code's shape, read from its syntax trees: no import cycle between `app`'s packages, no function
-over 60 lines and no class over 250 in `app/`. No Spark, no broker."""
+"""The code's shape, read from its syntax trees: no import cycle between `sharelake`'s packages, no function
+over 60 lines and no class over 250 in `app/sharelake/`. No Spark, no broker."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-APP = Path(__file__).resolve().parents[1] / "app"
+APP = Path(__file__).resolve().parents[1] / "app" / "sharelake"
 MAX_FUNCTION_LINES = 60
 MAX_CLASS_LINES = 250
 
@@ -23,21 +23,21 @@ def modules() -> Iterator[tuple[str, ast.Module]]:
 
 
 def unit(dotted: str) -> str:
-    """A module's unit: the package right under `app` (`app.sink.batch.plan` -> `app.sink`), or the module
-    itself when it sits in `app/` (`app.cli`)."""
+    """A module's unit: the package right under `sharelake` (`sharelake.sink.batch.plan` -> `sharelake.sink`), or the
+    module itself when it sits in `app/sharelake/` (`sharelake.cli`)."""
     return ".".join(dotted.split(".")[:2])
 
 
 def imported(dotted: str, tree: ast.Module) -> Iterator[str]:
-    """Every `app` module `tree` imports, at module level or inside a function, `TYPE_CHECKING` too."""
+    """Every `sharelake` module `tree` imports, at module level or inside a function, `TYPE_CHECKING` too."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            yield from (a.name for a in node.names if a.name.startswith("app."))
+            yield from (a.name for a in node.names if a.name.startswith("sharelake."))
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:  # relative: resolved against this module's package
                 base = ".".join(dotted.split(".")[: -node.level] + ([base] if base else []))
-            if base == "app" or base.startswith("app."):
+            if base == "sharelake" or base.startswith("sharelake."):
                 yield from (f"{base}.{a.name}" for a in node.names)
 
 
@@ -52,8 +52,8 @@ def unit_imports() -> dict[str, set[str]]:
 def test_the_graph_sees_the_packages_and_their_imports() -> None:
     """The check below is only as good as the graph: it must hold the packages and known edges."""
     graph = unit_imports()
-    assert {"app.sink", "app.config", "app.formats", "app.run", "app.cli"} <= set(graph)
-    assert "app.sink" in graph["app.run"] and "app.config" in graph["app.sink"]
+    assert {"sharelake.sink", "sharelake.config", "sharelake.formats", "sharelake.run", "sharelake.cli"} <= set(graph)
+    assert "sharelake.sink" in graph["sharelake.run"] and "sharelake.config" in graph["sharelake.sink"]
 
 
 def test_no_package_imports_one_that_imports_it_back() -> None:

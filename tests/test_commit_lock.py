@@ -2,7 +2,7 @@
 
 Delta serialises the commits to a `file:` table inside one JVM only (its local rename replaces a
 commit file that appeared meanwhile), so Sharelake's drivers take turns on
-a lock file beside the table (`app.sink.delta.commit_lock`). Here another process, standing in for
+a lock file beside the table (`sharelake.sink.delta.commit_lock`). Here another process, standing in for
 another driver, holds the lock: this driver's append writes its files but commits only once the
 other lets go. Found by the scale-out bench (`python -m bench scale-out`), where two drivers lost
 an ACCEPTed commit without it.
@@ -20,10 +20,10 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from app.sink.delta.checkpointer import Checkpointer
-from app.sink.delta.commit_lock import commit_lock, lock_path, on_local_disk
-from app.sink.delta.writer import DeltaWriter, writer_session
-from app.table.location import TableLocation
+from sharelake.sink.delta.checkpointer import Checkpointer
+from sharelake.sink.delta.commit_lock import commit_lock, lock_path, on_local_disk
+from sharelake.sink.delta.writer import DeltaWriter, writer_session
+from sharelake.table.location import TableLocation
 from tests.waiting import wait_for
 
 HOLD = """

@@ -25,10 +25,10 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from app.failures import faults
-from app.run.pipeline import run_ingest
-from app.testing.kafka_broker import EmbeddedKafka
 from devkit.sample_data import produce_json_events
+from sharelake.failures import faults
+from sharelake.run.pipeline import run_ingest
+from sharelake.testing.kafka_broker import EmbeddedKafka
 from tests.ingest_config import ingest_config
 from tests.kafka_helpers import share_receive
 from tests.waiting import wait_for

@@ -28,23 +28,23 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from app.acknowledge.lifecycle import AckCommand, PollBatch
-from app.acknowledge.proof import RecordState
-from app.acknowledge.window import DecisionWindow
-from app.bridge.arrow_rows import poll_rows
-from app.bridge.record_buffer import Poll, RecordBuffer
-from app.bridge.synthetic_record import SyntheticRecord
-from app.config.settings import BatchConfig
-from app.failures import faults
-from app.formats.raw import RawFormat, RawSettings
-from app.sink.batch.delta_sink import DeltaSink
-from app.sink.dead_letter.sinks import DeltaDeadLetters, dead_letter_table
-from app.sink.dedup.commit_log import user_metadata_json
-from app.sink.dedup.dedup_table import micros
-from app.sink.dedup.offset_ranges import BatchOffsets, OffsetRanges
-from app.sink.write.destinations import Destination, main_table
-from app.table.location import TableLocation
 from devkit.sample_data import Produced
+from sharelake.acknowledge.lifecycle import AckCommand, PollBatch
+from sharelake.acknowledge.proof import RecordState
+from sharelake.acknowledge.window import DecisionWindow
+from sharelake.bridge.arrow_rows import poll_rows
+from sharelake.bridge.record_buffer import Poll, RecordBuffer
+from sharelake.bridge.synthetic_record import SyntheticRecord
+from sharelake.config.settings import BatchConfig
+from sharelake.failures import faults
+from sharelake.formats.raw import RawFormat, RawSettings
+from sharelake.sink.batch.delta_sink import DeltaSink
+from sharelake.sink.dead_letter.sinks import DeltaDeadLetters, dead_letter_table
+from sharelake.sink.dedup.commit_log import user_metadata_json
+from sharelake.sink.dedup.dedup_table import micros
+from sharelake.sink.dedup.offset_ranges import BatchOffsets, OffsetRanges
+from sharelake.sink.write.destinations import Destination, main_table
+from sharelake.table.location import TableLocation
 from tests.table_checks import assert_exactly_once
 from tests.test_dedup_cache import holds
 from tests.test_lifecycle import state_of

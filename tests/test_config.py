@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from app.config.loader import load_config
-from app.config.routes import resolve_routes
-from app.failures.errors import ConfigError
-from app.table.location import TableLocation
+from sharelake.config.loader import load_config
+from sharelake.config.routes import resolve_routes
+from sharelake.failures.errors import ConfigError
+from sharelake.table.location import TableLocation
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRED = ["kafka.bootstrap_servers=h:1", "kafka.topic=t", "kafka.group_id=g", "delta.table_path=/tmp/x"]
@@ -203,7 +203,7 @@ def test_secrets_come_from_the_environment_or_a_file_never_the_command_line(
 
 
 def test_group_settings_the_job_owns() -> None:
-    from app.consume.group_settings import desired_group_settings
+    from sharelake.consume.group_settings import desired_group_settings
 
     base = load_config(None, REQUIRED).kafka
     assert desired_group_settings(base) == {"share.auto.offset.reset": "earliest"}

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.failures.errors import ConfigError
-from app.run import preflight
-from app.run.pipeline import run_ingest
-from app.table.location import TableLocation
-from app.testing.kafka_broker import EmbeddedKafka, free_port
 from devkit.sample_data import produce_json_events
+from sharelake.failures.errors import ConfigError
+from sharelake.run import preflight
+from sharelake.run.pipeline import run_ingest
+from sharelake.table.location import TableLocation
+from sharelake.testing.kafka_broker import EmbeddedKafka, free_port
 from tests.ingest_config import ingest_config
 from tests.job_runner import ROOT
 

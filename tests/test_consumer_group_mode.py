@@ -20,9 +20,9 @@ import pytest
 from confluent_kafka import Consumer
 from pyspark.sql import SparkSession
 
-from app.run.pipeline import run_ingest
-from app.testing.kafka_broker import EmbeddedKafka, KafkaBrokers
 from devkit.sample_data import produce_json_events, produce_records
+from sharelake.run.pipeline import run_ingest
+from sharelake.testing.kafka_broker import EmbeddedKafka, KafkaBrokers
 from tests.ingest_config import ingest_config
 from tests.job_runner import JobSpec, drain_in_process, drain_job, run_summary, start_job
 from tests.kafka_helpers import nothing_left

@@ -1,13 +1,13 @@
-"""Unit tests of the one declaration of a run's counters (app/observe/counters.py)."""
+"""Unit tests of the one declaration of a run's counters (app/sharelake/observe/counters.py)."""
 
 from __future__ import annotations
 
-from app.consume.member import MemberStats
-from app.consume.member_pool import PoolGauges
-from app.observe.counters import catalogue, collect, summed
-from app.run.pipeline import RunSummary
-from app.sink.batch.stats import PHASES, SinkStats
-from app.sink.dedup.dedup_table import TableStats
+from sharelake.consume.member import MemberStats
+from sharelake.consume.member_pool import PoolGauges
+from sharelake.observe.counters import catalogue, collect, summed
+from sharelake.run.pipeline import RunSummary
+from sharelake.sink.batch.stats import PHASES, SinkStats
+from sharelake.sink.dedup.dedup_table import TableStats
 
 
 def owners() -> list[object]:

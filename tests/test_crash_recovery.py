@@ -1,7 +1,7 @@
 """kill -9 of the driver at each dangerous point, then a restart: nothing lost, nothing doubled.
 
 The job runs as users run it (spark-submit.sh) in its own process; an injected fault point
-SIGKILLs the Python driver at the exact moment under test (app/failures/faults.py).
+SIGKILLs the Python driver at the exact moment under test (app/sharelake/failures/faults.py).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from app.testing.kafka_broker import EmbeddedKafka
 from devkit.delta_log import added_files
 from devkit.sample_data import produce_json_events
+from sharelake.testing.kafka_broker import EmbeddedKafka
 from tests.job_runner import JobSpec, drain_in_process, drain_job, kill_job, run_summary, start_job
 from tests.maintenance_loop import Maintenance
 from tests.table_checks import assert_exactly_once

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from app.acknowledge.window import DecisionWindow
-from app.config.settings import KafkaConfig
-from app.consume.consumer_group import ConsumerGroupType
-from app.consume.share_group import ShareGroupType
+from sharelake.acknowledge.window import DecisionWindow
+from sharelake.config.settings import KafkaConfig
+from sharelake.consume.consumer_group import ConsumerGroupType
+from sharelake.consume.share_group import ShareGroupType
 
 
 def kafka(group_type: str, **client: object) -> KafkaConfig:

@@ -13,16 +13,16 @@ from typing import Any
 import numpy as np
 from pyspark.sql import SparkSession
 
-from app.sink.dedup.cache import DedupCache
-from app.sink.dedup.commit_log import (
+from sharelake.sink.dedup.cache import DedupCache
+from sharelake.sink.dedup.commit_log import (
     DeltaCommitLog,
     SharelakeCommit,
     parse_user_metadata,
     repair_metadata_json,
     user_metadata_json,
 )
-from app.sink.dedup.offset_ranges import OffsetRanges
-from app.table.location import TableLocation
+from sharelake.sink.dedup.offset_ranges import OffsetRanges
+from sharelake.table.location import TableLocation
 
 
 def holds(cache: DedupCache, topic: str, partition: int, offset: int) -> bool:

@@ -1,4 +1,4 @@
-"""Unit tests of the elastic sizer's decisions (app/consume/elastic.py) on measured idle time.
+"""Unit tests of the elastic sizer's decisions (app/sharelake/consume/elastic.py) on measured idle time.
 
 The pool here is a plain object holding the figures the real pool reports (each member's seconds in
 empty polls, the buffer's fill); the clock is the test's. The sizer on a real broker and a real
@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from app.acknowledge.window import DecisionWindow
-from app.consume import elastic
-from app.consume.elastic import ElasticSizer
+from sharelake.acknowledge.window import DecisionWindow
+from sharelake.consume import elastic
+from sharelake.consume.elastic import ElasticSizer
 
 LOCK = DecisionWindow.record_lock(30.0)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.failures.errors import one_line
+from sharelake.failures.errors import one_line
 
 TRACE = """[FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred in the user provided function in foreach batch sink.
 py4j.protocol.Py4JJavaError: An error occurred while calling o812.save.
@@ -43,9 +43,9 @@ def test_a_python_traceback_gives_what_the_python_code_raised() -> None:
         "    return_value = getattr(self.pool[obj_id], method)(*params)\n"
         '  File "/w/app/failures/faults.py", line 61, in hit\n'
         "    raise InjectedFault(f'injected failure at {point} (hit {n})')\n"
-        "app.failures.faults.InjectedFault: injected failure at before_delta_commit (hit 3)\n"
+        "sharelake.failures.faults.InjectedFault: injected failure at before_delta_commit (hit 3)\n"
     )
-    assert one_line(proxy) == "app.failures.faults.InjectedFault: injected failure at before_delta_commit (hit 3)"
+    assert one_line(proxy) == "sharelake.failures.faults.InjectedFault: injected failure at before_delta_commit (hit 3)"
 
 
 def test_a_py4j_error_gives_its_java_exception_not_the_call() -> None:

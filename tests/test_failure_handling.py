@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.run.pipeline import IngestError, run_ingest
-from app.testing.kafka_broker import EmbeddedKafka
 from devkit.sample_data import produce_json_events
+from sharelake.run.pipeline import IngestError, run_ingest
+from sharelake.testing.kafka_broker import EmbeddedKafka
 from tests.ingest_config import ingest_config
 from tests.kafka_helpers import nothing_left, share_receive
 from tests.table_checks import assert_exactly_once

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.testing.kafka_broker import EmbeddedKafka
 from devkit.sample_data import produce_json_events
+from sharelake.testing.kafka_broker import EmbeddedKafka
 from tests.job_runner import JobSpec, drain_in_process, kill_job, run_summary, start_job
 from tests.table_checks import assert_exactly_once
 from tests.waiting import wait_for

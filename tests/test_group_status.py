@@ -1,4 +1,4 @@
-"""`sharelake status` and its reader (app/ops/group_status.py, each group type's `read_state`) against a
+"""`sharelake status` and its reader (app/sharelake/ops/group_status.py, each group type's `read_state`) against a
 real broker and a real Delta table: the group's live members while a job runs, none after; the lag
 of the records produced after the job stopped; the table's last Sharelake commit; the command's
 `--json` output. The same for a consumer group, whose lag the running job also serves to Prometheus."""
@@ -17,19 +17,19 @@ from confluent_kafka import Consumer
 from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import SparkSession
 
-from app.config.settings import KafkaConfig
-from app.consume.group_admin import GroupAdmin
-from app.consume.group_client import NO_SUCH_GROUP, GroupState
-from app.consume.group_types import group_type
-from app.consume.java_admin import java_admin_config
-from app.consume.member_pool import MemberPool
-from app.failures.errors import ConfigError
-from app.ops.group_status import GroupStatus, read_group_status
-from app.run.pipeline import RunSummary, run_ingest
-from app.testing.kafka_broker import EmbeddedKafka, free_port
 from devkit.paths import PROJECT_ROOT as ROOT
 from devkit.paths import VENV_BIN
 from devkit.sample_data import produce_json_events
+from sharelake.config.settings import KafkaConfig
+from sharelake.consume.group_admin import GroupAdmin
+from sharelake.consume.group_client import NO_SUCH_GROUP, GroupState
+from sharelake.consume.group_types import group_type
+from sharelake.consume.java_admin import java_admin_config
+from sharelake.consume.member_pool import MemberPool
+from sharelake.failures.errors import ConfigError
+from sharelake.ops.group_status import GroupStatus, read_group_status
+from sharelake.run.pipeline import RunSummary, run_ingest
+from sharelake.testing.kafka_broker import EmbeddedKafka, free_port
 from tests.ingest_config import ingest_config
 from tests.waiting import wait_for
 

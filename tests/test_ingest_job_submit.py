@@ -1,10 +1,10 @@
 """The two ways a user starts a job, and every way `spark-submit.sh` refuses one.
 
-The README's "On your own broker" example runs as printed (`./spark-submit.sh jobs/sharelake.py
+The README's "On your own broker" example runs as printed (`./spark-submit.sh jobs/main.py
 ingest` from the checkout); the `sharelake` command installed from the wheel (the runtime venv:
 requirements.txt and the wheel only, what `pip install sharelake-*.whl` gives) runs the same config
 outside the checkout. Both land every record once and print the same kinds of lines: Sharelake's
-Spark settings live in one place (app.run.spark_session) for both.
+Spark settings live in one place (sharelake.run.spark_session) for both.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.run import class_archive
-from app.run.spark_session import LOG4J_CONFIG, SHARELAKE_CONF, launch_conf, session_conf
-from app.testing.kafka_broker import EmbeddedKafka
 from devkit.paths import CACHE_DIR, CLASS_ARCHIVES
 from devkit.sample_data import Produced, produce_json_events
+from sharelake.run import class_archive
+from sharelake.run.spark_session import LOG4J_CONFIG, SHARELAKE_CONF, launch_conf, session_conf
+from sharelake.testing.kafka_broker import EmbeddedKafka
 from tests.kafka_helpers import nothing_left
 from tests.readme_example import COMMAND, readme_example
 from tests.table_checks import assert_exactly_once
@@ -33,9 +33,9 @@ from tests.table_checks import assert_exactly_once
 ROOT = Path(__file__).resolve().parent.parent
 SUBMIT = str(ROOT / "spark-submit.sh")
 INSTALLED = CACHE_DIR / "runtime" / "bin" / "sharelake"  # `make runtime-env`: the wheel in a venv of its own
-# a line of Spark's (log4j, app/run/log4j2.properties), and the lines every run of the job prints
+# a line of Spark's (log4j, app/sharelake/run/log4j2.properties), and the lines every run of the job prints
 JOB_LINES = (
-    "INFO app.run.pipeline: Sharelake",
+    "INFO sharelake.run.pipeline: Sharelake",
     "share group members started",
     "INFO sharelake.progress: batch ",
     "run ended:",
@@ -96,7 +96,7 @@ def test_sharelake_settings_are_one_set_for_both_ways_of_starting() -> None:
     assert conf["spark.ui.showConsoleProgress"] == "false"
     assert conf["spark.databricks.delta.snapshotPartitions"] == "4"
     assert str(LOG4J_CONFIG) in conf["spark.driver.extraJavaOptions"] and LOG4J_CONFIG.is_file()
-    dry = run([SUBMIT, "--dry-run", "jobs/sharelake.py", "version"])
+    dry = run([SUBMIT, "--dry-run", "jobs/main.py", "version"])
     assert f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}" in dry.replace("\\", "")
 
 
@@ -132,7 +132,7 @@ def test_readme_example_submitted_as_printed_and_installed_command_land_alike_an
         runs[name], took[name] = job.output(), job.took
         topic, group, table, produced = backlogs[name]
         if name == "installed":
-            assert f"starting (from {INSTALLED.parent.parent}/lib/python3.11/site-packages/app)" in runs[name]
+            assert f"starting (from {INSTALLED.parent.parent}/lib/python3.11/site-packages/sharelake)" in runs[name]
             assert "duplicates: 0" in runs[name], runs[name][-3000:]
         assert_exactly_once(spark, table, produced)
         assert nothing_left(broker, topic, group)
@@ -162,7 +162,7 @@ def submit_refused(*args: str, options: tuple[str, ...] = (), env: Mapping[str, 
     cmd = [
         SUBMIT,
         *options,
-        str(ROOT / "jobs" / "sharelake.py"),
+        str(ROOT / "jobs" / "main.py"),
         "ingest",
         "--config",
         str(ROOT / "conf" / "local.toml"),
@@ -216,5 +216,5 @@ def test_the_driver_maps_the_class_archive_only_when_one_was_built_for_it(
     monkeypatch.delenv(class_archive.ARCHIVES_ENV)
     built = class_archive.archive_path(CLASS_ARCHIVES)
     assert built.is_file(), "make setup builds the driver's class archive"
-    dry = run([SUBMIT, "--dry-run", "jobs/sharelake.py", "version"], env={**os.environ})
+    dry = run([SUBMIT, "--dry-run", "jobs/main.py", "version"], env={**os.environ})
     assert f"-XX:SharedArchiveFile={built}" in dry.replace("\\", "")

@@ -19,11 +19,11 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
-from app.config.routes import resolve_routes
-from app.run.pipeline import payload_note, run_ingest
-from app.testing.kafka_broker import EmbeddedKafka
-from app.testing.schema_registry import EmbeddedSchemaRegistry
 from devkit.sample_data import EVENT_AVRO_SCHEMA, Produced, avro_values, event_record, produce_records
+from sharelake.config.routes import resolve_routes
+from sharelake.run.pipeline import payload_note, run_ingest
+from sharelake.testing.kafka_broker import EmbeddedKafka
+from sharelake.testing.schema_registry import EmbeddedSchemaRegistry
 from tests.ingest_config import ingest_config
 from tests.kafka_helpers import nothing_left
 from tests.table_checks import EVENT_COLUMNS, dead_letters_by_key, event_rows

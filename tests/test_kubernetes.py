@@ -35,12 +35,12 @@ from typing import Any, TypeVar
 import pytest
 from pyspark.sql import SparkSession
 
-from app.testing.kafka_broker import EmbeddedKafka
 from devkit.delta_log import data_commits, read_commits
 from devkit.k8s import cluster as k8s_cluster
 from devkit.k8s import network as pod_network
 from devkit.paths import VENV_BIN
 from devkit.sample_data import Produced, produce_json_events
+from sharelake.testing.kafka_broker import EmbeddedKafka
 from tests.airflow_home import AirflowHome, airflow_home, the_new_run
 from tests.airflow_home import finish as finish_airflow
 from tests.job_runner import ROOT, JobSpec, drain_in_process, run_summary
@@ -147,7 +147,7 @@ class Kube:
             config = str(config_file)
         for key, value in conf.items():
             args += ["--conf", f"{key}={value}"]
-        args += [str(ROOT / "jobs" / "sharelake.py"), "ingest", "--config", config]
+        args += [str(ROOT / "jobs" / "main.py"), "ingest", "--config", config]
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"KUBECONFIG": str(self.cluster.kubeconfig)}
         with log.open("wb") as out:
             return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)

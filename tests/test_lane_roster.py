@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.sink.batch.delta_sink import LaneRoster
+from sharelake.sink.batch.delta_sink import LaneRoster
 
 
 def test_one_lane_ends_as_soon_as_its_drain_finds_nothing() -> None:

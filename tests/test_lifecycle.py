@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from app.acknowledge.lifecycle import AckCommand, PollBatch
-from app.acknowledge.proof import BrokerCustody, CommitProof, Decision, IllegalTransition, RecordState
-from app.bridge.synthetic_record import SyntheticRecord
+from sharelake.acknowledge.lifecycle import AckCommand, PollBatch
+from sharelake.acknowledge.proof import BrokerCustody, CommitProof, Decision, IllegalTransition, RecordState
+from sharelake.bridge.synthetic_record import SyntheticRecord
 from tests.proofs import proof_for_tests
 
 

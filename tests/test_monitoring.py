@@ -19,9 +19,9 @@ import pytest
 import yaml
 from pyspark.sql import SparkSession
 
-from app.run.pipeline import RunSummary, run_ingest
-from app.testing.kafka_broker import EmbeddedKafka, free_port
 from devkit.sample_data import POISON_VALUES, produce_json_events, produce_poison_records
+from sharelake.run.pipeline import RunSummary, run_ingest
+from sharelake.testing.kafka_broker import EmbeddedKafka, free_port
 from tests.ingest_config import ingest_config
 from tests.prometheus_server import PROMTOOL, PrometheusServer
 from tests.waiting import wait_for

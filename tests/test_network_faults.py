@@ -33,11 +33,11 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.testing.kafka_broker import EmbeddedKafka
 from devkit.delta_log import CommitTail, read_commits, rows_in
 from devkit.kafka_cluster import EmbeddedKafkaCluster
 from devkit.network import Host, Network
 from devkit.sample_data import Produced, produce_json_events
+from sharelake.testing.kafka_broker import EmbeddedKafka
 from tests.job_runner import JobSpec, kill_job, run_summary, start_job
 from tests.kafka_helpers import nothing_left
 from tests.table_checks import assert_exactly_once
@@ -116,7 +116,7 @@ class SteadyRun:
 
 @dataclass(frozen=True)
 class Case:
-    point: str  # where job 1 is held when the fault is applied (app.failures.faults)
+    point: str  # where job 1 is held when the fault is applied (sharelake.failures.faults)
     one_way: bool  # only the broker's packets to job 1 are dropped
     release_during_fault: bool  # job 1 goes on while the fault holds (else once it is healed)
 
@@ -146,7 +146,7 @@ def test_a_job_cut_off_from_the_broker_lands_nothing_twice_and_loses_nothing(
     spec = JobSpec(net_broker, f"net-{unique}", f"g-{unique}", tmp_path / "table", lock_ms=LOCK_MS)
     net_broker.create_topic(spec.topic, partitions=2)
     go = tmp_path / "job1-go"
-    held = go.with_name(go.name + ".waiting")  # app.failures.faults: job 1 is at the point
+    held = go.with_name(go.name + ".waiting")  # sharelake.failures.faults: job 1 is at the point
     # job 1's second append is held (the first created the table); both stay up past the fault
     args = ("run.mode=until-drained", "run.empty_timeout_ms=120000", "run.idle_timeout_ms=12000")
     logs = [tmp_path / f"job{i}.log" for i in (1, 2)]

@@ -1,7 +1,7 @@
 """Exactly once when a job and its table's store are cut apart: the S3 writer lease's own case.
 
 On S3 one job at a time may write a table, guarded by a writer lease the job renews
-(`app.sink.delta.writer_lease`). Every process here is a host of its own (`devkit.network`): the broker
+(`sharelake.sink.delta.writer_lease`). Every process here is a host of its own (`devkit.network`): the broker
 (`net_broker`), an S3 API server (S3Proxy, on the `s3` host), two jobs and the test's client. The
 table is read back by a reader that is not the job (`tests.table_copy`: a Spark of its own on the
 client host, the only side that reaches the S3 server) and compared record by record with what the
@@ -28,10 +28,10 @@ from subprocess import STDOUT
 import pytest
 from pyspark.sql import SparkSession
 
-from app.testing.kafka_broker import EmbeddedKafka
 from devkit.network import Host, Network
 from devkit.s3_server import EmbeddedS3
 from devkit.sample_data import Produced, produce_json_events
+from sharelake.testing.kafka_broker import EmbeddedKafka
 from tests.job_runner import ROOT, JobSpec, kill_job, run_summary, start_failure, start_job
 from tests.kafka_helpers import nothing_left
 from tests.table_checks import assert_exactly_once

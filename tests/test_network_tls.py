@@ -31,10 +31,10 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
-from app.testing.kafka_broker import HOST_PORTS, EmbeddedKafka
 from devkit.network import Host, Network
 from devkit.sample_data import Produced, produce_json_events
 from devkit.security import MECHANISM, Security, Tls, make_tls
+from sharelake.testing.kafka_broker import HOST_PORTS, EmbeddedKafka
 from tests.job_runner import JobSpec, kill_job, start_failure, start_job
 from tests.kafka_helpers import nothing_left
 from tests.security_helpers import PASSWORD_ENV, grant, job_security

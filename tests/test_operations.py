@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.consume.member_pool import MemberPool
-from app.run.pipeline import run_ingest
-from app.sink.batch.stats import PHASES
-from app.testing.kafka_broker import EmbeddedKafka, free_port
 from devkit.sample_data import Produced, produce_json_events
+from sharelake.consume.member_pool import MemberPool
+from sharelake.run.pipeline import run_ingest
+from sharelake.sink.batch.stats import PHASES
+from sharelake.testing.kafka_broker import EmbeddedKafka, free_port
 from tests.ingest_config import ingest_config
 from tests.job_runner import ROOT
 from tests.table_checks import assert_exactly_once
@@ -107,7 +107,7 @@ def test_the_elastic_sizer_grows_under_load_and_shrinks_when_the_topic_goes_quie
         threads.append(threading.Thread(target=produce))
         threads[0].start()
 
-    caplog.set_level(logging.INFO, logger="app.consume.elastic")
+    caplog.set_level(logging.INFO, logger="sharelake.consume.elastic")
     cfg = ingest_config(
         broker, topic, group, tmp_path / "t", "pump.members=1", "pump.max_members=3", "pump.max_poll_records=200",
         idle_ms=15_000,
@@ -115,7 +115,7 @@ def test_the_elastic_sizer_grows_under_load_and_shrinks_when_the_topic_goes_quie
     summary = run_ingest(spark, cfg, on_pool_started=start_producing)
     threads[0].join()
 
-    decisions = [(r.created, r.getMessage()) for r in caplog.records if r.name == "app.consume.elastic"]
+    decisions = [(r.created, r.getMessage()) for r in caplog.records if r.name == "sharelake.consume.elastic"]
     steps = [(t, int(a), int(b), m) for t, m in decisions for a, b in re.findall(r"members: (\d+) -> (\d+)", m)]
     assert steps and steps[0][1:3] == (1, 2) and "members busy" in steps[0][3], decisions
     quiet = stopped_at[0] - time.monotonic() + time.time()  # the producer's stop, on the log records' clock

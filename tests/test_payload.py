@@ -11,12 +11,12 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from app.bridge.arrow_rows import poll_rows
-from app.bridge.synthetic_record import SyntheticRecord
-from app.formats.base import precheck
-from app.formats.json import JsonFormat, JsonSettings
-from app.table.columns import stamped
-from app.table.location import TableLocation
+from sharelake.bridge.arrow_rows import poll_rows
+from sharelake.bridge.synthetic_record import SyntheticRecord
+from sharelake.formats.base import precheck
+from sharelake.formats.json import JsonFormat, JsonSettings
+from sharelake.table.columns import stamped
+from sharelake.table.location import TableLocation
 
 RECORDS: Any = [
     SyntheticRecord("t", 0, offset, key=b"k%d" % offset, value=value, timestamp_ms=1_700_000_000_000)

@@ -1,7 +1,7 @@
 """Property-based fuzzing of every payload format's decode path (bad input, at scale).
 
 Owns the fuzzing of what a record's bytes meet on their way into a table: the Confluent wire header
-(`app.formats.wire`, against a reference parser), the Protobuf decode of Spark's workers
+(`sharelake.formats.wire`, against a reference parser), the Protobuf decode of Spark's workers
 (`protobuf_decode`, on the driver), and every format end to end as the table writer drives it
 (`precheck`, the format's `read`, then one Spark job over the real frame: `BatchRead.parse`, the bad
 rows collected with their class and message, the rest read into the main table's columns): raw,
@@ -47,11 +47,12 @@ from pyspark.sql import Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_type
 
-from app.bridge.arrow_rows import poll_rows
-from app.bridge.synthetic_record import SyntheticRecord
-from app.formats import payload_format
-from app.formats.avro import AvroSettings
-from app.formats.base import (
+from devkit.sample_data import EVENT_AVRO_SCHEMA, EVENT_AVRO_SCHEMA_V2, EVENT_SCHEMA, avro_values, event_record
+from sharelake.bridge.arrow_rows import poll_rows
+from sharelake.bridge.synthetic_record import SyntheticRecord
+from sharelake.formats import payload_format
+from sharelake.formats.avro import AvroSettings
+from sharelake.formats.base import (
     BAD,
     ERROR_CLASS,
     ERROR_MESSAGE,
@@ -62,24 +63,23 @@ from app.formats.base import (
     RegistrySettings,
     precheck,
 )
-from app.formats.json import JsonSettings
-from app.formats.json_schema import JsonSchemaSettings
-from app.formats.keys import KeyedFormat
-from app.formats.protobuf import ProtobufFormat, ProtobufSettings
-from app.formats.protobuf import spark_type as protobuf_spark_type
-from app.formats.protobuf_decode import DecodePlan, Writer, decode_values
-from app.formats.protobuf_schemas import writer_schema
-from app.formats.raw import RawSettings
-from app.formats.registry import WARM_UP_ID
-from app.formats.shape import Shape
-from app.formats.text import TextSettings
-from app.formats.wire import MAX_DEPTH, header, message_headers, schema_ids
-from app.sink.write.destinations import main_table
-from app.sink.write.table_writer import ROW
-from app.table.columns import stamped
-from app.table.location import TableLocation
-from app.testing.schema_registry import EmbeddedSchemaRegistry
-from devkit.sample_data import EVENT_AVRO_SCHEMA, EVENT_AVRO_SCHEMA_V2, EVENT_SCHEMA, avro_values, event_record
+from sharelake.formats.json import JsonSettings
+from sharelake.formats.json_schema import JsonSchemaSettings
+from sharelake.formats.keys import KeyedFormat
+from sharelake.formats.protobuf import ProtobufFormat, ProtobufSettings
+from sharelake.formats.protobuf import spark_type as protobuf_spark_type
+from sharelake.formats.protobuf_decode import DecodePlan, Writer, decode_values
+from sharelake.formats.protobuf_schemas import writer_schema
+from sharelake.formats.raw import RawSettings
+from sharelake.formats.registry import WARM_UP_ID
+from sharelake.formats.shape import Shape
+from sharelake.formats.text import TextSettings
+from sharelake.formats.wire import MAX_DEPTH, header, message_headers, schema_ids
+from sharelake.sink.write.destinations import main_table
+from sharelake.sink.write.table_writer import ROW
+from sharelake.table.columns import stamped
+from sharelake.table.location import TableLocation
+from sharelake.testing.schema_registry import EmbeddedSchemaRegistry
 from tests.test_json_schema import EVENT_SCHEMA as EVENT_JSON_SCHEMA
 from tests.test_json_schema import json_values
 from tests.test_protobuf import FIELD, event, event_class, serialized

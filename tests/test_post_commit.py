@@ -19,10 +19,10 @@ import pytest
 from confluent_kafka import AcknowledgeType, Message, ShareConsumer
 from pyspark.sql import SparkSession
 
-from app.failures import faults
-from app.run.pipeline import run_ingest
-from app.testing.kafka_broker import EmbeddedKafka
 from devkit.sample_data import produce_json_events
+from sharelake.failures import faults
+from sharelake.run.pipeline import run_ingest
+from sharelake.testing.kafka_broker import EmbeddedKafka
 from tests.ingest_config import ingest_config
 from tests.job_runner import JobSpec, drain_in_process, drain_job, run_summary
 from tests.kafka_helpers import nothing_left

@@ -31,18 +31,18 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_type
 
-from app.config.routes import resolve_routes
-from app.failures.errors import DependencyUnavailable
-from app.formats.base import PARSED, RegistrySettings
-from app.formats.protobuf import ProtobufFormat, ProtobufSettings, spark_type
-from app.formats.protobuf_decode import DecodePlan, Writer, decode_values
-from app.formats.protobuf_schemas import message_at, writer_schema
-from app.formats.shape import Shape
-from app.run.pipeline import run_ingest
-from app.table.location import TableLocation
-from app.testing.kafka_broker import EmbeddedKafka
-from app.testing.schema_registry import EmbeddedSchemaRegistry
 from devkit.sample_data import produce_records
+from sharelake.config.routes import resolve_routes
+from sharelake.failures.errors import DependencyUnavailable
+from sharelake.formats.base import PARSED, RegistrySettings
+from sharelake.formats.protobuf import ProtobufFormat, ProtobufSettings, spark_type
+from sharelake.formats.protobuf_decode import DecodePlan, Writer, decode_values
+from sharelake.formats.protobuf_schemas import message_at, writer_schema
+from sharelake.formats.shape import Shape
+from sharelake.run.pipeline import run_ingest
+from sharelake.table.location import TableLocation
+from sharelake.testing.kafka_broker import EmbeddedKafka
+from sharelake.testing.schema_registry import EmbeddedSchemaRegistry
 from tests.ingest_config import ingest_config
 from tests.kafka_helpers import nothing_left
 from tests.table_checks import dead_letters_by_key

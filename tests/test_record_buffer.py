@@ -9,8 +9,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from app.acknowledge.lifecycle import AckCommand, PollBatch
-from app.bridge.record_buffer import Poll, RecordBuffer
+from sharelake.acknowledge.lifecycle import AckCommand, PollBatch
+from sharelake.bridge.record_buffer import Poll, RecordBuffer
 
 
 def poll_of(n: int) -> Poll:

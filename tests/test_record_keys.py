@@ -18,12 +18,6 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
-from app.config.loader import load_config
-from app.config.settings import SharelakeConfig
-from app.failures.errors import ConfigError
-from app.run.pipeline import run_ingest
-from app.testing.kafka_broker import EmbeddedKafka
-from app.testing.schema_registry import EmbeddedSchemaRegistry
 from devkit.sample_data import (
     EVENT_AVRO_SCHEMA,
     EVENT_SCHEMA,
@@ -32,6 +26,12 @@ from devkit.sample_data import (
     event_value,
     produce_records,
 )
+from sharelake.config.loader import load_config
+from sharelake.config.settings import SharelakeConfig
+from sharelake.failures.errors import ConfigError
+from sharelake.run.pipeline import run_ingest
+from sharelake.testing.kafka_broker import EmbeddedKafka
+from sharelake.testing.schema_registry import EmbeddedSchemaRegistry
 from tests.kafka_helpers import nothing_left
 
 KEY_SCHEMA = {

@@ -18,9 +18,6 @@ from chispa import assert_df_equality
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from app.sink.write.destinations import counter_prefix
-from app.testing.kafka_broker import EmbeddedKafka
-from app.testing.schema_registry import EmbeddedSchemaRegistry
 from devkit.sample_data import (
     EVENT_AVRO_SCHEMA,
     EVENT_SCHEMA,
@@ -30,6 +27,9 @@ from devkit.sample_data import (
     produce_json_events,
     produce_records,
 )
+from sharelake.sink.write.destinations import counter_prefix
+from sharelake.testing.kafka_broker import EmbeddedKafka
+from sharelake.testing.schema_registry import EmbeddedSchemaRegistry
 from tests.job_runner import JobSpec, drain_in_process, run_job, run_summary, start_job
 from tests.kafka_helpers import nothing_left
 from tests.waiting import wait_for

@@ -20,16 +20,16 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from app.config.loader import load_config
-from app.failures import faults
-from app.failures.errors import ConfigError, DependencyUnavailable, TableInUseError
-from app.run import preflight
-from app.run.pipeline import run_ingest
-from app.sink.delta.writer_lease import LEASE_SUFFIX, OLD_LEASE_FILE, LeaseLostError, WriterLease
-from app.table.location import TableLocation
-from app.testing.kafka_broker import EmbeddedKafka, free_port
 from devkit.s3_server import EmbeddedS3
 from devkit.sample_data import produce_json_events
+from sharelake.config.loader import load_config
+from sharelake.failures import faults
+from sharelake.failures.errors import ConfigError, DependencyUnavailable, TableInUseError
+from sharelake.run import preflight
+from sharelake.run.pipeline import run_ingest
+from sharelake.sink.delta.writer_lease import LEASE_SUFFIX, OLD_LEASE_FILE, LeaseLostError, WriterLease
+from sharelake.table.location import TableLocation
+from sharelake.testing.kafka_broker import EmbeddedKafka, free_port
 from tests.job_runner import ROOT, JobSpec, drain_in_process, drain_job, kill_job, run_summary, start_job
 from tests.kafka_helpers import nothing_left
 from tests.table_checks import assert_exactly_once
@@ -258,7 +258,7 @@ def test_an_s3_store_that_does_not_answer_at_start_is_an_outage_and_a_host_that_
     spark: SparkSession, s3: EmbeddedS3, unique: str
 ) -> None:
     """The start-up check of a table path on S3 tells an outage (the store refuses the connection:
-    waited for, `app.failures.dependency_wait`) from a wrong setting (an endpoint whose host does not
+    waited for, `sharelake.failures.dependency_wait`) from a wrong setting (an endpoint whose host does not
     resolve: one line, exit 2). Per-bucket S3A settings point two buckets elsewhere, with S3A's
     retries off so each check fails at once."""
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]

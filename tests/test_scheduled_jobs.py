@@ -22,7 +22,7 @@ import tomllib
 
 import pytest
 
-from app import cli
+from sharelake import cli
 from tests.job_runner import ROOT
 
 OPERATIONS = (ROOT / "docs" / "operations.md").read_text()
@@ -42,7 +42,7 @@ def test_the_databricks_job_runs_the_wheels_entry_point_with_ingest_arguments() 
     wheel_task = task["python_wheel_task"]
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert wheel_task["package_name"] == "sharelake" and wheel_task["entry_point"] in scripts
-    assert scripts[wheel_task["entry_point"]] == "app.cli:exit_with_code"
+    assert scripts[wheel_task["entry_point"]] == "sharelake.cli:exit_with_code"
     args = cli.parser().parse_args(wheel_task["parameters"])
     assert args.command == "ingest" and args.config.endswith(".toml")
     assert any(lib["whl"].endswith("-py3-none-any.whl") for lib in task["libraries"])
@@ -76,7 +76,7 @@ def test_the_airflow_task_submits_a_command_spark_submit_builds() -> None:
     bash_command = ast.literal_eval(task["bash_command"])
     command = [re.sub(r"\$(\w+)", lambda m: env[m[1]], arg) for arg in shlex.split(bash_command)]
     assert command[0] == "./spark-submit.sh" and "ingest" in command and "run.mode=until-drained" in command
-    at = command.index("jobs/sharelake.py")
+    at = command.index("jobs/main.py")
     dry = subprocess.run(
         [str(ROOT / "spark-submit.sh"), *command[1:at], "--dry-run", *command[at:]],
         capture_output=True, text=True, timeout=60, cwd=ROOT, env={**os.environ, **env},

@@ -1,4 +1,4 @@
-"""Unit tests of the schema check before a checked append (`app.sink.delta.writer.needs_schema_change`).
+"""Unit tests of the schema check before a checked append (`sharelake.sink.delta.writer.needs_schema_change`).
 
 Delta's `writeFiles` makes no schema check of its own, so a frame that adds a column or changes a
 type must go through a plain append's check (and evolution) first; a frame the table fits must not.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pyspark.sql.types import DataType, IntegerType, LongType, StringType, StructField, StructType
 
-from app.sink.delta.writer import needs_schema_change
+from sharelake.sink.delta.writer import needs_schema_change
 
 INT, LONG, STRING = IntegerType(), LongType(), StringType()
 

@@ -19,8 +19,8 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from app.testing.kafka_broker import free_port
-from app.testing.schema_registry import EmbeddedSchemaRegistry, runner_jar
+from sharelake.testing.kafka_broker import free_port
+from sharelake.testing.schema_registry import EmbeddedSchemaRegistry, runner_jar
 
 ORDER_V1 = {
     "type": "record",

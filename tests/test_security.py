@@ -24,15 +24,15 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
-from app.config.loader import load_config
-from app.consume.group_admin import GroupAdmin
-from app.consume.group_types import group_type
-from app.failures.errors import ConfigError, DependencyUnavailable
-from app.run import preflight
-from app.run.pipeline import run_ingest
-from app.testing.kafka_broker import EmbeddedKafka, free_port
 from devkit.sample_data import produce_json_events
 from devkit.security import Security, make_tls
+from sharelake.config.loader import load_config
+from sharelake.consume.group_admin import GroupAdmin
+from sharelake.consume.group_types import group_type
+from sharelake.failures.errors import ConfigError, DependencyUnavailable
+from sharelake.run import preflight
+from sharelake.run.pipeline import run_ingest
+from sharelake.testing.kafka_broker import EmbeddedKafka, free_port
 from tests.job_runner import ROOT, JobSpec, kill_job, run_job, start_failure, start_job
 from tests.kafka_helpers import nothing_left
 from tests.security_helpers import PASSWORD_ENV, grant, job_security

@@ -1,4 +1,4 @@
-"""The table shape of the formats with writer schemas (`app.formats.shape`): no broker, no Spark."""
+"""The table shape of the formats with writer schemas (`sharelake.formats.shape`): no broker, no Spark."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql.types import DataType, IntegerType, LongType, StringType
 
-from app.formats.shape import Shape, table_schema
-from app.table.location import TableLocation
+from sharelake.formats.shape import Shape, table_schema
+from sharelake.table.location import TableLocation
 
 
 def spark(kind: DataType) -> DataType:

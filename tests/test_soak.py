@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.testing.kafka_broker import EmbeddedKafka
 from bench.soak import memory_by_incarnation, run_soak, soak_section
+from sharelake.testing.kafka_broker import EmbeddedKafka
 from tests.kafka_helpers import nothing_left
 
 SECONDS = float(os.environ.get("SHARELAKE_SOAK_SECONDS", "75"))

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.testing.kafka_broker import EmbeddedKafka
 from devkit.delta_log import data_commits, read_commits
 from devkit.sample_data import produce_json_events
+from sharelake.testing.kafka_broker import EmbeddedKafka
 from tests.job_runner import JobSpec, drain_in_process, kill_job, start_job
 from tests.kafka_helpers import nothing_left
 from tests.table_checks import assert_exactly_once

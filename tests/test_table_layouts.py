@@ -20,12 +20,12 @@ from chispa import assert_df_equality
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from app.cli import main as sharelake
-from app.config.loader import load_config
-from app.failures.errors import ConfigError
-from app.run.pipeline import run_ingest
-from app.testing.kafka_broker import EmbeddedKafka
 from devkit.sample_data import Produced, produce_records
+from sharelake.cli import main as sharelake
+from sharelake.config.loader import load_config
+from sharelake.failures.errors import ConfigError
+from sharelake.run.pipeline import run_ingest
+from sharelake.testing.kafka_broker import EmbeddedKafka
 from tests.job_runner import ROOT, JobSpec, drain_in_process, run_job, run_summary
 from tests.kafka_helpers import nothing_left
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from app.config.loader import load_config
-from app.config.routes import resolve_routes
-from app.table.location import TableLocation
+from sharelake.config.loader import load_config
+from sharelake.config.routes import resolve_routes
+from sharelake.table.location import TableLocation
 
 REQUIRED = ["kafka.bootstrap_servers=h:1", "kafka.topic=t", "kafka.group_id=g"]
 

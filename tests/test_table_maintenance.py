@@ -1,6 +1,6 @@
 """Table maintenance while the job writes: OPTIMIZE, VACUUM and a foreign writer, plus a crash mid-way.
 
-Another SparkSession (the test's own) runs Sharelake's maintenance pass (`app.ops.maintenance`: OPTIMIZE,
+Another SparkSession (the test's own) runs Sharelake's maintenance pass (`sharelake.ops.maintenance`: OPTIMIZE,
 then VACUUM, the retention check relaxed to a minute, so the files OPTIMIZE removed early really go,
 while files being written stay) and appends rows of its own, in a loop, while the job ingests a
 steady stream in its own driver. Their commits beat some of the job's: Delta refuses those and the
@@ -21,10 +21,10 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from app.cli import main as sharelake
-from app.testing.kafka_broker import EmbeddedKafka
 from devkit.delta_log import added_files, data_commits, longest_open_write_s, read_commits
 from devkit.sample_data import Produced, produce_json_events
+from sharelake.cli import main as sharelake
+from sharelake.testing.kafka_broker import EmbeddedKafka
 from tests.job_runner import ROOT, JobSpec, kill_job, run_summary, start_job
 from tests.kafka_helpers import nothing_left
 from tests.maintenance_loop import FOREIGN, RETENTION_CHECK, Maintenance

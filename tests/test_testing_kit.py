@@ -16,9 +16,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from app.testing.maven_artifacts import locked, parse_lock
 from devkit import artifact_locks
 from devkit.paths import PROJECT_ROOT, TESTING_VENV
+from sharelake.testing.maven_artifacts import locked, parse_lock
 
 EXAMPLE = PROJECT_ROOT / "docs" / "examples" / "testing"
 # the checkout's own settings a user's environment does not have
@@ -37,12 +37,12 @@ Path(__file__).with_name("loaded-at-start.json").write_text(json.dumps(loaded))
 
 def test_the_kits_locks_pin_the_jars_the_checkouts_tests_run() -> None:
     assert locked("kafka-broker.lock") == parse_lock(artifact_locks.kafka_broker_lock()), (
-        "app/testing/kafka-broker.lock differs from conf/maven/kafka-broker.pom.xml's jars: "
+        "app/sharelake/testing/kafka-broker.lock differs from conf/maven/kafka-broker.pom.xml's jars: "
         "run `python -m devkit.artifact_locks`"
     )
     assert locked("schema-registry.lock") == parse_lock(artifact_locks.schema_registry_lock())
     assert locked("spark-jars.lock") == parse_lock(artifact_locks.spark_jars_lock()), (
-        "app/testing/spark-jars.lock differs from conf/maven/spark-jars.pom.xml's jars: "
+        "app/sharelake/testing/spark-jars.lock differs from conf/maven/spark-jars.pom.xml's jars: "
         "run `python -m devkit.artifact_locks`"
     )
 
@@ -59,8 +59,8 @@ def test_the_manuals_example_passes_from_the_installed_wheel(tmp_path: Path) -> 
     env |= {"SHARELAKE_TESTING_CACHE": str(kit_cache), "HOME": str(home)}
     python = str(TESTING_VENV / "bin" / "python")
 
-    where = subprocess.run([python, "-c", "import app; print(app.__file__)"], cwd=project, env=env, text=True,
-                           capture_output=True, check=True).stdout  # fmt: skip
+    where = subprocess.run([python, "-c", "import sharelake; print(sharelake.__file__)"], cwd=project, env=env,
+                           text=True, capture_output=True, check=True).stdout  # fmt: skip
     assert where.startswith(str(TESTING_VENV)), f"the kit came from {where}, not the installed wheel"
 
     done = subprocess.run(
@@ -72,8 +72,8 @@ def test_the_manuals_example_passes_from_the_installed_wheel(tmp_path: Path) -> 
     assert "1 passed" in done.stdout
     # the plugin was loaded at start-up, and loaded nothing heavy: pyspark and the rest wait for a fixture
     at_start = json.loads((project / "loaded-at-start.json").read_text())
-    assert "app.testing.plugin" in at_start, at_start
-    heavy = [m for m in at_start if m not in ("app", "app.testing", "app.testing.plugin")]
+    assert "sharelake.testing.plugin" in at_start, at_start
+    heavy = [m for m in at_start if m not in ("app", "sharelake.testing", "sharelake.testing.plugin")]
     assert not heavy, f"pytest's start-up imported {heavy[:12]} before any test asked for a fixture"
     assert list(kit_cache.glob("kafka-broker-*/kafka_2.13-*.jar")), "the broker ran without the kit's fetched jars"
     assert list(kit_cache.glob("spark-jars-*/delta-spark_*.jar")), (

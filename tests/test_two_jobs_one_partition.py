@@ -21,9 +21,9 @@ from pathlib import Path
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from app.testing.kafka_broker import EmbeddedKafka
 from devkit.delta_log import CommitTail, rows_in
 from devkit.sample_data import Produced, produce_json_events
+from sharelake.testing.kafka_broker import EmbeddedKafka
 from tests.job_runner import JobSpec, run_summary, start_job
 from tests.kafka_helpers import nothing_left
 from tests.maintenance_loop import Maintenance
@@ -44,7 +44,7 @@ def test_two_jobs_on_one_partition_share_it_and_land_each_record_once_even_racin
     # job 1's first checked append waits with its files written until the test lets it go on; job 2
     # stays up (idle timeout 20 s, twice the lock) to acquire job 1's records when their lock expires
     go = tmp_path / "job1-go"
-    held = go.with_name(go.name + ".waiting")  # app.failures.faults: job 1 is at the point
+    held = go.with_name(go.name + ".waiting")  # sharelake.failures.faults: job 1 is at the point
     args = ("run.mode=until-drained", "run.empty_timeout_ms=90000")
     logs = [tmp_path / f"job{i}.log" for i in (1, 2)]
     jobs = [

@@ -16,28 +16,28 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
-from app.acknowledge.lifecycle import PollBatch
-from app.acknowledge.proof import RecordState
-from app.acknowledge.window import DecisionWindow
-from app.bridge.arrow_rows import poll_rows
-from app.bridge.record_buffer import Poll, RecordBuffer
-from app.bridge.synthetic_record import SyntheticRecord
-from app.config.loader import load_config
-from app.config.routes import resolve_routes
-from app.config.settings import BatchConfig
-from app.failures.errors import ConfigError
-from app.formats import payload_format
-from app.formats.json import JsonSettings
-from app.sink.batch.delta_sink import DeltaSink
-from app.sink.batch.stats import SinkStats
-from app.sink.dead_letter.sinks import DeltaDeadLetters, dead_letter_table
-from app.sink.write.destinations import Destination, main_table
-from app.sink.write.mode import Append
-from app.sink.write.modes import write_mode
-from app.sink.write.upsert import Upsert
-from app.table.layout import TableLayout
-from app.table.location import TableLocation
 from devkit.delta_log import read_commits
+from sharelake.acknowledge.lifecycle import PollBatch
+from sharelake.acknowledge.proof import RecordState
+from sharelake.acknowledge.window import DecisionWindow
+from sharelake.bridge.arrow_rows import poll_rows
+from sharelake.bridge.record_buffer import Poll, RecordBuffer
+from sharelake.bridge.synthetic_record import SyntheticRecord
+from sharelake.config.loader import load_config
+from sharelake.config.routes import resolve_routes
+from sharelake.config.settings import BatchConfig
+from sharelake.failures.errors import ConfigError
+from sharelake.formats import payload_format
+from sharelake.formats.json import JsonSettings
+from sharelake.sink.batch.delta_sink import DeltaSink
+from sharelake.sink.batch.stats import SinkStats
+from sharelake.sink.dead_letter.sinks import DeltaDeadLetters, dead_letter_table
+from sharelake.sink.write.destinations import Destination, main_table
+from sharelake.sink.write.mode import Append
+from sharelake.sink.write.modes import write_mode
+from sharelake.sink.write.upsert import Upsert
+from sharelake.table.layout import TableLayout
+from sharelake.table.location import TableLocation
 from tests.table_checks import dead_letters_by_key
 from tests.test_lifecycle import state_of
 

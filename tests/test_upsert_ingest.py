@@ -25,12 +25,12 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from pyspark.sql import SparkSession
 
-from app.failures.errors import ConfigError
-from app.run.pipeline import run_ingest
-from app.testing.kafka_broker import EmbeddedKafka
-from app.testing.schema_registry import EmbeddedSchemaRegistry
 from devkit.delta_log import read_commits
 from devkit.sample_data import produce_records
+from sharelake.failures.errors import ConfigError
+from sharelake.run.pipeline import run_ingest
+from sharelake.testing.kafka_broker import EmbeddedKafka
+from sharelake.testing.schema_registry import EmbeddedSchemaRegistry
 from tests.ingest_config import ingest_config
 from tests.job_runner import JobSpec, drain_in_process, kill_job, run_summary, start_job
 from tests.kafka_helpers import nothing_left

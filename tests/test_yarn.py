@@ -35,10 +35,10 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.testing.kafka_broker import EmbeddedKafka, free_port
 from devkit.paths import CACHE_DIR, RUNTIME_VENV
 from devkit.sample_data import Produced, produce_json_events
 from devkit.yarn_cluster import YarnCluster, wait_for_application
+from sharelake.testing.kafka_broker import EmbeddedKafka, free_port
 from tests.job_runner import ROOT, run_summary
 from tests.kafka_helpers import nothing_left
 from tests.table_checks import assert_exactly_once
@@ -76,7 +76,7 @@ class Yarn:
         args = [str(ROOT / "spark-submit.sh"), "--profile", "yarn", "--deploy-mode", deploy_mode]
         for key, value in conf.items():
             args += ["--conf", f"{key}={value}"]
-        args += [str(ROOT / "jobs" / "sharelake.py"), "ingest", "--config", str(ROOT / "conf" / "local.toml")]
+        args += [str(ROOT / "jobs" / "main.py"), "ingest", "--config", str(ROOT / "conf" / "local.toml")]
         for s in sets:
             args += ["--set", s]
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -206,7 +206,7 @@ def test_the_driver_killed_in_cluster_mode_and_the_second_attempt_lands_the_rest
     # the second attempt's start to the end of its run (a micro-batch's progress line comes once its
     # rounds end, so it no longer marks the first commit): what a driver restart costs a table
     lines = second.splitlines()
-    started = next(stamp(line) for line in lines if " app.run.pipeline: Sharelake " in line)
+    started = next(stamp(line) for line in lines if " sharelake.run.pipeline: Sharelake " in line)
     run_end = next(stamp(line) for line in lines if "run ended: " in line)
     print(
         f"yarn driver kill: {len(produced)} records, attempt 2 start to its run's end "

@@ -113,7 +113,7 @@ def log_time(line: str) -> float | None:
 
 
 # the bench's own spark-submit jobs (bench/spark_jobs/) import the bench package from the checkout
-# (Sharelake's `app` is installed in the venv): its environment puts the checkout on their path
+# (Sharelake's `sharelake` is installed in the venv): its environment puts the checkout on their path
 BENCH_JOB_ENV = {"PYTHONPATH": str(PROJECT_ROOT)}
 
 

@@ -5,7 +5,7 @@ the same topics, one at a time. The job is
 `./spark-submit.sh jobs/ingest.py` with `kafka.topics=[...]`, one `topics.<topic>.table_path` per
 topic (`routed_tables`) and one shared `dead_letter.table_path`, the workload's JSON payload for
 every topic, a fresh share group, until-drained. Its `run ended:` counters are per table, prefixed
-with the topic's name (`app.sink.write.destinations.counter_prefix`).
+with the topic's name (`sharelake.sink.write.destinations.counter_prefix`).
 
 records/s = the rows of all tables / (the last commit of any table - the start of `run_ingest`):
 contender (a)'s window, ended by whichever table committed last.
@@ -20,13 +20,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from app.sink.write.destinations import counter_prefix
 from bench.contenders.base import RunContext, RunResult, failed, tail
 from bench.contenders.sharelake import memory_details, parse_job_log, start_sharelake
 from devkit.delta_log import Commit, data_commits, read_commits, rows_in
+from sharelake.sink.write.destinations import counter_prefix
 
 NAME = "sharelake-routed"
-METADATA_KEY = "sharelake"  # app.sink.dedup.commit_log.METADATA_KEY: the commit's batch id is under it
+METADATA_KEY = "sharelake"  # sharelake.sink.dedup.commit_log.METADATA_KEY: the commit's batch id is under it
 
 
 def routed_tables(run_dir: Path, topics: list[str]) -> dict[str, Path]:

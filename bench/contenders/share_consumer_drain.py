@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from confluent_kafka import AcknowledgeType, KafkaError, KafkaException, ShareConsumer
 from confluent_kafka.admin import AdminClient
 
-from app.consume.group_settings import apply_group_settings
 from bench.contenders.base import RunContext, RunResult, failed
+from sharelake.consume.group_settings import apply_group_settings
 
 NAME = "share-consumer-drain"
 POLL_TIMEOUT_S = 0.2

@@ -112,13 +112,14 @@ def start_sharelake(
     """Start the job in the background; `group` and `table` default to a fresh group and the run's
     own table (`bench.several_jobs` gives several jobs the same ones); on `host` (a host of a
     `devkit.network`, `bench.scale_out`) when given, else on the machine's loopback. `root`: the
-    checkout it runs from (another one imports its own `app`: contender (a0) with `--before-root`)."""
+    checkout it runs from (another one imports its own `sharelake`: contender (a0) with `--before-root`)."""
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
     table, log = table or ctx.run_dir / "table", ctx.run_dir / "sharelake.log"
     cmd = sharelake_command(ctx, group or ctx.group(NAME), table, mode, extra_sets, payload, destination, root)
     cmd = host.command(cmd) if host else cmd
     if root != PROJECT_ROOT:
-        env = {**(env or {}), "PYTHONPATH": str(root)}
+        source = root / "app" if (root / "app" / "sharelake").is_dir() else root  # before the rename: root
+        env = {**(env or {}), "PYTHONPATH": str(source)}
     launched_at = time.time()
     with log.open("wb") as out:
         proc = subprocess.Popen(

@@ -22,7 +22,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.testing.kafka_broker import jars_in
 from bench.contenders.base import (
     BENCH_JOB_ENV,
     RunContext,
@@ -36,6 +35,7 @@ from bench.settings import BENCH_JARS
 from bench.workload import SCHEMA_DDL
 from devkit.delta_log import mean_commit_interval_s, read_commits
 from devkit.paths import PROJECT_ROOT
+from sharelake.testing.kafka_broker import jars_in
 
 NAME = "spark-kafka-source"
 JOB = PROJECT_ROOT / "bench" / "spark_jobs" / "kafka_source_to_delta.py"

@@ -17,8 +17,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from app.run.spark_session import build_spark
 from bench.spark_jobs.kafka_source_to_delta import ARGS, kafka_rows
+from sharelake.run.spark_session import build_spark
 
 
 def main() -> None:

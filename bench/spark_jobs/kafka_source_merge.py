@@ -19,8 +19,8 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from app.run.spark_session import build_spark
 from bench.spark_jobs.kafka_source_to_delta import ARGS, kafka_rows
+from sharelake.run.spark_session import build_spark
 
 NEWER = "s.partition > t.partition OR (s.partition = t.partition AND s.offset > t.offset)"
 

@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
-from app.run.spark_session import build_spark
+from sharelake.run.spark_session import build_spark
 
 ARGS = ("--bootstrap", "--topic", "--table", "--checkpoint", "--schema")
 

@@ -4,12 +4,12 @@ the driver, appended to a fresh Delta table through Sharelake's own write path, 
 Submitted by `bench.contenders.sink_ceiling` through ./spark-submit.sh (no extra jars). It builds
 the SparkSession as jobs/ingest.py does, then every row first: the topic's records exactly as the
 workload produces them (`bench.workload.record_key` / `record_value`, partition i % P, offsets 0,
-1, 2... per partition) in `app.bridge.arrow_rows.RECORD_SCHEMA`, split into batches of
+1, 2... per partition) in `sharelake.bridge.arrow_rows.RECORD_SCHEMA`, split into batches of
 `--batch-rows`. It writes the first batch once to a table of its own beside `--table` (the warm-up:
 Sharelake warms its write path before it polls, so the ceiling does too). Only then it prints
 `bench-started: <epoch seconds>` and writes each batch as
 `DeltaSink._write_main` writes the main table (stamp with a `_row` column, claimed offsets,
-`FrameBuilder.frame`, the JSON format's parse (`app.formats.json`), the BAD count observed in the write job,
+`FrameBuilder.frame`, the JSON format's parse (`sharelake.formats.json`), the BAD count observed in the write job,
 `main_rows`, `DeltaWriter.append` with the commit metadata), without the dedup caches, the driver
 checks or dead letters (the workload has no bad records: a batch that counts any fails the job).
 It prints `bench-finished: <epoch seconds>` once the writer is closed.
@@ -28,24 +28,24 @@ import pyarrow as pa
 from pyspark.sql import Observation, SparkSession
 from pyspark.sql import functions as F
 
-from app.bridge.arrow_rows import RECORD_SCHEMA
-from app.cli import start_logging
-from app.formats.base import BAD
-from app.formats.json import JsonFormat, JsonSettings
-from app.run.spark_session import build_spark
-from app.sink.dedup.commit_log import user_metadata_json
-from app.sink.dedup.dedup_table import micros
-from app.sink.dedup.offset_ranges import BatchOffsets
-from app.sink.delta.checkpointer import Checkpointer
-from app.sink.delta.commit_lock import commit_lock
-from app.sink.delta.frames import FrameBuilder
-from app.sink.delta.writer import DeltaWriter, writer_session
-from app.table.columns import stamped
-from app.table.location import TableLocation
 from bench.workload import record_key, record_value
+from sharelake.bridge.arrow_rows import RECORD_SCHEMA
+from sharelake.cli import start_logging
+from sharelake.formats.base import BAD
+from sharelake.formats.json import JsonFormat, JsonSettings
+from sharelake.run.spark_session import build_spark
+from sharelake.sink.dedup.commit_log import user_metadata_json
+from sharelake.sink.dedup.dedup_table import micros
+from sharelake.sink.dedup.offset_ranges import BatchOffsets
+from sharelake.sink.delta.checkpointer import Checkpointer
+from sharelake.sink.delta.commit_lock import commit_lock
+from sharelake.sink.delta.frames import FrameBuilder
+from sharelake.sink.delta.writer import DeltaWriter, writer_session
+from sharelake.table.columns import stamped
+from sharelake.table.location import TableLocation
 
 TOPIC = "sink-ceiling"
-ROW = "_row"  # as app.sink.write.table_writer.ROW: the row's index in the batch, carried through Spark
+ROW = "_row"  # as sharelake.sink.write.table_writer.ROW: the row's index in the batch, carried through Spark
 
 
 def record_batches(records: int, partitions: int, batch_rows: int) -> list[pa.Table]:

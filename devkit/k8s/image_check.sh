@@ -105,7 +105,7 @@ chmod 0755 "$work"
 # 1. imports
 start=$SECONDS
 "${run[@]}" --rm "$image" /opt/venv/bin/python -c \
-  'import app, pyspark, delta, confluent_kafka, sys; print("CHECK imports", sys.executable, "pyspark", pyspark.__version__, "confluent-kafka", confluent_kafka.version(), "app", app.__file__)' \
+  'import sharelake, pyspark, delta, confluent_kafka, sys; print("CHECK imports", sys.executable, "pyspark", pyspark.__version__, "confluent-kafka", confluent_kafka.version(), "sharelake", sharelake.__file__)' \
   | grep '^CHECK' || fail "imports"
 
 # 2. a local Delta job, as uid 185 and as root

@@ -34,7 +34,7 @@ from airflow.providers.standard.operators.bash import BashOperator
 from airflow.sdk import DAG, Context, Param
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-CONFIG_ERROR_EXIT = 2  # Sharelake's exit code for a bad configuration (app.cli.CONFIG_ERROR_EXIT)
+CONFIG_ERROR_EXIT = 2  # Sharelake's exit code for a bad configuration (sharelake.cli.CONFIG_ERROR_EXIT)
 RETRIES = int(os.environ.get("SHARELAKE_RETRIES", "3"))
 RETRY_DELAY = timedelta(seconds=float(os.environ.get("SHARELAKE_RETRY_DELAY_S", "300")))
 EXECUTION_TIMEOUT = timedelta(seconds=float(os.environ.get("SHARELAKE_EXECUTION_TIMEOUT_S", "3600")))
@@ -76,7 +76,7 @@ with DAG(
         # the params reach the command as environment variables, never pasted into it (no shell injection)
         bash_command=(
             './spark-submit.sh --profile "$SHARELAKE_PROFILE" --deploy-mode "$SHARELAKE_DEPLOY_MODE" '
-            'jobs/sharelake.py ingest --config "$SHARELAKE_CONFIG" --set run.mode=until-drained'
+            'jobs/main.py ingest --config "$SHARELAKE_CONFIG" --set run.mode=until-drained'
         ),
         env={
             "SHARELAKE_PROFILE": "{{ params.profile }}",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from chispa import assert_df_equality
 
-from app.testing import produce_records, run_until_drained, without_bookkeeping
+from sharelake.testing import produce_records, run_until_drained, without_bookkeeping
 
 CONFIG = Path(__file__).parent / "orders.toml"
 
