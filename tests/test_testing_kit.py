@@ -6,6 +6,9 @@ folders, an empty kit cache and an empty home: the broker's jars and Spark's (De
 the Kafka client) come from the kit's first-use fetch (Maven Central, SHA-1 checked) into its cache,
 none from ~/.ivy2. The kit's lock files pin what the checkout's tests run. A conftest.py beside
 the example notes what pytest's start-up imported: the plugin, and nothing heavy (no pyspark).
+The project folder holds a top-level `app/` package of its own, as Flask, FastAPI and
+Databricks projects do: the kit is imported as `sharelake` and never clashes with it (issue 48: the
+wheel's package was named `app`, and such a project shadowed it).
 """
 
 from __future__ import annotations
@@ -29,10 +32,15 @@ START_PROBE = """
 import json, sys
 from pathlib import Path
 
-roots = ("app", "pyspark", "delta", "py4j", "confluent_kafka", "pandas", "pyarrow")
+roots = ("sharelake", "pyspark", "delta", "py4j", "confluent_kafka", "pandas", "pyarrow")
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in roots)
 Path(__file__).with_name("loaded-at-start.json").write_text(json.dumps(loaded))
 """
+# a user's own top-level package `app` (a web app, a Databricks bundle), first on the project's sys.path
+USERS_APP = {
+    "app/__init__.py": '"""The user\'s web app."""\n\nNAME = "users-app"\n',
+    "app/testing.py": '"""The user\'s own test helpers."""\n\nHELPERS = True\n',
+}
 
 
 def test_the_kits_locks_pin_the_jars_the_checkouts_tests_run() -> None:
@@ -47,7 +55,7 @@ def test_the_kits_locks_pin_the_jars_the_checkouts_tests_run() -> None:
     )
 
 
-def test_the_manuals_example_passes_from_the_installed_wheel(tmp_path: Path) -> None:
+def test_the_manuals_example_passes_from_the_installed_wheel_in_a_project_with_its_own_app(tmp_path: Path) -> None:
     project = tmp_path / "users-project"
     shutil.copytree(EXAMPLE, project)
     (project / "conftest.py").write_text(START_PROBE)
@@ -55,13 +63,18 @@ def test_the_manuals_example_passes_from_the_installed_wheel(tmp_path: Path) -> 
     # nothing comes from (or goes to) the user's ~/.ivy2, ~/.m2 or ~/.cache
     kit_cache, home = tmp_path / "kit-cache", tmp_path / "home"
     home.mkdir()
+    for name, text in USERS_APP.items():
+        (project / name).parent.mkdir(exist_ok=True)
+        (project / name).write_text(text)
     env = {k: v for k, v in os.environ.items() if k not in CHECKOUT_ENV and k != "PYTHONPATH"}
     env |= {"SHARELAKE_TESTING_CACHE": str(kit_cache), "HOME": str(home)}
     python = str(TESTING_VENV / "bin" / "python")
 
-    where = subprocess.run([python, "-c", "import sharelake; print(sharelake.__file__)"], cwd=project, env=env,
-                           text=True, capture_output=True, check=True).stdout  # fmt: skip
-    assert where.startswith(str(TESTING_VENV)), f"the kit came from {where}, not the installed wheel"
+    probe = "import app, sharelake.testing, sharelake.cli; print(app.__file__); print(sharelake.testing.__file__)"
+    users_app, kit = subprocess.run([python, "-c", probe], cwd=project, env=env, text=True,
+                                    capture_output=True, check=True).stdout.splitlines()  # fmt: skip
+    assert users_app == str(project / "app" / "__init__.py"), f"the project's `app` came from {users_app}"
+    assert kit.startswith(str(TESTING_VENV)), f"the kit came from {kit}, not the installed wheel"
 
     done = subprocess.run(
         [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(project)],
@@ -73,7 +86,7 @@ def test_the_manuals_example_passes_from_the_installed_wheel(tmp_path: Path) -> 
     # the plugin was loaded at start-up, and loaded nothing heavy: pyspark and the rest wait for a fixture
     at_start = json.loads((project / "loaded-at-start.json").read_text())
     assert "sharelake.testing.plugin" in at_start, at_start
-    heavy = [m for m in at_start if m not in ("app", "sharelake.testing", "sharelake.testing.plugin")]
+    heavy = [m for m in at_start if m not in ("sharelake", "sharelake.testing", "sharelake.testing.plugin")]
     assert not heavy, f"pytest's start-up imported {heavy[:12]} before any test asked for a fixture"
     assert list(kit_cache.glob("kafka-broker-*/kafka_2.13-*.jar")), "the broker ran without the kit's fetched jars"
     assert list(kit_cache.glob("spark-jars-*/delta-spark_*.jar")), (
