@@ -6,7 +6,7 @@
 # Build it from the checkout with any builder (docker, podman, buildah) once the wheel and the jars
 # are there:
 #   make dist jars s3
-#   docker build -t registry.example.com/sharelake:0.20.0 .
+#   docker build -t registry.example.com/sharelake:0.21.0 .
 #   (make image: podman, with a base made from Debian's packages; devkit/k8s/image.sh)
 # BASE: any Debian bookworm image (Java 17 and Python 3.11 come from bookworm's packages).
 #

@@ -24,6 +24,7 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-bench.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -r requirements-dev.txt -r requirements-bench.txt
+	rm -rf sharelake.egg-info  # an install's metadata from before the package moved into app/ (its old entry points)
 	$(VENV)/bin/pip install -q --no-deps -e .
 	@touch $@
 

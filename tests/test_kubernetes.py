@@ -337,7 +337,7 @@ def job_manifest(kube: Kube, example: str, name: str, config_map: str) -> str:
         text.replace("name: sharelake-orders\n  namespace", f"name: {name}\n  namespace")
         .replace("app: sharelake-orders", f"app: {name}")
         .replace("spark.app.name=sharelake-orders", f"spark.app.name={name}")
-        .replace("registry.example.com/sharelake:0.20.0", IMAGE)
+        .replace("registry.example.com/sharelake:0.21.0", IMAGE)
         .replace("configMap: {name: sharelake-orders}", f"configMap: {{name: {config_map}}}")
         .replace("/data/tables", str(kube.tables))
     )
