@@ -269,7 +269,8 @@ def check_commit_guard(spark: SparkSession, location: TableLocation, key: str) -
             ) from None
     elif needs_lease(spark, location):
         try:
-            folder = location.beside(LEASE_SUFFIX).rpartition("/")[0]
+            # with its slash: the folder holding a table may be a bucket's root (`s3a://bucket/`)
+            folder = location.beside(LEASE_SUFFIX).rpartition("/")[0] + "/"
         except ValueError:
             return  # a table at a bucket's root: its lease stops the start, naming it (WriterLease)
         try:
@@ -282,7 +283,7 @@ def check_commit_guard(spark: SparkSession, location: TableLocation, key: str) -
                 ) from None
             raise ConfigError(
                 f"{key} = {location.path!r}: the writer lease's folder {folder} is not writable ({one_line(e, 200)}); "
-                f"let the job write and delete files in {folder}/ (it keeps the table's lease there)"
+                f"let the job write and delete files in {folder} (it keeps the table's lease there)"
             ) from None
 
 
