@@ -24,7 +24,7 @@ from sharelake.formats.base import precheck
 from sharelake.formats.raw import RawSettings
 from sharelake.sink.batch.plan import CANDIDATE, COPY, PARKED, PRESENT, BatchPlan, Verdict, plan_batch
 from sharelake.sink.dedup.cache import DedupCache
-from sharelake.sink.dedup.offset_ranges import OffsetRanges
+from sharelake.table.offset_ranges import OffsetRanges
 from tests.proofs import proof_for_tests
 from tests.test_lifecycle import state_of
 

@@ -42,9 +42,9 @@ from sharelake.sink.batch.delta_sink import DeltaSink
 from sharelake.sink.dead_letter.sinks import DeltaDeadLetters, dead_letter_table
 from sharelake.sink.dedup.commit_log import user_metadata_json
 from sharelake.sink.dedup.dedup_table import micros
-from sharelake.sink.dedup.offset_ranges import BatchOffsets, OffsetRanges
 from sharelake.sink.write.destinations import Destination, main_table
 from sharelake.table.location import TableLocation
+from sharelake.table.offset_ranges import BatchOffsets, OffsetRanges
 from tests.table_checks import assert_exactly_once
 from tests.test_dedup_cache import holds
 from tests.test_lifecycle import state_of

@@ -21,8 +21,8 @@ from sharelake.sink.dedup.commit_log import (
     repair_metadata_json,
     user_metadata_json,
 )
-from sharelake.sink.dedup.offset_ranges import OffsetRanges
 from sharelake.table.location import TableLocation
+from sharelake.table.offset_ranges import OffsetRanges
 
 
 def holds(cache: DedupCache, topic: str, partition: int, offset: int) -> bool:

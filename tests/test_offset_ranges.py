@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 import pytest
 
-from sharelake.sink.dedup.offset_ranges import OffsetRanges
+from sharelake.table.offset_ranges import OffsetRanges
 
 
 def ranges_of(offsets: Iterable[int]) -> OffsetRanges:

@@ -36,13 +36,13 @@ from sharelake.formats.json import JsonFormat, JsonSettings
 from sharelake.run.spark_session import build_spark
 from sharelake.sink.dedup.commit_log import user_metadata_json
 from sharelake.sink.dedup.dedup_table import micros
-from sharelake.sink.dedup.offset_ranges import BatchOffsets
 from sharelake.sink.delta.checkpointer import Checkpointer
 from sharelake.sink.delta.commit_lock import commit_lock
 from sharelake.sink.delta.frames import FrameBuilder
 from sharelake.sink.delta.writer import DeltaWriter, writer_session
 from sharelake.table.columns import stamped
 from sharelake.table.location import TableLocation
+from sharelake.table.offset_ranges import BatchOffsets
 
 TOPIC = "sink-ceiling"
 ROW = "_row"  # as sharelake.sink.write.table_writer.ROW: the row's index in the batch, carried through Spark

@@ -1,1 +1,2 @@
-"""What a table is, as values: where it is, its layout, and the columns a write adds to each row."""
+"""What a table is, as values: where it is, its layout, the columns a write adds to each row, and the offsets
+its commits claim."""

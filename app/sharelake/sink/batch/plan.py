@@ -29,7 +29,7 @@ import pyarrow as pa
 from sharelake.acknowledge.lifecycle import PollBatch
 from sharelake.acknowledge.proof import Decision, Proof
 from sharelake.bridge.record_buffer import Poll
-from sharelake.sink.dedup.offset_ranges import PartitionKey, partition_groups
+from sharelake.table.offset_ranges import PartitionKey, partition_groups
 
 PRESENT, PARKED, COPY, CANDIDATE = 0, 1, 2, 3
 Indices = npt.NDArray[np.intp]

@@ -27,7 +27,7 @@ import pyarrow as pa
 from sharelake.acknowledge.proof import BrokerCustody
 from sharelake.formats.base import BadRecord
 from sharelake.sink.dedup.dedup_table import DedupTable
-from sharelake.sink.dedup.offset_ranges import PartitionKey
+from sharelake.table.offset_ranges import PartitionKey
 
 log = logging.getLogger(__name__)
 

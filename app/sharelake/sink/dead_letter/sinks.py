@@ -34,10 +34,10 @@ from sharelake.acknowledge.proof import CommitProof, Proof
 from sharelake.formats.base import BadRecord
 from sharelake.sink.dead_letter.rows import STAMP_COLUMN, STATS_COLUMNS, dead_letter_rows
 from sharelake.sink.dedup.dedup_table import DedupTable, OpenedTable, open_table
-from sharelake.sink.dedup.offset_ranges import BatchOffsets, PartitionKey
 from sharelake.sink.delta.frames import FrameBuilder
 from sharelake.sink.delta.writer_lease import LeaseCheck
 from sharelake.table.location import TableLocation
+from sharelake.table.offset_ranges import BatchOffsets, PartitionKey
 
 FIRST_SEEN_MAX = 100_000  # records remembered from failed attempts, for the dead-letter first_seen
 

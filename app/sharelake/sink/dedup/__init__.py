@@ -1,3 +1,3 @@
 """What a table already holds, by (topic, partition, offset): the dedup table, its cache, the commit log it
-reads, offsets as values.
+reads (the offsets themselves are `sharelake.table.offset_ranges`).
 """

@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sharelake.sink.dedup.commit_log import DeltaCommitLog, SharelakeCommit
-from sharelake.sink.dedup.offset_ranges import BatchOffsets, OffsetRanges, Offsets, PartitionKey
+from sharelake.table.offset_ranges import BatchOffsets, OffsetRanges, Offsets, PartitionKey
 
 log = logging.getLogger(__name__)
 

@@ -28,8 +28,8 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from sharelake.sink.dedup.offset_ranges import BatchOffsets, OffsetRanges, PartitionKey
 from sharelake.table.location import TableLocation
+from sharelake.table.offset_ranges import BatchOffsets, OffsetRanges, PartitionKey
 
 METADATA_KEY = "sharelake"
 

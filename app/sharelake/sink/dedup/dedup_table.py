@@ -53,7 +53,6 @@ from sharelake.failures import faults
 from sharelake.observe.counters import counter, gauge
 from sharelake.sink.dedup.cache import DedupCache, Repair
 from sharelake.sink.dedup.commit_log import DeltaCommitLog, SharelakeCommit, repair_metadata_json, user_metadata_json
-from sharelake.sink.dedup.offset_ranges import BatchOffsets, OffsetRanges, PartitionKey
 from sharelake.sink.delta.checkpointer import Checkpointer
 from sharelake.sink.delta.commit_lock import commit_lock
 from sharelake.sink.delta.frames import FrameBuilder
@@ -61,6 +60,7 @@ from sharelake.sink.delta.merge import DeltaMerge
 from sharelake.sink.delta.writer import Claim, ClaimHeld, DeltaWriter, writer_session
 from sharelake.table.layout import TableLayout
 from sharelake.table.location import TableLocation
+from sharelake.table.offset_ranges import BatchOffsets, OffsetRanges, PartitionKey
 
 log = logging.getLogger(__name__)
 

@@ -77,13 +77,13 @@ from pyspark.sql.types import StructType
 from sharelake.acknowledge.proof import CommitProof
 from sharelake.config.settings import interval_s
 from sharelake.failures import faults
-from sharelake.sink.dedup.offset_ranges import BatchOffsets
 from sharelake.sink.delta.catalog_tables import register_table
 from sharelake.sink.delta.checkpointer import SAVES_IN_FLIGHT, Checkpointer
 from sharelake.sink.delta.commit_lock import CommitLock
 from sharelake.sink.delta.commit_read_back import CommitReader
 from sharelake.table.layout import TableLayout
 from sharelake.table.location import TableLocation
+from sharelake.table.offset_ranges import BatchOffsets
 
 log = logging.getLogger(__name__)
 

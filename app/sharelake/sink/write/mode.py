@@ -37,9 +37,9 @@ from sharelake.failures.errors import ConfigError
 from sharelake.formats.base import BadRecord, BatchRead, PayloadFormat
 from sharelake.formats.shape import table_schema
 from sharelake.sink.dedup.dedup_table import Appended, DedupTable
-from sharelake.sink.dedup.offset_ranges import BatchOffsets
 from sharelake.sink.delta.frames import FrameBuilder
 from sharelake.table.location import TableLocation
+from sharelake.table.offset_ranges import BatchOffsets
 
 
 @dataclass

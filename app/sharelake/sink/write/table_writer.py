@@ -43,11 +43,11 @@ from sharelake.formats.base import BAD, BadRecord, BatchRead, precheck
 from sharelake.sink.batch.plan import PRESENT, BatchPlan, Indices, Verdict
 from sharelake.sink.batch.stats import SinkStats, timed
 from sharelake.sink.dedup.dedup_table import Appended
-from sharelake.sink.dedup.offset_ranges import BatchOffsets, partition_groups
 from sharelake.sink.delta.writer import ClaimHeld
 from sharelake.sink.write.destinations import Destination
 from sharelake.sink.write.mode import Batch
 from sharelake.table.columns import stamped
+from sharelake.table.offset_ranges import BatchOffsets, partition_groups
 
 log = logging.getLogger(__name__)
 
