@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-REPLANNED = ": re-planned, "  # sharelake.sink.write.table_writer: another writer committed planned records first
+REPLANNED = ": re-planned, "  # sharelake.sink.batch.table_writer: another writer committed planned records first
 REFUSED = ": another writer committed first"  # sharelake.sink.delta.writer: Delta refused a commit
 
 

@@ -75,8 +75,8 @@ from sharelake.formats.registry import WARM_UP_ID
 from sharelake.formats.shape import Shape
 from sharelake.formats.text import TextSettings
 from sharelake.formats.wire import MAX_DEPTH, header, message_headers, schema_ids
+from sharelake.sink.batch.table_writer import ROW
 from sharelake.sink.write.destinations import main_table
-from sharelake.sink.write.table_writer import ROW
 from sharelake.table.columns import stamped
 from sharelake.table.location import TableLocation
 from sharelake.testing.schema_registry import EmbeddedSchemaRegistry

@@ -45,7 +45,7 @@ from sharelake.table.location import TableLocation
 from sharelake.table.offset_ranges import BatchOffsets
 
 TOPIC = "sink-ceiling"
-ROW = "_row"  # as sharelake.sink.write.table_writer.ROW: the row's index in the batch, carried through Spark
+ROW = "_row"  # as sharelake.sink.batch.table_writer.ROW: the row's index in the batch, carried through Spark
 
 
 def record_batches(records: int, partitions: int, batch_rows: int) -> list[pa.Table]:

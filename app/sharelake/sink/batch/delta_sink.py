@@ -5,7 +5,7 @@ DataFrame is ignored). It orchestrates three collaborators it is given or builds
 
 - the attempt policy (`sharelake.sink.batch.attempt_policy`): retries with backoff, and when the members
   pause, resume or stop polling;
-- one table writer per destination (`sharelake.sink.write.table_writer`): each writes its candidates in one
+- one table writer per destination (`sharelake.sink.batch.table_writer`): each writes its candidates in one
   Spark job and commit, diagnoses its bad records, and returns what to decide;
 - the dead-letter parking (`sharelake.sink.batch.parking`): every table's bad records of a round in one
   append to the dead-letter sink, beside the next round.
@@ -69,9 +69,9 @@ from sharelake.sink.batch.budget import BatchBudget
 from sharelake.sink.batch.parking import DeadLetterParking
 from sharelake.sink.batch.plan import COPY, PARKED, PRESENT, BatchPlan, Verdict, plan_batch
 from sharelake.sink.batch.stats import SinkStats, timed
+from sharelake.sink.batch.table_writer import Landed, TableWriter
 from sharelake.sink.dead_letter.sinks import DeadLetterSink
 from sharelake.sink.write.destinations import Destination
-from sharelake.sink.write.table_writer import Landed, TableWriter
 
 log = logging.getLogger(__name__)
 

@@ -34,11 +34,11 @@ from sharelake.config.settings import BatchConfig
 from sharelake.failures import faults
 from sharelake.formats.base import PayloadFormat
 from sharelake.sink.batch.delta_sink import DeltaSink
+from sharelake.sink.batch.table_writer import TableWriter
 from sharelake.sink.dead_letter.sinks import DeltaDeadLetters, dead_letter_table
 from sharelake.sink.dedup.dedup_table import DedupTable
 from sharelake.sink.delta.frames import ROWS_PER_TASK
 from sharelake.sink.write.destinations import Destination, main_table
-from sharelake.sink.write.table_writer import TableWriter
 from sharelake.table.location import TableLocation
 
 log = logging.getLogger(__name__)

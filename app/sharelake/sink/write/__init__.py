@@ -1,3 +1,3 @@
-"""What is written: the destinations, one writer per destination, and the write modes (append, upsert) behind one
-seam.
+"""What is written: the destinations and the write modes (append, upsert) behind one seam; the writer of each
+destination is `sharelake.sink.batch.table_writer`'s.
 """

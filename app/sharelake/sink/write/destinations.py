@@ -7,7 +7,7 @@ catalog name and its layout when it is built; an existing table with another lay
 config's stops the job here, `check_layout`), the builder of the frames written to it, its writer's
 checkpointer, and its payload format, started (its schema checked, its registry reached). The
 dead letters go elsewhere (`sharelake.sink.dead_letter.factory`). Each destination gets a table writer
-(`sharelake.sink.write.table_writer`): each micro-batch makes at most one commit per table, and each
+(`sharelake.sink.batch.table_writer`): each micro-batch makes at most one commit per table, and each
 table's records are decided on that table's commit alone. Every main table is opened through
 `main_table`, the warm-up's and the tests' too.
 """
