@@ -1,9 +1,8 @@
-"""Which table each topic lands in: the rules the routing keys follow, and the routes they resolve to.
+"""Which table each topic lands in: the routes a valid config's routing keys resolve to.
 
-`check_routes` holds the rules (`kafka.topic` with `delta.table_path` / `table_name`, or
-`kafka.topics` with a `[topics.<name>]` section each; topics sharing a table share its payload,
-layout and write keys); the config's model runs it when it is validated, so a broken rule is a
-load-time error naming the keys. `resolve_routes` turns a valid config into `Routes`, an immutable
+The rules those keys follow are `sharelake.config.settings.check_routes`, beside the config's model that
+runs them when it is validated (a broken rule is a load-time error naming the keys); this module
+reads only a config that passed them. `resolve_routes` turns a valid config into `Routes`, an immutable
 value: one `Route` per main table, and the dead-letter table with the key that names it. A table
 named in the catalog gets its path from `locate` then; the config itself never changes.
 """
@@ -14,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from sharelake.config.settings import named_table, table_write, topics_by_table
 from sharelake.table.layout import TableLayout
 from sharelake.table.location import TableLocation
 
@@ -57,122 +57,7 @@ class Routes:
         return [*((r.location, r.key) for r in self.main), *dead]
 
 
-# -- the rules, checked when the config is validated (ValueError: one line naming the keys) -------
-
-
-def check_routes(cfg: SharelakeConfig) -> None:
-    """The routing keys of `cfg` follow the rules; ValueError naming the keys when they do not."""
-    _one_table("dead_letter", cfg.dead_letter.table_path, cfg.dead_letter.table_name, required=False)
-    if cfg.kafka.topic is not None:
-        _check_one_topic(cfg)
-    else:
-        _check_routed(cfg)
-
-
-def _check_one_topic(cfg: SharelakeConfig) -> None:
-    if cfg.delta.table_path is None and cfg.delta.table_name is None:
-        raise ValueError(
-            "kafka.topic needs delta.table_path (a path) or delta.table_name (a catalog name): "
-            "the table its records land in"
-        )
-    _one_table("delta", cfg.delta.table_path, cfg.delta.table_name)
-    if cfg.topics:
-        raise ValueError("[topics.<name>] sections route kafka.topics; with kafka.topic use delta.table_path")
-    check_envelope(cfg.payload, cfg.write)
-
-
-def _check_routed(cfg: SharelakeConfig) -> None:
-    subscribed = cfg.kafka.subscribed
-    unrouted = [t for t in subscribed if t not in cfg.topics]
-    if unrouted:
-        raise ValueError(
-            f"kafka.topics subscribes to {', '.join(unrouted)}, which no [topics.<name>] section routes: "
-            f"add [topics.{unrouted[0]}] with its table_path, or drop the topic from kafka.topics"
-        )
-    stray = [t for t in cfg.topics if t not in subscribed]
-    if stray:
-        raise ValueError(f"[topics.{stray[0]}] routes a topic kafka.topics does not list: add it there or drop it")
-    if cfg.delta.table_path is not None or cfg.delta.table_name is not None:
-        raise ValueError("delta.table_path is for kafka.topic; routed topics name theirs in [topics.<name>]")
-    no_table = cfg.dead_letter.table_path is None and cfg.dead_letter.table_name is None
-    if no_table and cfg.dead_letter.sink == "table":
-        raise ValueError(
-            "kafka.topics needs dead_letter.table_path (or dead_letter.table_name): the one dead-letter "
-            "table all topics share"
-        )
-    for topic in subscribed:
-        _one_table(f"topics.{topic}", cfg.topics[topic].table_path, cfg.topics[topic].table_name)
-    for table, names in topics_by_table(cfg).items():
-        _check_shared_table(cfg, table, names)
-
-
-def _check_shared_table(cfg: SharelakeConfig, table: TableLocation, names: list[str]) -> None:
-    """Topics sharing a table share its payload, its layout keys and its write keys."""
-    payloads = [cfg.topics[t].payload for t in names]
-    if any(p != payloads[0] for p in payloads):
-        raise ValueError(
-            f"topics {', '.join(names)} share the table {table.path or f'name:{table.name}'} but read "
-            "their values differently: one payload per table"
-        )
-    chosen = {t: layout for t in names if (layout := cfg.topics[t].layout()).chosen}
-    if len(set(chosen.values())) > 1:
-        raise ValueError(
-            f"topics {', '.join(chosen)} share a table but ask for different layouts: give the layout "
-            "keys (partition_by, cluster_by, generated_columns) in one of their sections"
-        )
-    writes = [w for t in names if (w := cfg.topics[t].write) is not None]
-    if writes and (len(writes) < len(names) or any(w != writes[0] for w in writes)):
-        raise ValueError(
-            f"topics {', '.join(names)} share a table but not its [topics.<name>.write] keys: one write "
-            "mode per table; give every topic sharing it the same write section"
-        )
-    check_envelope(payloads[0], *table_write(cfg, names))
-
-
-def check_envelope(payload: FormatSettings, write: WriteConfig, section: str = "write") -> None:
-    """Debezium events are upserted by key, never appended."""
-    if payload.envelope == "debezium" and write.mode != "upsert":
-        raise ValueError(
-            f'payload.envelope = "debezium" upserts change events by key: set {section}.mode = "upsert" and '
-            f"{section}.keys (the table's key columns)"
-        )
-
-
-def _one_table(section: str, path: str | None, name: str | None, required: bool = True) -> None:
-    if path is not None and name is not None:
-        raise ValueError(f"{section}.table_path and {section}.table_name both name the table: keep one")
-    if required and path is None and name is None:
-        raise ValueError(f"{section} needs table_path (a path) or table_name (a catalog name, db.table)")
-
-
 # -- what a valid config's routing keys name ------------------------------------------------------
-
-
-def named_table(path: str | None, name: str | None) -> TableLocation | None:
-    """The table a `table_path` / `table_name` pair names (a name not located yet), or None."""
-    if path is not None:
-        return TableLocation.at(path)
-    if name is not None:
-        return TableLocation.named(name)
-    return None
-
-
-def topics_by_table(cfg: SharelakeConfig) -> dict[TableLocation, list[str]]:
-    """Routed mode: each table (by path, or by name) with the topics routed to it, in `kafka.topics`' order."""
-    by_table: dict[TableLocation, list[str]] = {}
-    for topic in cfg.kafka.subscribed:
-        route = cfg.topics[topic]
-        table = named_table(route.table_path, route.table_name)
-        assert table is not None, "check_routes: each routed topic names its table"
-        by_table.setdefault(table, []).append(topic)
-    return by_table
-
-
-def table_write(cfg: SharelakeConfig, names: list[str]) -> tuple[WriteConfig, str]:
-    """How the table of the routed topics `names` takes its records, and the section saying so: their
-    `[topics.<name>.write]` (the same in each: `check_routes`), else `[write]`."""
-    write = cfg.topics[names[0]].write
-    return (write, f"topics.{names[0]}.write") if write is not None else (cfg.write, "write")
 
 
 def table_layout(cfg: SharelakeConfig, names: list[str]) -> tuple[TableLayout, str]:
