@@ -14,7 +14,7 @@ from bench.contenders import LABELS
 from bench.figures import finite_or_none, fmt, md_table
 
 if TYPE_CHECKING:
-    from bench.report import Outcome
+    from bench.outcome import Outcome
 
 
 LATENCY_METHOD = (

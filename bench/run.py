@@ -25,7 +25,8 @@ from bench.failover import failover_phase
 from bench.harness import stamp, work_folder
 from bench.latency import LatencyRun, run_latency_phase
 from bench.machine import machine_facts
-from bench.report import Outcome, TableRow, write_report
+from bench.outcome import Outcome, TableRow
+from bench.report import write_report
 from bench.settings import BenchSettings, add_arguments, from_args
 from bench.share_bound import max_record_locks
 from bench.verify import check_table, spark_session, table_latency
