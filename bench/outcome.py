@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 
 from bench.contenders import RunResult
 from bench.cycle import CycleRun
-from bench.failover import FailoverRun
 from bench.latency import LatencyRun
 from bench.settings import BenchSettings
 from bench.verify import Latency
+from devkit.failover import FailoverRun
 
 
 @dataclass
