@@ -1,7 +1,7 @@
 """The formats and routing mode of the benchmark: `python -m bench formats [--smoke] [sizes...]`.
 
 Not a phase of `bench.run` (run it on its own). On one embedded broker and one embedded schema
-registry it produces the workload's N records (`bench.workload`) to a JSON topic, the same records
+registry it produces the workload's N records (`devkit.workload`) to a JSON topic, the same records
 in Avro (Confluent wire format, `bench.avro_workload`) to an Avro topic, and the same N JSON records
 again to each of three routing topics, each topic of P partitions. Then, round by round (all
 contenders of round i back to back, so machine drift hits them alike), it runs:
@@ -48,7 +48,7 @@ from bench.harness import add_places, add_settings, settings_from, stamp, work_f
 from bench.machine import load_average, machine_facts
 from bench.settings import BenchSettings
 from bench.verify import check_table, spark_session
-from bench.workload import SCHEMA_DDL, produce_backlog, record_value
+from devkit.workload import SCHEMA_DDL, produce_backlog, record_value
 from sharelake.testing.kafka_broker import EmbeddedKafka
 from sharelake.testing.schema_registry import EmbeddedSchemaRegistry
 

@@ -28,9 +28,9 @@ from pathlib import Path
 from bench.contenders import sharelake, spark_kafka_source
 from bench.contenders.base import RunContext, RunResult, failed, tail, wait_until
 from bench.settings import BenchSettings
-from bench.workload import RateProducer, record_value
 from devkit.delta_log import data_commits, read_commits, rows_in
 from devkit.paths import PROJECT_ROOT
+from devkit.workload import RateProducer, record_value
 from sharelake.testing.kafka_broker import EmbeddedKafka
 
 log = logging.getLogger(__name__)

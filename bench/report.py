@@ -276,7 +276,7 @@ def render(o: Outcome, charts: Path) -> str:
     if o.produce_rates:
         rates = ", ".join(f"{t}: {fmt_rate(r)} records/s" for t, r in o.produce_rates.items())
         md.append(
-            f"Workload: ~250-byte JSON values (`bench/workload.py`), keyed, produced before the runs ({rates}).\n"
+            f"Workload: ~250-byte JSON values (`devkit/workload.py`), keyed, produced before the runs ({rates}).\n"
         )
     _throughput(o, md, charts)
     _lock_caps(o, md)

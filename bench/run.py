@@ -30,7 +30,7 @@ from bench.report import write_report
 from bench.settings import BenchSettings, add_arguments, from_args
 from bench.share_bound import max_record_locks
 from bench.verify import check_table, spark_session, table_latency
-from bench.workload import produce_backlog
+from devkit.workload import produce_backlog
 from sharelake.testing.kafka_broker import EmbeddedKafka
 
 HELP = "Sharelake against Spark's Kafka source, a ShareConsumer drain and Kafka's perf tool on one broker (make bench)"

@@ -54,12 +54,12 @@ from bench.contenders.sharelake import dead_letter_of, parse_job_log, sharelake_
 from bench.cycle import progress_batches
 from bench.figures import md_table, save_report
 from bench.harness import add_places, stamp, work_folder
-from bench.procmem import MIB, tree_rss
 from bench.settings import BenchSettings
-from bench.workload import RateProducer, produce_backlog
 from devkit.delta_log import Commit, CommitTail, rows_in
 from devkit.job_logs import race_counts
 from devkit.paths import PROJECT_ROOT
+from devkit.procmem import MIB, tree_rss
+from devkit.workload import RateProducer, produce_backlog
 from sharelake.testing.kafka_broker import EmbeddedKafka
 
 HELP = "a long steady load at 60% of the measured maximum, with kill -9 of the driver and broker restarts"

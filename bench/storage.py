@@ -12,7 +12,7 @@ broker (and one embedded S3 API server), the variants of a round back to back:
 | `optimized-writes` | local, Delta's optimized writes (`spark.databricks.delta.optimizeWrite.enabled`) |
 | `maintained` | local, and `jobs/maintain.py` (OPTIMIZE, then VACUUM) run once during the load |
 
-Throughput: each variant drains a backlog of N JSON records (`bench.workload`) on P partitions
+Throughput: each variant drains a backlog of N JSON records (`devkit.workload`) on P partitions
 until drained, R rounds; records/s = rows written / (last commit - first record), the job's own
 `ingest_s` (so a slow start-up, S3's included, is left out alike). Latency (local variants): each
 runs continuously under `--rate` records/s for `--seconds` after a warm-up (`bench.latency`); the
@@ -44,9 +44,9 @@ from bench.latency import run_latency
 from bench.machine import machine_facts
 from bench.settings import BenchSettings
 from bench.verify import spark_session, table_latency
-from bench.workload import produce_backlog
 from devkit.paths import PROJECT_ROOT
 from devkit.s3_server import EmbeddedS3
+from devkit.workload import produce_backlog
 from sharelake.testing.kafka_broker import EmbeddedKafka
 
 HELP = "local against S3 tables, auto compaction, optimized writes and jobs/maintain.py (make bench-storage)"

@@ -3,7 +3,7 @@
     python -m bench upserts [--records N] [--partitions P] [--rounds R]
 
 Run on its own (not a phase of `bench.run`). One broker, one topic holding the workload's JSON
-backlog keyed by `user` (`bench.workload.user_key`: 9,973 users, so each user's records share a
+backlog keyed by `user` (`devkit.workload.user_key`: 9,973 users, so each user's records share a
 partition, about N / 9,973 versions each); per round, in turn (interleaved round by round), each
 contender drains the whole topic into a fresh table:
 
@@ -38,14 +38,14 @@ from bench.harness import backlog, stamp, work_folder
 from bench.machine import machine_facts
 from bench.settings import add_drain_arguments, drain_settings
 from bench.verify import check_table, spark_session
-from bench.workload import user_key
 from devkit.delta_log import read_commits
 from devkit.paths import PROJECT_ROOT
+from devkit.workload import user_key
 
 HELP = "upserts against appends and against Spark's hand-written foreachBatch MERGE, one backlog keyed by user"
 log = logging.getLogger(__name__)
 
-USERS = 9973  # bench.workload's users: record i belongs to user i % USERS
+USERS = 9973  # devkit.workload's users: record i belongs to user i % USERS
 MERGE_JOB = PROJECT_ROOT / "bench" / "spark_jobs" / "kafka_source_merge.py"
 UPSERT = ("write.mode=upsert", 'write.keys=["user"]')
 # Spark's micro-batches: about Sharelake's on this backlog (40,000 records a commit on 4 partitions),

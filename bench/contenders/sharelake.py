@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.contenders.base import RunContext, RunResult, failed, log_time, stop_group, tail
-from bench.procmem import MemoryPeak, TreeSampler
-from bench.workload import SCHEMA_DDL
 from devkit.delta_log import data_commits, mean_commit_interval_s, read_commits, steady_rate
 from devkit.network import Host
 from devkit.paths import PROJECT_ROOT
+from devkit.procmem import MemoryPeak, TreeSampler
+from devkit.workload import SCHEMA_DDL
 
 NAME = "sharelake"
 DEAD_LETTER_SUFFIX = "_dead_letter"  # the default dead-letter table: the main table's path + this

@@ -32,9 +32,9 @@ from bench.contenders.base import (
     stop_group,
 )
 from bench.settings import BENCH_JARS
-from bench.workload import SCHEMA_DDL
 from devkit.delta_log import mean_commit_interval_s, read_commits
 from devkit.paths import PROJECT_ROOT
+from devkit.workload import SCHEMA_DDL
 from sharelake.testing.kafka_broker import jars_in
 
 NAME = "spark-kafka-source"
