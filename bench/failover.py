@@ -15,10 +15,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.contenders.sharelake import parse_job_log
 from bench.figures import md_table, save_report
 from bench.harness import add_places, stamp, work_folder
 from devkit.failover import FailoverRun, run_failover
+from devkit.job_logs import parse_job_log
 from devkit.kafka_cluster import EmbeddedKafkaCluster
 from devkit.paths import PROJECT_ROOT
 

@@ -37,13 +37,14 @@ import numpy as np
 from delta.tables import DeltaTable
 
 from bench.contenders.base import RunContext, tail
-from bench.contenders.sharelake import parse_job_log, start_sharelake
+from bench.contenders.sharelake import start_sharelake
 from bench.figures import finite_median, save_report
 from bench.harness import add_places, stamp, work_folder
 from bench.latency import run_latency
 from bench.machine import machine_facts
 from bench.settings import BenchSettings
 from bench.verify import spark_session, table_latency
+from devkit.job_logs import parse_job_log
 from devkit.paths import PROJECT_ROOT
 from devkit.s3_server import EmbeddedS3
 from devkit.workload import produce_backlog

@@ -31,7 +31,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from bench.contenders.base import RunContext, run_logged, started_at, tail
-from bench.contenders.sharelake import parse_job_log, start_sharelake
+from bench.contenders.sharelake import start_sharelake
 from bench.contenders.spark_kafka_source import submit_command
 from bench.figures import finite_median, fmt_rate, runs_data, save_report, table_report
 from bench.harness import backlog, stamp, work_folder
@@ -39,6 +39,7 @@ from bench.machine import machine_facts
 from bench.settings import add_drain_arguments, drain_settings
 from bench.verify import check_table, spark_session
 from devkit.delta_log import read_commits
+from devkit.job_logs import parse_job_log
 from devkit.paths import PROJECT_ROOT
 from devkit.workload import user_key
 

@@ -16,7 +16,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
 from bench.settings import BenchSettings
@@ -99,17 +98,6 @@ def tail(path: Path | None, lines: int = 15) -> str:
     if path is None or not path.exists():
         return ""
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-
-
-_LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
-
-
-def log_time(line: str) -> float | None:
-    """The epoch seconds of a Python logging line (`%(asctime)s`, local time) or None."""
-    m = _LOG_TIME.match(line)
-    if m is None:
-        return None
-    return datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
 # the bench's own spark-submit jobs (bench/spark_jobs/) import the bench package from the checkout

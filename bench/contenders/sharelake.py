@@ -16,14 +16,14 @@ neither the JVM start nor the idle timeout that ends an until-drained run.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.contenders.base import RunContext, RunResult, failed, log_time, stop_group, tail
+from bench.contenders.base import RunContext, RunResult, failed, stop_group, tail
 from devkit.delta_log import data_commits, mean_commit_interval_s, read_commits, steady_rate
+from devkit.job_logs import parse_job_log
 from devkit.network import Host
 from devkit.paths import PROJECT_ROOT
 from devkit.procmem import MemoryPeak, TreeSampler
@@ -130,24 +130,6 @@ def start_sharelake(
     sampler = TreeSampler(proc.pid)
     sampler.start()
     return SharelakeJob(proc, log, table, sampler, launched_at)
-
-
-@dataclass
-class JobLog:
-    started: float | None  # epoch seconds when run_ingest started: the "run ended:" line - seconds
-    summary: dict[str, float]  # the "run ended:" counters (RunSummary), {} when missing
-
-
-def parse_job_log(log: Path) -> JobLog:
-    """The job's start and its `run ended: k=v ...` counters, from its log (none when it has no log yet)."""
-    started, summary = None, {}
-    for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
-        m = re.search(r"run ended: (.*)", line)
-        if m:
-            summary = {k: float(v) for k, v in (kv.split("=", 1) for kv in m.group(1).split())}
-            ended = log_time(line)
-            started = ended - summary["seconds"] if ended is not None and "seconds" in summary else None
-    return JobLog(started, summary)
 
 
 def memory_details(peak: MemoryPeak) -> dict[str, float]:
