@@ -40,7 +40,7 @@ from bench.avro_workload import avro_value_of, produce_avro_backlog
 from bench.contenders.avro import run_sharelake_avro, run_spark_kafka_avro
 from bench.contenders.base import RunContext, RunResult, attempt
 from bench.contenders.routed import after_first_batch, dead_letter_path, routed_tables, run_sharelake_routed
-from bench.contenders.sharelake import dead_letter_of, run_sharelake
+from bench.contenders.sharelake import run_sharelake
 from bench.contenders.spark_kafka_source import run_spark_kafka_source
 from bench.formats_outcome import ROUTES, FormatRun, FormatsOutcome, FormatsSettings, TableResult, TableSpec, Topic
 from bench.formats_report import write_report
@@ -48,6 +48,7 @@ from bench.harness import add_places, add_settings, settings_from, stamp, work_f
 from bench.machine import load_average, machine_facts
 from bench.settings import BenchSettings
 from bench.verify import check_table, spark_session
+from devkit.ingest_job import dead_letter_of
 from devkit.workload import SCHEMA_DDL, produce_backlog, record_value
 from sharelake.testing.kafka_broker import EmbeddedKafka
 from sharelake.testing.schema_registry import EmbeddedSchemaRegistry

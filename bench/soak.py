@@ -49,12 +49,13 @@ import numpy as np
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from bench.contenders.base import RunContext, stop_group
-from bench.contenders.sharelake import dead_letter_of, sharelake_command
+from bench.contenders.base import RunContext
+from bench.contenders.sharelake import sharelake_command
 from bench.figures import md_table, save_report
 from bench.harness import add_places, stamp, work_folder
 from bench.settings import BenchSettings
 from devkit.delta_log import Commit, CommitTail, rows_in
+from devkit.ingest_job import dead_letter_of, stop_group
 from devkit.job_logs import parse_job_log, progress_batches, race_counts
 from devkit.paths import PROJECT_ROOT
 from devkit.procmem import MIB, tree_rss

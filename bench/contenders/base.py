@@ -10,7 +10,6 @@ import logging
 import math
 import os
 import re
-import signal
 import subprocess
 import time
 import uuid
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from bench.settings import BenchSettings
 from devkit.delta_log import data_commits, read_commits, rows_in, steady_rate
+from devkit.ingest_job import stop_group
 from devkit.paths import PROJECT_ROOT
 
 logger = logging.getLogger(__name__)
@@ -117,20 +117,6 @@ def run_logged(cmd: list[str], log: Path, timeout_s: float, env: dict[str, str] 
         except subprocess.TimeoutExpired:
             stop_group(proc)
             return -9
-
-
-def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:
-    """SIGTERM the process group we started, then SIGKILL it if it is still there after `grace_s`."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def started_at(log: Path) -> float | None:
