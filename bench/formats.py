@@ -47,8 +47,9 @@ from bench.formats_report import write_report
 from bench.harness import add_places, add_settings, settings_from, stamp, work_folder
 from bench.machine import load_average, machine_facts
 from bench.settings import BenchSettings
-from bench.verify import check_table, spark_session
+from bench.verify import check_table
 from devkit.ingest_job import dead_letter_of
+from devkit.spark_check import spark_session
 from devkit.workload import SCHEMA_DDL, produce_backlog, record_value
 from sharelake.testing.kafka_broker import EmbeddedKafka
 from sharelake.testing.schema_registry import EmbeddedSchemaRegistry

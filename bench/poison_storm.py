@@ -53,11 +53,12 @@ from bench.harness import RESULTS_DIR, WORK_ROOT, Stamp, add_places, add_setting
 from bench.latency import LatencyRun, run_latency
 from bench.machine import load_average, machine_facts
 from bench.settings import BenchSettings, carried
-from bench.verify import spark_session, table_latency
+from bench.verify import table_latency
 from devkit.delta_log import read_commits, rows_in
 from devkit.ingest_job import dead_letter_of
 from devkit.job_logs import log_time
 from devkit.sample_data import EVENT_SCHEMA, POISON_VALUES, event_value
+from devkit.spark_check import spark_session
 from sharelake.testing.kafka_broker import EmbeddedKafka
 
 HELP = "a clean and a poison run per round at one offered rate: all decided exactly once, and poison / clean"

@@ -29,7 +29,8 @@ from bench.outcome import Outcome, TableRow
 from bench.report import write_report
 from bench.settings import BenchSettings, add_arguments, from_args
 from bench.share_bound import max_record_locks
-from bench.verify import check_table, spark_session, table_latency
+from bench.verify import check_table, table_latency
+from devkit.spark_check import spark_session
 from devkit.workload import produce_backlog
 from sharelake.testing.kafka_broker import EmbeddedKafka
 

@@ -391,7 +391,7 @@ def batches_by_start(run_dir: Path, starts: int) -> list[dict[str, float]]:
 
 
 def _check(run: SoakRun, spark: SparkSession | None, table: Path, topic: str) -> None:
-    from bench.verify import spark_session  # the benchmark's verification session, only when none is given
+    from devkit.spark_check import spark_session  # the benchmark's verification session, only when none is given
 
     with nullcontext(spark) if spark is not None else spark_session() as session:
         df = session.read.format("delta").load(str(table)).where(F.col("topic") == topic)

@@ -43,10 +43,11 @@ from bench.harness import add_places, stamp, work_folder
 from bench.latency import run_latency
 from bench.machine import machine_facts
 from bench.settings import BenchSettings
-from bench.verify import spark_session, table_latency
+from bench.verify import table_latency
 from devkit.job_logs import parse_job_log
 from devkit.paths import PROJECT_ROOT
 from devkit.s3_server import EmbeddedS3
+from devkit.spark_check import spark_session
 from devkit.workload import produce_backlog
 from sharelake.testing.kafka_broker import EmbeddedKafka
 

@@ -37,10 +37,11 @@ from bench.figures import finite_median, fmt_rate, runs_data, save_report, table
 from bench.harness import backlog, stamp, work_folder
 from bench.machine import machine_facts
 from bench.settings import add_drain_arguments, drain_settings
-from bench.verify import check_table, spark_session
+from bench.verify import check_table
 from devkit.delta_log import read_commits
 from devkit.job_logs import parse_job_log
 from devkit.paths import PROJECT_ROOT
+from devkit.spark_check import spark_session
 from devkit.workload import user_key
 
 HELP = "upserts against appends and against Spark's hand-written foreachBatch MERGE, one backlog keyed by user"
