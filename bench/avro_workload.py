@@ -1,8 +1,8 @@
-"""The benchmark workload's Avro twin: the same records as `bench.workload`, in the Confluent wire format.
+"""The benchmark workload's Avro twin: the same records as `devkit.workload`, in the Confluent wire format.
 
 `AVRO_SCHEMA` has the fields of `SCHEMA_DDL` with the same types (id long, user string, ts string,
 amount double, kind string, tags array<string>, note string); `AVRO_SCHEMA_JSON` is that writer
-schema as JSON, the one a Spark job decodes with. Record i is `bench.workload.record_value(i)` parsed
+schema as JSON, the one a Spark job decodes with. Record i is `devkit.workload.record_value(i)` parsed
 back, so every field value is the same as in the JSON topic (the `note` keeps its padding; an Avro
 value is shorter, it carries no field names). The schema is registered once under `<topic>-value`,
 as a producer's serializer would, and each body is written with fastavro behind the 5-byte header
@@ -20,7 +20,7 @@ from typing import Any
 import fastavro
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
-from bench.workload import ProduceStats, produce_backlog, record_value
+from devkit.workload import ProduceStats, produce_backlog, record_value
 
 AVRO_SCHEMA: dict[str, Any] = {
     "type": "record",

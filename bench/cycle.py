@@ -39,16 +39,12 @@ from bench.contenders.base import RunContext, RunResult, tail
 from bench.contenders.sharelake import result_of, start_sharelake
 from bench.harness import backlog, stamp, work_folder
 from bench.settings import BenchSettings, add_arguments, from_args
+from devkit.job_logs import progress_batches
 
 HELP = "where one Sharelake micro-batch's time goes, step by step (the run's cycle phase, on its own)"
 log = logging.getLogger(__name__)
 
 PYSPY = Path(sys.executable).parent / "py-spy"
-PROGRESS = re.compile(
-    r"batch (?P<batch>\d+): in=(?P<records>\d+) .*?duration_ms=(?P<duration>\d+) .*?\| sink_ms (?P<sink>[^|]*)"
-    r"\| spark_ms (?P<spark>.*)$"
-)
-SPARK_STEPS = {"walCommit": "offset log (walCommit)", "commitOffsets": "commit log (commitOffsets)"}
 
 
 @dataclass
@@ -73,26 +69,6 @@ class CycleRun:
         for b in self.batches:
             seen.update(dict.fromkeys(b))
         return list(seen)
-
-
-def _pairs(text: str) -> dict[str, float]:
-    return {k: float(v) for k, v in re.findall(r"(\w+)=(\d+)", text)}
-
-
-def progress_batches(job_log: Path) -> dict[int, dict[str, float]]:
-    """batch id -> {records, total, spark.<step>, sink.<step>} from the job's progress lines."""
-    out: dict[int, dict[str, float]] = {}
-    for line in job_log.read_text(errors="replace").splitlines():
-        m = PROGRESS.search(line)
-        if m is None:
-            continue
-        row = {"records": float(m["records"]), "total": float(m["duration"])}
-        row |= {f"sink.{k}": v for k, v in _pairs(m["sink"]).items()}
-        spark = _pairs(m["spark"])
-        row |= {f"spark.{k}": v for k, v in spark.items() if k in SPARK_STEPS}
-        row["spark.other"] = sum(v for k, v in spark.items() if k not in SPARK_STEPS)
-        out[int(m["batch"])] = row
-    return out
 
 
 def _command_kind(node: str) -> str | None:

@@ -1,7 +1,7 @@
 """The formats and routing mode of the benchmark: `python -m bench formats [--smoke] [sizes...]`.
 
 Not a phase of `bench.run` (run it on its own). On one embedded broker and one embedded schema
-registry it produces the workload's N records (`bench.workload`) to a JSON topic, the same records
+registry it produces the workload's N records (`devkit.workload`) to a JSON topic, the same records
 in Avro (Confluent wire format, `bench.avro_workload`) to an Avro topic, and the same N JSON records
 again to each of three routing topics, each topic of P partitions. Then, round by round (all
 contenders of round i back to back, so machine drift hits them alike), it runs:
@@ -29,7 +29,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,52 +40,25 @@ from bench.avro_workload import avro_value_of, produce_avro_backlog
 from bench.contenders.avro import run_sharelake_avro, run_spark_kafka_avro
 from bench.contenders.base import RunContext, RunResult, attempt
 from bench.contenders.routed import after_first_batch, dead_letter_path, routed_tables, run_sharelake_routed
-from bench.contenders.sharelake import dead_letter_of, run_sharelake
+from bench.contenders.sharelake import run_sharelake
 from bench.contenders.spark_kafka_source import run_spark_kafka_source
-from bench.harness import RESULTS_DIR, WORK_ROOT, add_places, add_settings, settings_from, stamp, work_folder
+from bench.formats_outcome import ROUTES, FormatRun, FormatsOutcome, FormatsSettings, TableResult, TableSpec, Topic
+from bench.formats_report import write_report
+from bench.harness import add_places, add_settings, settings_from, stamp, work_folder
 from bench.machine import load_average, machine_facts
-from bench.settings import BenchSettings, carried
-from bench.verify import check_table, spark_session
-from bench.workload import SCHEMA_DDL, produce_backlog, record_value
+from bench.settings import BenchSettings
+from bench.verify import check_table
+from devkit.ingest_job import dead_letter_of
+from devkit.spark_check import spark_session
+from devkit.workload import SCHEMA_DDL, produce_backlog, record_value
 from sharelake.testing.kafka_broker import EmbeddedKafka
 from sharelake.testing.schema_registry import EmbeddedSchemaRegistry
 
 HELP = "Sharelake on JSON and on Avro against Spark's Kafka source on each, and one job routing 3 topics"
 log = logging.getLogger(__name__)
 
-ROUTES = 3  # routing topics (and tables) of the routed run
 PAYLOAD_COLUMNS = ("id", "user", "ts", "amount", "kind", "tags", "note")  # SCHEMA_DDL's fields, in order
 SIZE_SAMPLE = 1000  # values whose size is measured per topic
-
-
-@dataclass(frozen=True)
-class FormatsSettings:
-    """The mode's sizes (printed in the report)."""
-
-    size: str = "formats"
-    records: int = 200_000  # per topic: the JSON, the Avro and each routing topic hold records 0..N-1
-    partitions: int = 4  # of every topic
-    runs: int = 3  # rounds
-    members: int = 4  # Sharelake pump.members (the shipped default)
-    idle_timeout_ms: int = 3000
-    run_timeout_s: float = 1800.0
-    work_dir: Path = WORK_ROOT
-    results_dir: Path = RESULTS_DIR
-    keep_work: bool = False
-
-    def bench_settings(self) -> BenchSettings:
-        """What the contenders read (`RunContext.settings`)."""
-        return carried(self, partitions=(self.partitions,))
-
-    def as_table(self) -> dict[str, str]:
-        return {
-            "records per topic (JSON, Avro, each routing topic)": f"{self.records:,}",
-            "partitions per topic": str(self.partitions),
-            "rounds": str(self.runs),
-            "Sharelake pump.members": str(self.members),
-            "Sharelake run.idle_timeout_ms": str(self.idle_timeout_ms),
-            "run timeout s": f"{self.run_timeout_s:g}",
-        }
 
 
 SMOKE: dict[str, Any] = {
@@ -96,82 +69,6 @@ SMOKE: dict[str, Any] = {
     "idle_timeout_ms": 2000,
     "run_timeout_s": 300.0,
 }
-
-
-@dataclass(frozen=True)
-class TableSpec:
-    """A table a run must end with: records first_id .. first_id + count - 1, exactly once."""
-
-    path: Path
-    first_id: int
-    count: int
-    dead_letter: Path | None = None  # Sharelake's dead-letter table: must be empty (or absent)
-
-
-@dataclass
-class TableResult:
-    spec: TableSpec
-    rows: int = 0
-    duplicates: int = 0  # rows - distinct (topic, partition, offset)
-    distinct_ids: int = 0
-    ids_in_range: bool = False
-    checksum_ok: bool = False  # the payload columns hash-sum to that of the records produced
-    dead_letter_rows: int = 0
-    error: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return (
-            not self.error
-            and self.rows == self.spec.count
-            and self.duplicates == 0
-            and self.distinct_ids == self.spec.count
-            and self.ids_in_range
-            and self.checksum_ok
-            and self.dead_letter_rows == 0
-        )
-
-
-@dataclass
-class FormatRun:
-    key: str  # sl-json, sl-avro, spark-json, spark-avro, sl-routed, sl-single
-    round: int
-    topics: list[str]
-    result: RunResult
-    tables: list[TableSpec]
-    checks: list[TableResult] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return self.result.ok and bool(self.checks) and all(c.ok for c in self.checks)
-
-    @property
-    def rate(self) -> float:
-        """records/s of a run whose tables passed every check, else NaN."""
-        return self.result.rate if self.ok else math.nan
-
-
-@dataclass(frozen=True)
-class Topic:
-    name: str
-    first_id: int
-    count: int
-    payload: str  # json or avro
-    produce_rate: float
-    value_bytes: float  # mean value size over a sample
-
-
-@dataclass
-class FormatsOutcome:
-    settings: FormatsSettings
-    started: str
-    machine: dict[str, str]
-    topics: dict[str, Topic] = field(default_factory=dict)  # json, avro, route-0 .. route-2
-    schema_id: int = -1
-    registry_start_s: float = math.nan
-    runs: list[FormatRun] = field(default_factory=list)
-    load_after: str = ""
-    seconds: float = 0.0
 
 
 def _mean_size(value_of: Callable[[int], bytes], first: int, count: int) -> float:
@@ -333,8 +230,6 @@ def settings(args: argparse.Namespace) -> FormatsSettings:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bench.formats_report import write_report
-
     s = settings(args)
     at = stamp()
     out = FormatsOutcome(s, at.text, machine_facts())

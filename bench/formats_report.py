@@ -36,7 +36,7 @@ from bench.figures import (
     save_report,
     spread_cell,
 )
-from bench.formats import ROUTES, FormatRun, FormatsOutcome
+from bench.formats_outcome import ROUTES, FormatRun, FormatsOutcome
 
 LABELS = {
     "sl-json": "(1) Sharelake, JSON",

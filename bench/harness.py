@@ -18,8 +18,8 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
-from bench.workload import produce_backlog, record_key
 from devkit.paths import CACHE_DIR, PROJECT_ROOT
+from devkit.workload import produce_backlog, record_key
 from sharelake.testing.kafka_broker import EmbeddedKafka
 
 RESULTS_DIR = PROJECT_ROOT / "bench" / "results"
@@ -106,7 +106,7 @@ def work_folder(root: Path, name: str, keep: bool) -> Iterator[Path]:
 def backlog(
     work: Path, topic: str, partitions: int, records: int, key_of: Callable[[int], bytes] = record_key
 ) -> Iterator[EmbeddedKafka]:
-    """An embedded broker whose `topic` holds the workload's `records` (`bench.workload`), produced at once."""
+    """An embedded broker whose `topic` holds the workload's `records` (`devkit.workload`), produced at once."""
     with EmbeddedKafka(work / "broker", heap="1g") as kafka:
         kafka.create_topic(topic, partitions=partitions)
         produce_backlog(kafka.bootstrap, topic, records, key_of=key_of)

@@ -28,9 +28,10 @@ from pathlib import Path
 from bench.contenders import sharelake, spark_kafka_source
 from bench.contenders.base import RunContext, RunResult, failed, tail, wait_until
 from bench.settings import BenchSettings
-from bench.workload import RateProducer, record_value
 from devkit.delta_log import data_commits, read_commits, rows_in
+from devkit.ingest_job import JSON_PAYLOAD
 from devkit.paths import PROJECT_ROOT
+from devkit.workload import RateProducer, record_value
 from sharelake.testing.kafka_broker import EmbeddedKafka
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ class _Job:
 
 def _start_sharelake(
     ctx: RunContext,
-    payload: tuple[str, ...] = sharelake.JSON_PAYLOAD,
+    payload: tuple[str, ...] = JSON_PAYLOAD,
     extra_sets: tuple[str, ...] = (),
     root: Path = PROJECT_ROOT,
     name: str = sharelake.NAME,

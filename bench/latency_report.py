@@ -14,7 +14,7 @@ from bench.contenders import LABELS
 from bench.figures import finite_or_none, fmt, md_table
 
 if TYPE_CHECKING:
-    from bench.report import Outcome
+    from bench.outcome import Outcome
 
 
 LATENCY_METHOD = (
@@ -99,7 +99,7 @@ def latency_section(o: Outcome, md: list[str], charts: Path) -> None:
         return
     md.append(
         "The contenders below ran one after the other in this run, in this order, each on a fresh topic of "
-        f"its own with the same load: {s.latency_rate:,} records/s (~250-byte JSON, keyed, `bench/workload.py`) "
+        f"its own with the same load: {s.latency_rate:,} records/s (~250-byte JSON, keyed, `devkit/workload.py`) "
         "produced at a fixed schedule by one producer thread of the harness. The first records are a warm-up, "
         f"left out by record id: at least {s.latency_warmup_seconds:g} s and until the job's first Delta "
         f"commit. The next {s.latency_seconds:g} s of records are measured. Then the producer stops, and once "

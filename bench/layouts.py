@@ -1,7 +1,7 @@
 """Table layouts against the plain table: `python -m bench layouts [--records N] [--partitions P] [--rounds R]`.
 
 Run on its own (not a phase of `bench.run`). One broker, one topic holding the workload's JSON
-backlog (`bench.workload`: `ts` one second apart per record, `kind` one of 4); per round, each
+backlog (`devkit.workload`: `ts` one second apart per record, `kind` one of 4); per round, each
 layout in turn (interleaved round by round), one Sharelake job drains the whole topic until drained
 into a fresh table with a fresh share group:
 

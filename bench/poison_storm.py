@@ -48,16 +48,17 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from bench.contenders import sharelake
-from bench.contenders.base import log_time
-from bench.contenders.sharelake import dead_letter_of
 from bench.figures import finite_or_none, fmt, fmt_rate, kv_table, md_table, runs_data, save_report, table_report
 from bench.harness import RESULTS_DIR, WORK_ROOT, Stamp, add_places, add_settings, settings_from, stamp, work_folder
 from bench.latency import LatencyRun, run_latency
 from bench.machine import load_average, machine_facts
 from bench.settings import BenchSettings, carried
-from bench.verify import spark_session, table_latency
+from bench.verify import table_latency
 from devkit.delta_log import read_commits, rows_in
+from devkit.ingest_job import dead_letter_of
+from devkit.job_logs import log_time
 from devkit.sample_data import EVENT_SCHEMA, POISON_VALUES, event_value
+from devkit.spark_check import spark_session
 from sharelake.testing.kafka_broker import EmbeddedKafka
 
 HELP = "a clean and a poison run per round at one offered rate: all decided exactly once, and poison / clean"

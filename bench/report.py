@@ -8,14 +8,14 @@ listed with its error: a contender without a number says so, it is never left ou
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from bench.charts import scaling_chart, throughput_chart
-from bench.contenders import LABELS, RunResult
-from bench.cycle import CycleRun, cycle_json, cycle_section
-from bench.failover import FailoverRun, failover_json, failover_section
+from bench.contenders import LABELS
+from bench.cycle import cycle_json, cycle_section
+from bench.failover import failover_json, failover_section
 from bench.figures import (
     BASE,
     Spread,
@@ -31,10 +31,8 @@ from bench.figures import (
     spread_cell,
     spreads,
 )
-from bench.latency import LatencyRun
 from bench.latency_report import latency_json, latency_section
-from bench.settings import BenchSettings
-from bench.verify import Latency
+from bench.outcome import Outcome
 
 WINDOWS = {
     "sharelake": "rows written / (last Delta commit - start of run_ingest, once the SparkSession is up): "
@@ -55,39 +53,6 @@ WINDOWS = {
     "perf-tool": "the tool's nMsg.sec: records / (end - start), its window includes the group join; Java client, "
     "implicit acknowledgement, nothing written (no Delta table): the broker's ceiling here",
 }
-
-
-@dataclass
-class TableRow:
-    run: RunResult
-    rows: int
-    duplicates: int
-
-    @property
-    def expected(self) -> int:
-        return self.run.expected
-
-    @property
-    def ok(self) -> bool:
-        return self.rows == self.expected and self.duplicates == 0
-
-
-@dataclass
-class Outcome:
-    settings: BenchSettings
-    started: str
-    machine: dict[str, str]
-    results: list[RunResult] = field(default_factory=list)
-    tables: list[TableRow] = field(default_factory=list)
-    latency_runs: list[LatencyRun] = field(default_factory=list)  # in the order they ran
-    latencies: dict[str, Latency] = field(default_factory=dict)  # contender -> its figures
-    latency_errors: dict[str, str] = field(default_factory=dict)  # contender -> why it has no figures
-    cycles: list[CycleRun] = field(default_factory=list)  # the cycle breakdown's runs
-    failover: FailoverRun | None = None  # broker deaths on a 3-node cluster
-    locks: int = 0
-    locks_source: str = ""
-    produce_rates: dict[str, float] = field(default_factory=dict)
-    seconds: float = 0.0
 
 
 def _ratio_cell(s: Spread) -> str:
@@ -311,7 +276,7 @@ def render(o: Outcome, charts: Path) -> str:
     if o.produce_rates:
         rates = ", ".join(f"{t}: {fmt_rate(r)} records/s" for t, r in o.produce_rates.items())
         md.append(
-            f"Workload: ~250-byte JSON values (`bench/workload.py`), keyed, produced before the runs ({rates}).\n"
+            f"Workload: ~250-byte JSON values (`devkit/workload.py`), keyed, produced before the runs ({rates}).\n"
         )
     _throughput(o, md, charts)
     _lock_caps(o, md)

@@ -25,11 +25,13 @@ from bench.failover import failover_phase
 from bench.harness import stamp, work_folder
 from bench.latency import LatencyRun, run_latency_phase
 from bench.machine import machine_facts
-from bench.report import Outcome, TableRow, write_report
+from bench.outcome import Outcome, TableRow
+from bench.report import write_report
 from bench.settings import BenchSettings, add_arguments, from_args
 from bench.share_bound import max_record_locks
-from bench.verify import check_table, spark_session, table_latency
-from bench.workload import produce_backlog
+from bench.verify import check_table, table_latency
+from devkit.spark_check import spark_session
+from devkit.workload import produce_backlog
 from sharelake.testing.kafka_broker import EmbeddedKafka
 
 HELP = "Sharelake against Spark's Kafka source, a ShareConsumer drain and Kafka's perf tool on one broker (make bench)"

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from bench.contenders.base import RunContext, tail, wait_until
-from bench.contenders.sharelake import SharelakeJob, parse_job_log, start_sharelake
+from bench.contenders.sharelake import SharelakeJob, start_sharelake
 from bench.figures import finite_median, finite_values, fmt, kv_table, md_table, save_report
 from bench.harness import Stamp, add_places, ints, stamp, work_folder
 from bench.machine import machine_facts
@@ -43,6 +43,7 @@ from bench.settings import BenchSettings
 from bench.verify import check_exactly_once
 from devkit import network
 from devkit.delta_log import data_commits, read_commits, rows_in
+from devkit.job_logs import parse_job_log
 from devkit.sample_data import produce_json_events
 from sharelake.testing.kafka_broker import EmbeddedKafka
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import RESULTS_DIR, WORK_ROOT, add_places, add_settings, settings_from
+from devkit.ingest_job import IDLE_TIMEOUT_MS
 from devkit.paths import CACHE_DIR
 
 BENCH_JARS = CACHE_DIR / "jars" / "bench"
@@ -59,7 +60,7 @@ class BenchSettings:
     # broker deaths on a 3-node cluster under a steady load (bench.failover); 0 skips the phase
     failover_records: int = 100_000
     failover_rate: int = 2_000
-    idle_timeout_ms: int = 3000  # Sharelake until-drained: quiet this long after the last record
+    idle_timeout_ms: int = IDLE_TIMEOUT_MS  # Sharelake until-drained: quiet this long after the last record
     drain_idle_seconds: float = 3.0  # plain drain: stop when every consumer saw nothing this long
     producer_batch_bytes: int = 16384  # the Java producer's default batch.size (sets share poll sizes)
     run_timeout_s: float = 1800.0  # any single contender run

@@ -29,13 +29,14 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from bench.contenders.base import RunContext, tail
-from bench.contenders.sharelake import SharelakeJob, parse_job_log, start_sharelake
+from bench.contenders.sharelake import SharelakeJob, start_sharelake
 from bench.figures import finite_median, finite_values, fmt, fmt_rate, kv_table, md_table, save_report
 from bench.harness import Stamp, backlog, ints, stamp, work_folder
 from bench.machine import machine_facts
 from bench.settings import BenchSettings, add_drain_arguments, drain_settings
 from bench.verify import check_exactly_once
 from devkit.delta_log import data_commits, read_commits
+from devkit.job_logs import parse_job_log
 from sharelake.testing.kafka_broker import EmbeddedKafka
 
 HELP = "several Sharelake jobs in one share group drain one backlog into one table: what scaling out by jobs costs"

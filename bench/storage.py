@@ -12,7 +12,7 @@ broker (and one embedded S3 API server), the variants of a round back to back:
 | `optimized-writes` | local, Delta's optimized writes (`spark.databricks.delta.optimizeWrite.enabled`) |
 | `maintained` | local, and `jobs/maintain.py` (OPTIMIZE, then VACUUM) run once during the load |
 
-Throughput: each variant drains a backlog of N JSON records (`bench.workload`) on P partitions
+Throughput: each variant drains a backlog of N JSON records (`devkit.workload`) on P partitions
 until drained, R rounds; records/s = rows written / (last commit - first record), the job's own
 `ingest_s` (so a slow start-up, S3's included, is left out alike). Latency (local variants): each
 runs continuously under `--rate` records/s for `--seconds` after a warm-up (`bench.latency`); the
@@ -37,16 +37,18 @@ import numpy as np
 from delta.tables import DeltaTable
 
 from bench.contenders.base import RunContext, tail
-from bench.contenders.sharelake import parse_job_log, start_sharelake
+from bench.contenders.sharelake import start_sharelake
 from bench.figures import finite_median, save_report
 from bench.harness import add_places, stamp, work_folder
 from bench.latency import run_latency
 from bench.machine import machine_facts
 from bench.settings import BenchSettings
-from bench.verify import spark_session, table_latency
-from bench.workload import produce_backlog
+from bench.verify import table_latency
+from devkit.job_logs import parse_job_log
 from devkit.paths import PROJECT_ROOT
 from devkit.s3_server import EmbeddedS3
+from devkit.spark_check import spark_session
+from devkit.workload import produce_backlog
 from sharelake.testing.kafka_broker import EmbeddedKafka
 
 HELP = "local against S3 tables, auto compaction, optimized writes and jobs/maintain.py (make bench-storage)"

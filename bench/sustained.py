@@ -36,7 +36,8 @@ from bench.harness import RESULTS_DIR, WORK_ROOT, add_places, add_settings, sett
 from bench.latency import CONTENDERS, LatencyRun, run_latency
 from bench.machine import load_average, machine_facts
 from bench.settings import BenchSettings, add_before_root, carried
-from bench.verify import Window, spark_session, table_latency
+from bench.verify import Window, table_latency
+from devkit.spark_check import spark_session
 from sharelake.testing.kafka_broker import EmbeddedKafka
 
 HELP = "the highest offered rate Sharelake, and Spark's Kafka source beside it, keep up with"

@@ -3,7 +3,7 @@
     python -m bench upserts [--records N] [--partitions P] [--rounds R]
 
 Run on its own (not a phase of `bench.run`). One broker, one topic holding the workload's JSON
-backlog keyed by `user` (`bench.workload.user_key`: 9,973 users, so each user's records share a
+backlog keyed by `user` (`devkit.workload.user_key`: 9,973 users, so each user's records share a
 partition, about N / 9,973 versions each); per round, in turn (interleaved round by round), each
 contender drains the whole topic into a fresh table:
 
@@ -31,21 +31,23 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from bench.contenders.base import RunContext, run_logged, started_at, tail
-from bench.contenders.sharelake import parse_job_log, start_sharelake
+from bench.contenders.sharelake import start_sharelake
 from bench.contenders.spark_kafka_source import submit_command
 from bench.figures import finite_median, fmt_rate, runs_data, save_report, table_report
 from bench.harness import backlog, stamp, work_folder
 from bench.machine import machine_facts
 from bench.settings import add_drain_arguments, drain_settings
-from bench.verify import check_table, spark_session
-from bench.workload import user_key
+from bench.verify import check_table
 from devkit.delta_log import read_commits
+from devkit.job_logs import parse_job_log
 from devkit.paths import PROJECT_ROOT
+from devkit.spark_check import spark_session
+from devkit.workload import user_key
 
 HELP = "upserts against appends and against Spark's hand-written foreachBatch MERGE, one backlog keyed by user"
 log = logging.getLogger(__name__)
 
-USERS = 9973  # bench.workload's users: record i belongs to user i % USERS
+USERS = 9973  # devkit.workload's users: record i belongs to user i % USERS
 MERGE_JOB = PROJECT_ROOT / "bench" / "spark_jobs" / "kafka_source_merge.py"
 UPSERT = ("write.mode=upsert", 'write.keys=["user"]')
 # Spark's micro-batches: about Sharelake's on this backlog (40,000 records a commit on 4 partitions),

@@ -1,23 +1,22 @@
 """After the contenders ran: reads their Delta tables with Spark to check row counts and duplicates,
 and computes the latency phase's figures, the same way for every contender.
 
-`spark_session` is the benchmark's own local SparkSession, to be started only once the contenders
-are done, so it never competes with one. Latency of a row = `commitInfo.timestamp` of the Delta version that
-added the data file holding the row - the row's `kafka_timestamp` (the produce() call,
-CreateTime). Each row is read with its `_metadata.file_path`; the file's version comes from the
-`add` actions of `_delta_log/*.json` (`devkit.delta_log.added_files`), so nothing but the table
-itself is used, and a contender needs no column of its own. Warm-up rows (id below the first
-measured id) are left out. Per window of `window_s` seconds of produce time (from the first
-measured record) the p50, p99 and max are kept too, to show a catch-up tail. For Sharelake the
-`ingested_at` column (its stamp before the write) is kept beside it as the lower proxy.
+The checks read with `devkit.spark_check.spark_session`, the benchmark's own local SparkSession,
+started only once the contenders are done, so it never competes with one. Latency of a row =
+`commitInfo.timestamp` of the Delta version that added the data file holding the row - the row's
+`kafka_timestamp` (the produce() call, CreateTime). Each row is read with its `_metadata.file_path`;
+the file's version comes from the `add` actions of `_delta_log/*.json`
+(`devkit.delta_log.added_files`), so nothing but the table itself is used, and a contender needs no
+column of its own. Warm-up rows (id below the first measured id) are left out. Per window of
+`window_s` seconds of produce time (from the first measured record) the p50, p99 and max are kept
+too, to show a catch-up tail. For Sharelake the `ingested_at` column (its stamp before the write) is
+kept beside it as the lower proxy.
 """
 
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -27,17 +26,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from devkit.delta_log import added_files, read_commits, relative_data_path
-from devkit.paths import jars_env
-from sharelake.run.spark_session import build_spark
+from devkit.spark_check import spark_session
 
-VERIFY_CONF = {
-    "spark.ui.enabled": "false",
-    "spark.driver.host": "127.0.0.1",
-    "spark.driver.bindAddress": "127.0.0.1",
-    "spark.sql.shuffle.partitions": "4",
-    "spark.databricks.delta.snapshotPartitions": "2",
-    "spark.driver.memory": "2g",
-}
 APPENDS = ("WRITE", "STREAMING UPDATE")  # the operations that append rows
 PROXY_COLUMN = "ingested_at"  # Sharelake's stamp, taken before its write
 
@@ -77,17 +67,6 @@ class Latency:
     def pct(self, q: float, which: str = "commit") -> float:
         values = self.commit_ms if which == "commit" else self.proxy_ms
         return float(np.percentile(values, q)) if values is not None and len(values) else math.nan
-
-
-@contextmanager
-def spark_session() -> Iterator[SparkSession]:
-    """The benchmark's own SparkSession (not a job's), which reads the runs' tables; stopped at the end."""
-    os.environ.setdefault("SHARELAKE_JARS", jars_env())  # the checkout's jars
-    spark = build_spark("sharelake-bench-verify", "local[2]", VERIFY_CONF)
-    try:
-        yield spark
-    finally:
-        spark.stop()
 
 
 def check_table(spark: SparkSession, table: Path) -> TableCheck:

@@ -1,8 +1,8 @@
 """Broker deaths on a replicated 3-node cluster while the job runs: nothing lost, doubled or dead-lettered.
 
 The cluster (3 KRaft nodes, replication factor 3, min.insync.replicas 2) is started once for this
-module; the rest of the suite keeps the single-node broker. `bench.failover` runs the scenario
-(`python -m bench failover` alone): a steady producer, kill -9 of the node leading the most
+module; the rest of the suite keeps the single-node broker. `devkit.failover` runs the scenario
+(`python -m bench failover` reports it alone): a steady producer, kill -9 of the node leading the most
 partitions and of the group's coordinator (each restarted later), the job never restarted. The
 stalls it measures are printed here and reported against their target by the benchmark, never
 asserted on time.
@@ -24,7 +24,7 @@ import pytest
 from confluent_kafka import Consumer
 from pyspark.sql import SparkSession
 
-from bench.failover import run_failover
+from devkit.failover import run_failover
 from devkit.kafka_cluster import EmbeddedKafkaCluster, group_partition
 from tests.job_runner import JobSpec, run_summary, start_job
 from tests.kafka_helpers import nothing_left

@@ -1,9 +1,9 @@
 """The soak, bounded: 75 s at 60% of the measured maximum, a broker restart and a driver kill -9.
 
-`bench.soak` runs the same thing for 30 minutes (`python -m bench soak`); `make chaos` runs this bounded form
-(`SHARELAKE_SOAK_SECONDS`, default 75; a start's memory measured from 20 s after it, where the
-long soak waits 60 s). The test's own broker is killed and restarted, so the session's shared
-broker is left alone.
+`devkit.soak` runs the scenario; `python -m bench soak` runs it for 30 minutes and reports it; `make chaos`
+runs this bounded form (`SHARELAKE_SOAK_SECONDS`, default 75; a start's memory measured from 20 s after it,
+where the long soak waits 60 s). The test's own broker is killed and restarted, so the session's shared broker
+is left alone.
 
 Nothing here assumes a machine's speed: the load is 60% of the drain the calibration measured on
 the machine at hand, and the second fault strikes only once the job has landed rows again after
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from bench.soak import memory_by_incarnation, run_soak, soak_section
+from devkit.soak import memory_by_incarnation, run_soak
 from sharelake.testing.kafka_broker import EmbeddedKafka
 from tests.kafka_helpers import nothing_left
 
@@ -38,7 +38,7 @@ def test_soak_under_kills_lands_everything_once(spark: SparkSession, tmp_path: P
             broker, tmp_path / "soak", duration_s=SECONDS, fault_every_s=SECONDS / 3,
             calibrate_records=CALIBRATE, pattern="BD", spark=spark, warm_s=20,
         )  # fmt: skip
-        print("\n".join(soak_section(run)))
+        print(*run.faults, *memory_by_incarnation(run), sep="\n")  # the report is `python -m bench soak`'s
         assert not run.error, run.error  # a fault the job never recovered from, or a drain that did not end
 
         kinds = [f.kind for f in run.faults]

@@ -10,17 +10,16 @@ import logging
 import math
 import os
 import re
-import signal
 import subprocess
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
 from bench.settings import BenchSettings
 from devkit.delta_log import data_commits, read_commits, rows_in, steady_rate
+from devkit.ingest_job import stop_group
 from devkit.paths import PROJECT_ROOT
 
 logger = logging.getLogger(__name__)
@@ -101,17 +100,6 @@ def tail(path: Path | None, lines: int = 15) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
-_LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
-
-
-def log_time(line: str) -> float | None:
-    """The epoch seconds of a Python logging line (`%(asctime)s`, local time) or None."""
-    m = _LOG_TIME.match(line)
-    if m is None:
-        return None
-    return datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
-
-
 # the bench's own spark-submit jobs (bench/spark_jobs/) import the bench package from the checkout
 # (Sharelake's `sharelake` is installed in the venv): its environment puts the checkout on their path
 BENCH_JOB_ENV = {"PYTHONPATH": str(PROJECT_ROOT)}
@@ -129,20 +117,6 @@ def run_logged(cmd: list[str], log: Path, timeout_s: float, env: dict[str, str] 
         except subprocess.TimeoutExpired:
             stop_group(proc)
             return -9
-
-
-def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:
-    """SIGTERM the process group we started, then SIGKILL it if it is still there after `grace_s`."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def started_at(log: Path) -> float | None:

@@ -21,8 +21,9 @@ import math
 from pathlib import Path
 
 from bench.contenders.base import RunContext, RunResult, failed, tail
-from bench.contenders.sharelake import memory_details, parse_job_log, start_sharelake
+from bench.contenders.sharelake import memory_details, start_sharelake
 from devkit.delta_log import Commit, data_commits, read_commits, rows_in
+from devkit.job_logs import parse_job_log
 from sharelake.sink.write.destinations import counter_prefix
 
 NAME = "sharelake-routed"

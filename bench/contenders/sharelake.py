@@ -16,22 +16,20 @@ neither the JVM start nor the idle timeout that ends an until-drained run.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.contenders.base import RunContext, RunResult, failed, log_time, stop_group, tail
-from bench.procmem import MemoryPeak, TreeSampler
-from bench.workload import SCHEMA_DDL
+from bench.contenders.base import RunContext, RunResult, failed, tail
 from devkit.delta_log import data_commits, mean_commit_interval_s, read_commits, steady_rate
+from devkit.ingest_job import JSON_PAYLOAD, ingest_command, stop_group
+from devkit.job_logs import parse_job_log
 from devkit.network import Host
 from devkit.paths import PROJECT_ROOT
+from devkit.procmem import MemoryPeak, TreeSampler
 
 NAME = "sharelake"
-DEAD_LETTER_SUFFIX = "_dead_letter"  # the default dead-letter table: the main table's path + this
-JSON_PAYLOAD = ("payload.format=json", f"payload.schema={SCHEMA_DDL}")  # the workload's values
 
 
 def sharelake_command(
@@ -44,32 +42,18 @@ def sharelake_command(
     destination: tuple[str, ...] | None = None,
     root: Path = PROJECT_ROOT,
 ) -> list[str]:
-    """The job's command line: the run's topic, group and table, plus `--set`s (members: 0 keeps the default);
-    `root`: the checkout whose spark-submit.sh and job run (another one: contender (a0), `--before-root`).
+    """The job's command line (`devkit.ingest_job.ingest_command`) for a run: its topic, group and table, plus
+    `--set`s (members: 0 keeps the default); `root`: the checkout whose spark-submit.sh and job run (another
+    one: contender (a0), `--before-root`).
 
     `payload` says how values are read (default: the workload's JSON); `destination` replaces
     `kafka.topic` + `delta.table_path` (the routed runs of `bench.formats` name several topics).
     """
-    sets = [
-        f"kafka.bootstrap_servers={ctx.bootstrap}",
-        *(destination if destination is not None else (f"kafka.topic={ctx.topic}", f"delta.table_path={table}")),
-        f"kafka.group_id={group}",
-        f"run.mode={mode}",
-        f"run.idle_timeout_ms={ctx.settings.idle_timeout_ms}",
-        *([f"pump.members={ctx.members}"] if ctx.members > 0 else []),
-        *payload,
-        *ctx.settings.sharelake_sets,
-        *extra_sets,
-    ]
-    cmd = [str(root / "spark-submit.sh"), "jobs/ingest.py", "--config", "conf/local.toml"]
-    for s in sets:
-        cmd += ["--set", s]
-    return cmd
-
-
-def dead_letter_of(table: Path) -> Path:
-    """The job's default dead-letter table, beside its `table`."""
-    return table.with_name(table.name + DEAD_LETTER_SUFFIX)
+    return ingest_command(
+        ctx.bootstrap, ctx.topic, group, table, mode,
+        idle_timeout_ms=ctx.settings.idle_timeout_ms, members=ctx.members,
+        sets=(*ctx.settings.sharelake_sets, *extra_sets), payload=payload, destination=destination, root=root,
+    )  # fmt: skip
 
 
 @dataclass
@@ -130,24 +114,6 @@ def start_sharelake(
     sampler = TreeSampler(proc.pid)
     sampler.start()
     return SharelakeJob(proc, log, table, sampler, launched_at)
-
-
-@dataclass
-class JobLog:
-    started: float | None  # epoch seconds when run_ingest started: the "run ended:" line - seconds
-    summary: dict[str, float]  # the "run ended:" counters (RunSummary), {} when missing
-
-
-def parse_job_log(log: Path) -> JobLog:
-    """The job's start and its `run ended: k=v ...` counters, from its log (none when it has no log yet)."""
-    started, summary = None, {}
-    for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
-        m = re.search(r"run ended: (.*)", line)
-        if m:
-            summary = {k: float(v) for k, v in (kv.split("=", 1) for kv in m.group(1).split())}
-            ended = log_time(line)
-            started = ended - summary["seconds"] if ended is not None and "seconds" in summary else None
-    return JobLog(started, summary)
 
 
 def memory_details(peak: MemoryPeak) -> dict[str, float]:

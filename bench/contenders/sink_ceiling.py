@@ -17,8 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.contenders.base import BENCH_JOB_ENV, RunContext, RunResult, delta_job_result, run_logged
-from bench.workload import SCHEMA_DDL
 from devkit.paths import PROJECT_ROOT
+from devkit.workload import SCHEMA_DDL
 
 NAME = "sink-ceiling"
 JOB = PROJECT_ROOT / "bench" / "spark_jobs" / "sink_ceiling.py"

@@ -22,19 +22,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.contenders.base import (
-    BENCH_JOB_ENV,
-    RunContext,
-    RunResult,
-    delta_job_result,
-    failed,
-    run_logged,
-    stop_group,
-)
+from bench.contenders.base import BENCH_JOB_ENV, RunContext, RunResult, delta_job_result, failed, run_logged
 from bench.settings import BENCH_JARS
-from bench.workload import SCHEMA_DDL
 from devkit.delta_log import mean_commit_interval_s, read_commits
+from devkit.ingest_job import stop_group
 from devkit.paths import PROJECT_ROOT
+from devkit.workload import SCHEMA_DDL
 from sharelake.testing.kafka_broker import jars_in
 
 NAME = "spark-kafka-source"

@@ -3,7 +3,7 @@ the driver, appended to a fresh Delta table through Sharelake's own write path, 
 
 Submitted by `bench.contenders.sink_ceiling` through ./spark-submit.sh (no extra jars). It builds
 the SparkSession as jobs/ingest.py does, then every row first: the topic's records exactly as the
-workload produces them (`bench.workload.record_key` / `record_value`, partition i % P, offsets 0,
+workload produces them (`devkit.workload.record_key` / `record_value`, partition i % P, offsets 0,
 1, 2... per partition) in `sharelake.bridge.arrow_rows.RECORD_SCHEMA`, split into batches of
 `--batch-rows`. It writes the first batch once to a table of its own beside `--table` (the warm-up:
 Sharelake warms its write path before it polls, so the ceiling does too). Only then it prints
@@ -28,7 +28,7 @@ import pyarrow as pa
 from pyspark.sql import Observation, SparkSession
 from pyspark.sql import functions as F
 
-from bench.workload import record_key, record_value
+from devkit.workload import record_key, record_value
 from sharelake.bridge.arrow_rows import RECORD_SCHEMA
 from sharelake.cli import start_logging
 from sharelake.formats.base import BAD
