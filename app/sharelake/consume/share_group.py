@@ -24,7 +24,6 @@ not in the admin API.
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -209,7 +208,9 @@ class ShareGroupClient(GroupClient):
         self._member_id = member_id
         self._async = commit_async
         self._refused_later = 0  # counted by the commit callback, inside a poll
-        self._sent: Counter[tuple[str, int]] = Counter()  # acknowledgements applied since the last commit
+        # the acknowledgements applied since the last commit, a poll's records and the indices sent: counted
+        # per partition only when the broker refuses one (never on the per-record path)
+        self._sent: list[tuple[Sequence[Message], Sequence[int]]] = []
         if commit_async:
             consumer.set_acknowledgement_commit_callback(self._on_commit)
 
@@ -222,19 +223,20 @@ class ShareGroupClient(GroupClient):
     def acknowledge(self, cmd: AckCommand) -> int:
         ack_type = ACK_TYPES[cmd.decision]
         refused = self._take_refused()
+        failed: list[int] = []
         for i in cmd.indices:
-            record = cmd.batch.records[i]
             try:
-                self._consumer.acknowledge(record, ack_type)
+                self._consumer.acknowledge(cmd.batch.records[i], ack_type)
             except KafkaException as e:
                 refused += 1
+                failed.append(i)
                 log.warning("member %d acknowledge failed: %s", self._member_id, e)
-            else:
-                self._sent[(str(record.topic()), int(record.partition() or 0))] += 1
+        sent = [i for i in cmd.indices if i not in failed] if failed else cmd.indices
+        self._sent.append((cmd.batch.records, sent))
         return refused
 
     def commit(self) -> int:
-        sent, self._sent = self._sent, Counter()
+        sent, self._sent = self._sent, []
         try:
             if self._async:
                 self._consumer.commit_async()
@@ -242,11 +244,11 @@ class ShareGroupClient(GroupClient):
             results = self._consumer.commit_sync()
         except KafkaException as e:
             log.warning("member %d commit failed: %s", self._member_id, e)
-            return max(1, sum(sent.values()))  # none of them reached the broker
+            return max(1, sum(len(indices) for _, indices in sent))  # none of them reached the broker
         refused = 0
         for tp, err in results.items():
             if err is not None:
-                refused += max(1, sent[(tp.topic, tp.partition)])  # the partition's acknowledgements, all of them
+                refused += max(1, _sent_to(sent, tp.topic, tp.partition))  # the partition's, all of them
                 log.warning(
                     "member %d: acknowledgements on %s/%s failed: %s", self._member_id, tp.topic, tp.partition, err
                 )
@@ -265,3 +267,13 @@ class ShareGroupClient(GroupClient):
     def _take_refused(self) -> int:
         refused, self._refused_later = self._refused_later, 0
         return refused
+
+
+def _sent_to(sent: Sequence[tuple[Sequence[Message], Sequence[int]]], topic: str | None, partition: int | None) -> int:
+    """How many of the acknowledgements `sent` went to one partition (read only when the broker refused it)."""
+    return sum(
+        1
+        for records, indices in sent
+        for i in indices
+        if records[i].topic() == topic and (records[i].partition() or 0) == (partition or 0)
+    )
