@@ -8,7 +8,7 @@ DataFrame is ignored). It orchestrates three collaborators it is given or builds
 - one table writer per destination (`sharelake.sink.batch.table_writer`): each writes its candidates in one
   Spark job and commit, diagnoses its bad records, and returns what to decide;
 - the dead-letter parking (`sharelake.sink.batch.parking`): every table's bad records of a round in one
-  append to the dead-letter sink, beside the next round.
+  append to the dead-letter sink, beside the next round; it returns what each append decided.
 
 The destinations are split into lanes (`Lane`: by default one lane of them all; a routed job's pipeline gives each
 table a lane of its own), each with its lane of the buffer, where only its topics' polls arrive. A micro-batch runs
@@ -26,15 +26,16 @@ One round (an attempt; a failed one is tried again by the policy):
 3. each of the lane's table writers lands its candidates (in parallel threads when there are
    several) and its verdicts are decided as soon as it is done: ACCEPT only what a durable commit
    holds (INVARIANT 1), each table's records on that table's commit alone;
-4. every table's bad records go to the dead-letter sink in one append, then are REJECTed with its
-   proof, in a thread of their own while the next round runs: the next round waits for that append
-   only before its own, or when its plan must read the dead-letter table (records redelivered,
-   or a group that does not count deliveries: a share group's first delivery cannot be parked
-   yet). A failed append RELEASEs its records (they come back) and fails the next attempt.
+4. every table's bad records go to the dead-letter sink in one append, in a thread of their own while the
+   next round runs: the next round waits for that append only before its own, or when its plan must read
+   the dead-letter table (records redelivered, or a group that does not count deliveries: a share group's
+   first delivery cannot be parked yet). The lane decides the append's outcome when it is over, at its
+   next round's start or after a drain that found nothing: REJECT with the append's proof, or, when it
+   failed, RELEASE (they come back) and fail the lane's next attempt.
 
-Decisions come from one place, `_decide` (the only caller of `BatchPlan.decide`); a failed
-attempt RELEASEs the attempt's undecided records (`_release_undecided`), never ACCEPTs or REJECTs
-them, and the policy retries it on whatever the buffer holds then. A record that keeps failing
+Decisions come from one place, `_decide`, in the thread of the lane whose round they are, whether a table writer,
+the plan or the parking produced them; a failed attempt RELEASEs the attempt's undecided records, never ACCEPTs
+or REJECTs them, and the policy retries it on whatever the buffer holds then. A record that keeps failing
 comes back with a higher delivery count and is dead-lettered at `dead_letter.max_delivery_count`,
 before the broker would archive it unseen.
 
@@ -50,13 +51,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed, wait
-from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import numpy as np
+import pyarrow as pa
 from pyspark.sql import DataFrame
 
+from sharelake.acknowledge.lifecycle import PollBatch
 from sharelake.acknowledge.proof import Decision
 from sharelake.acknowledge.window import DecisionWindow
 from sharelake.bridge.record_buffer import Poll, RecordBuffer
@@ -66,7 +68,7 @@ from sharelake.failures.errors import ConfigError
 from sharelake.formats.base import SHARED_ERROR_CLASSES, BadRecord
 from sharelake.sink.batch.attempt_policy import NEVER_RETRIED, AttemptPolicy
 from sharelake.sink.batch.budget import BatchBudget
-from sharelake.sink.batch.parking import DeadLetterParking
+from sharelake.sink.batch.parking import DeadLetterParking, Parked
 from sharelake.sink.batch.plan import COPY, PARKED, PRESENT, BatchPlan, Verdict, plan_batch
 from sharelake.sink.batch.stats import SinkStats, timed
 from sharelake.sink.batch.table_writer import Landed, TableWriter
@@ -160,9 +162,10 @@ class DeltaSink:
         )
         self._closed = threading.Event()
         # each batch's bad records are parked beside the next batch, in a thread of their own
-        self.parking = DeadLetterParking(
-            dead_letters, self.stats, job_name, lambda plan, v: self._decide(plan, v, timing=False), counts_deliveries
-        )
+        self.parking = DeadLetterParking(dead_letters, self.stats, job_name)
+        # a share group's delivery count of 1: the record was never delivered, so it cannot be parked yet
+        self._counts_deliveries = counts_deliveries
+        self._append_errors: dict[int, BaseException] = {}  # by lane: its failed append, failing its next attempt
 
     def close(self) -> None:
         """From now on micro-batches write nothing (used while the job stops)."""
@@ -171,7 +174,7 @@ class DeltaSink:
     def finish(self) -> None:
         """Once the query has stopped: the last dead-letter append ends, then the write threads (the
         tables are their opener's to close: `sharelake.run.pipeline.IngestRun`, the warm-up)."""
-        self.parking.finish()
+        self._decide_parked(self.parking.finish(), raise_error=False)
         for threads in (self._parallel, self._lane_threads):
             if threads is not None:
                 threads.shutdown(wait=True)
@@ -225,11 +228,13 @@ class DeltaSink:
             return False
         self.stats.start_cycle(batch_id)
         self.policy.before_attempt()  # raises DependencyUnavailable again while it is still down
+        self._decide_parked(self.parking.outcomes(lane.index))
         limit = self.batch.max_records if lane.budget is None else lane.budget.records(self.batch.max_records)
         with timed(self.stats, "drain"):
             linger = self.batch.max_wait_ms / 1000, self.batch.linger_ms / 1000
             polls = self.buffer.drain(limit, *linger, self._lane_members(lane.index), lane.index)
         if not polls:
+            self._decide_parked(self.parking.outcomes(lane.index))
             return False
         drained_at, began = datetime.now(UTC), time.monotonic()
         drained = sum(len(p) for p in polls)
@@ -239,8 +244,9 @@ class DeltaSink:
         except BaseException as e:
             self.stats.failed_attempts += 1
             self.policy.failed(e, last)
-            self.parking.wait(raise_error=False)  # its bad records decided (REJECT, or RELEASE on a failure)
-            self._release_undecided(polls)
+            # its bad records decided first (REJECT, or RELEASE on a failure), then whatever else is undecided
+            self._decide_parked(self.parking.outcomes(lane.index, wait=True), raise_error=False)
+            self._release_undecided(p.batch for p in polls)
             self.dead_letters.seen((p.rows for p in polls), drained_at)
             raise
         if lane.budget is not None:
@@ -248,8 +254,13 @@ class DeltaSink:
         return True
 
     def _run(self, polls: list[Poll], batch_id: int, lane: Lane) -> None:
-        self.parking.raise_if_failed()  # the last dead-letter append's error, if it failed, fails this attempt
-        with timed(self.stats, "plan"), self.parking.parked_holder(polls) as holder:
+        # a plan that reads the dead-letter table waits for the lane's append in flight, and decides it
+        could_be_parked = not (self._counts_deliveries and all(_first_deliveries(p.rows) for p in polls))
+        self._decide_parked(self.parking.outcomes(lane.index, wait=could_be_parked))
+        failed_append = self._append_errors.pop(lane.index, None)
+        if failed_append is not None:  # the lane's last dead-letter append failed: this attempt fails with it
+            raise failed_append
+        with timed(self.stats, "plan"), self.parking.parked_holder(could_be_parked) as holder:
             for d in lane.destinations:
                 d.table.refresh()
             plan = plan_batch(polls, self._table_of, holder)
@@ -267,15 +278,16 @@ class DeltaSink:
         parked = plan.of_kind(PARKED)
         if parked.any():  # the plan read the dead-letter table: no append of it runs now
             self._decide(plan, [Verdict(parked, Decision.REJECT, self.dead_letters.proof_of_presence())])
-        if bad:
-            self.parking.park_beside(plan, bad, batch_id)
         self._account_locks(polls)
+        if bad:
+            self.parking.park_beside(lane.index, plan, bad, batch_id)
         failed = _first_fatal([errors[n] for n in sorted(errors)])
         if isinstance(failed, ConfigError):  # the run ends with its one line (exit 2), not a query failure
             self.config_error = failed
         if failed is not None:
             raise failed
         if faults.active("after_accept"):
+            self._decide_parked(self.parking.outcomes(lane.index, wait=True))
             for p in polls:
                 p.batch.acks_committed.wait(30)
             faults.hit("after_accept")
@@ -297,18 +309,36 @@ class DeltaSink:
 
     # -- the one place records are decided ------------------------------------------------------------
 
-    def _decide(self, plan: BatchPlan, verdicts: Iterable[Verdict], timing: bool = True) -> None:
+    def _decide(self, plan: BatchPlan, verdicts: Iterable[Verdict]) -> None:
         """Send the verdicts: ACCEPT / REJECT (each with the proof of the commit that holds its rows) and
-        RELEASE, one command per poll and verdict. The only caller of `BatchPlan.decide`. `timing`:
-        counted as the running batch's `decide` step (not from the dead-letter thread)."""
-        with timed(self.stats, "decide") if timing else nullcontext():
+        RELEASE, one command per poll and verdict. The only caller of `BatchPlan.decide`."""
+        with timed(self.stats, "decide"):
             for v in verdicts:
                 plan.decide(v.rows, v.decision, v.proof)
 
-    def _release_undecided(self, polls: list[Poll]) -> None:
+    def _decide_parked(self, outcomes: list[Parked], raise_error: bool = True) -> None:
+        """Decide what dead-letter appends that are over decided: REJECT with the append's proof, or, when it
+        failed (or its records were decided meanwhile: a stop past its bound RELEASEd them), RELEASE what is
+        still undecided of the round. A failure fails the lane's next attempt (`raise_error`), or is logged."""
+        for parked in outcomes:
+            error = parked.error
+            if parked.verdict is not None:
+                try:
+                    self._decide(parked.plan, [parked.verdict])
+                except BaseException as e:  # noqa: BLE001 - raised again in the lane's next attempt
+                    error = e
+            if error is None:
+                continue
+            self._release_undecided(parked.plan.batches)
+            if raise_error:
+                self._append_errors.setdefault(parked.lane, error)
+            else:
+                log.warning("a dead-letter append failed, its records were RELEASEd: %s", error)
+
+    def _release_undecided(self, batches: Iterable[PollBatch]) -> None:
         """A failed attempt: RELEASE whatever of its records no verdict reached (never ACCEPT or REJECT)."""
-        for p in polls:
-            p.batch.release_undecided()
+        for batch in batches:
+            batch.release_undecided()
 
     def _account_locks(self, polls: list[Poll]) -> None:
         now = time.monotonic()
@@ -329,3 +359,9 @@ def _first_fatal(errors: list[BaseException]) -> BaseException | None:
     """The error a failed attempt raises: the first that no retry mends (a lost lease, a config a batch
     found wrong, a commit another writer replaced: `NEVER_RETRIED`), else the first; None without errors."""
     return next((e for e in errors if isinstance(e, NEVER_RETRIED)), errors[0] if errors else None)
+
+
+def _first_deliveries(rows: pa.Table) -> bool:
+    """Whether every row's delivery count is 1 (none missing)."""
+    counts = rows.column("delivery_count")
+    return counts.null_count == 0 and bool((counts.to_numpy() == 1).all())

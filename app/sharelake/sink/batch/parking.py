@@ -1,16 +1,19 @@
-"""Parking a batch's bad records in the dead-letter sink beside the next batch, then REJECTing them there.
+"""Parking a round's bad records in the dead-letter sink beside the next round: what each append decided.
 
-One `DeadLetterParking` per sink holds the dead-letter sink, the one thread its appends run in (one at a time) and
-the append in flight. Every lane of the sink parks through it and reads through it which records are parked
-already, under one lock: an append's fold into the sink's dedup cache never runs while a lane's plan reads it.
+One `DeadLetterParking` per sink holds the dead-letter sink, the one thread its appends run in (one at a time),
+the append in flight, and the outcomes of appends that are over but not yet decided. It decides nothing itself:
+an append's outcome (`Parked`: REJECT with the append's proof, or the error that left its records to be
+RELEASEd) waits here until the lane that parked them takes it and decides it. Every lane parks through it and
+reads through it which records are parked already, under one lock: an append's fold into the sink's dedup cache
+never runs while a lane's plan reads it.
 
-- `park_beside`: the previous append ends first (its error raised here), then this batch's bad records go to the
-  thread: one append of every table's bad rows, then REJECT with its proof (or, on a failure, RELEASE: they come
-  back) through the sink's one deciding function.
+- `park_beside`: the previous append ends first, then this round's bad records go to the thread: one append of
+  every table's bad rows.
 - `parked_holder`: what a plan asks which records are parked. Records a share group delivers for the first time
   cannot be (the table is not read, the running append not waited for); otherwise once that append is over,
   after other writers' commits.
-- `wait`: until the append in flight is over (the sink's `dead_letter` step); raises its error.
+- `outcomes`: a lane's appends that are over (`wait=True`: once the append in flight is over too);
+  `finish`: every lane's, once the last append is over.
 """
 
 from __future__ import annotations
@@ -18,16 +21,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections import Counter, defaultdict
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
 from sharelake.acknowledge.proof import Decision, Proof
-from sharelake.bridge.record_buffer import Poll
 from sharelake.formats.base import BadRecord
 from sharelake.sink.batch.plan import NOTHING_PARKED, BatchPlan, Holder, Verdict
 from sharelake.sink.batch.stats import SinkStats, timed
@@ -35,96 +38,85 @@ from sharelake.sink.dead_letter.sinks import DeadLetterSink
 
 log = logging.getLogger(__name__)
 
-Decide = Callable[[BatchPlan, Iterable[Verdict]], None]  # the sink's one deciding function (untimed)
+
+@dataclass(frozen=True)
+class Parked:
+    """What one append decided for its round (`plan`) of lane `lane`: REJECT its records with the append's proof
+    (`verdict`), or, when it failed (`error`), nothing: its records are to be RELEASEd (they come back)."""
+
+    lane: int
+    plan: BatchPlan
+    verdict: Verdict | None
+    error: BaseException | None = None
 
 
 class DeadLetterParking:
-    def __init__(
-        self, dead_letters: DeadLetterSink, stats: SinkStats, job_name: str, decide: Decide, counts_deliveries: bool
-    ):
+    def __init__(self, dead_letters: DeadLetterSink, stats: SinkStats, job_name: str):
         self.dead_letters = dead_letters
         self._stats = stats
         self._job_name = job_name
-        self._decide = decide
-        # a share group's delivery count of 1: the record was never delivered, so it cannot be parked yet
-        self._counts_deliveries = counts_deliveries
         self._thread = ThreadPoolExecutor(1, "sink-dead-letters")
-        self._parked: Future[BaseException | None] | None = None
+        self._in_flight: Future[Parked] | None = None
+        self._over: defaultdict[int, list[Parked]] = defaultdict(list)  # by lane: appends over, not yet decided
         self._lock = threading.RLock()  # the lanes' parks and plans' reads, against each other
 
-    def finish(self) -> None:
-        """The last append ends, then its thread."""
-        self.wait(raise_error=False)
-        self._thread.shutdown(wait=True)
-
-    def raise_if_failed(self) -> None:
-        """The last append's error, if it is over and failed (it fails the attempt that asks)."""
+    def finish(self) -> list[Parked]:
+        """The last append ends, then its thread: every lane's outcomes not yet taken."""
         with self._lock:
-            if self._parked is not None and self._parked.done():
-                self.wait()
+            self._end_append()
+            over = [p for lane in sorted(self._over) for p in self._over.pop(lane)]
+        self._thread.shutdown(wait=True)
+        return over
+
+    def outcomes(self, lane: int, wait: bool = False) -> list[Parked]:
+        """The lane's appends that are over, taken from here to be decided (`wait`: the one in flight too)."""
+        with self._lock:
+            if wait or (self._in_flight is not None and self._in_flight.done()):
+                self._end_append()
+            return self._over.pop(lane, [])
 
     @contextmanager
-    def parked_holder(self, polls: list[Poll]) -> Iterator[Holder]:
-        """What the plan asks which records are parked already, for as long as the plan reads it."""
-        if self._counts_deliveries and all(_first_deliveries(p.rows) for p in polls):
+    def parked_holder(self, needed: bool) -> Iterator[Holder]:
+        """What the plan asks which records are parked already, for as long as the plan reads it (`needed`:
+        False when none of the round's records can be parked yet)."""
+        if not needed:
             yield NOTHING_PARKED
             return
         with self._lock:
-            self.wait()
+            self._end_append()
             self.dead_letters.refresh()
             yield self.dead_letters
 
-    def park_beside(self, plan: BatchPlan, bad: dict[int, BadRecord], batch_id: int) -> None:
-        """Park the batch's bad records in the thread, then REJECT them there, while the next batch runs.
-        The previous append ends first (its error, if any, raised here)."""
+    def park_beside(self, lane: int, plan: BatchPlan, bad: dict[int, BadRecord], batch_id: int) -> None:
+        """Append the round's bad records in the thread while the next round runs (the previous append ends
+        first); the lane takes its outcome with `outcomes`."""
         with self._lock:
-            self.wait()
-            self._parked = self._thread.submit(self._park_then_reject, plan, bad, batch_id)
+            self._end_append()
+            self._in_flight = self._thread.submit(self._park, lane, plan, bad, batch_id)
 
-    def wait(self, raise_error: bool = True) -> None:
-        """Until the last append is over (counted as the `dead_letter` step); raises its error."""
-        with self._lock:
-            if self._parked is None:
-                return
-            with timed(self._stats, "dead_letter"):
-                error = self._parked.result()
-            self._parked = None
-        if error is None:
+    def _end_append(self) -> None:
+        """Until the append in flight is over (counted as the `dead_letter` step); its outcome kept for its lane."""
+        if self._in_flight is None:
             return
-        if raise_error:
-            raise error
-        log.warning("a dead-letter append failed, its records were RELEASEd: %s", error)
+        with timed(self._stats, "dead_letter"):
+            parked = self._in_flight.result()
+        self._in_flight = None
+        self._over[parked.lane].append(parked)
 
-    def _park_then_reject(self, plan: BatchPlan, bad: dict[int, BadRecord], batch_id: int) -> BaseException | None:
-        """The thread: park, then REJECT with its proof; on a failure RELEASE them (they come back) and
-        return the error for a lane to raise."""
-        rows = plan.with_copies(np.fromiter(sorted(bad), dtype=np.intp, count=len(bad)))
+    def _park(self, lane: int, plan: BatchPlan, bad: dict[int, BadRecord], batch_id: int) -> Parked:
+        """The thread: every table's bad records (rows of the round) to the dead-letter sink, in one append; the
+        outcome carries the error instead when it failed."""
+        order = sorted(bad)
         started = time.perf_counter()
         try:
-            proof = self._park(plan, bad, batch_id)
-            self._stats.dead_letter_append_s += time.perf_counter() - started
-            self._decide(plan, [Verdict(rows, Decision.REJECT, proof)])
-            return None
-        except BaseException as e:  # noqa: BLE001 - raised again in a lane (`wait`)
-            # every other record of the batch is decided, or RELEASEd by its failed attempt once this
-            # returns: what is still undecided here are these (a stop past its bound RELEASEd them already)
-            for poll in plan.batches:
-                poll.release_undecided()
-            return e
-
-    def _park(self, plan: BatchPlan, bad: dict[int, BadRecord], batch_id: int) -> Proof:
-        """Every table's bad records (rows of the batch) to the dead-letter sink, in one append."""
-        order = sorted(bad)
-        records = plan.rows.take(pa.array(order, pa.int64()))
-        proof = self.dead_letters.park(records, [bad[n] for n in order], self._job_name, batch_id)
+            records = plan.rows.take(pa.array(order, pa.int64()))
+            proof: Proof = self.dead_letters.park(records, [bad[n] for n in order], self._job_name, batch_id)
+        except BaseException as e:  # noqa: BLE001 - raised again in the lane that takes it
+            return Parked(lane, plan, None, e)
+        self._stats.dead_letter_append_s += time.perf_counter() - started
         self._stats.dead_lettered += len(order)
         classes = Counter(b.error_class for b in bad.values())
         self._stats.dead_lettered_by_class.update(classes)
         log.warning("dead-lettered %d records: %s", len(order), ", ".join(f"{c}={n}" for c, n in classes.items()))
-        return proof
-
-
-def _first_deliveries(rows: pa.Table) -> bool:
-    """Whether every row's delivery count is 1 (none missing)."""
-    counts = rows.column("delivery_count")
-    return counts.null_count == 0 and bool((counts.to_numpy() == 1).all())
+        rows = plan.with_copies(np.fromiter(order, dtype=np.intp, count=len(order)))
+        return Parked(lane, plan, Verdict(rows, Decision.REJECT, proof))
