@@ -9,7 +9,7 @@
   count as executors);
 - `driver_jvm`: the JVM processes, less their executor threads;
 - `executors`: the JVM threads whose name starts with `Executor task ` (Spark's task threads, which
-  are the executors in local mode; the kernel keeps the first 15 characters of a thread's name);
+  are the executors in local mode; the kernel keeps only the start of a thread's name);
 - `other`: the rest of the job's CPU: its shell wrappers, Spark's launcher JVM, and whatever ran
   between a process's last sample and its exit.
 
