@@ -1,4 +1,5 @@
-"""The bench's CPU accounting (`devkit.proccpu.CpuAccount`) on real child processes: no broker, no Spark.
+"""The bench's CPU accounting (`devkit.proccpu.CpuAccount`) on real child processes, and its report's
+cells (`bench.cpu_report`): no broker, no Spark.
 
 A child named `java` (its main thread renamed) burns a known CPU time in a thread named as Spark's
 task threads are and another in a thread of its own, then ends its threads and exits; a second child
@@ -11,7 +12,12 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from dataclasses import replace
+from pathlib import Path
 
+from bench.contenders import RunResult
+from bench.cpu_report import cpu_json, cpu_section
+from bench.settings import BenchSettings
 from devkit.proccpu import KINDS, CpuAccount
 
 NAMED_BURNS = """
@@ -80,3 +86,21 @@ def test_a_python_process_is_the_driver_python() -> None:
     assert 0.8 - TOLERANCE_S < split.driver_python < 0.8 + 0.3, split  # the burns plus the interpreter's start
     assert abs(split.threads["python/Executor task l"] - 0.5) < TOLERANCE_S, split
     assert split.broker == 0.0, split
+
+
+def test_the_report_gives_the_median_per_million_of_each_delta_contenders_cell() -> None:
+    def run(name: str, total: float, table: Path | None = Path("t")) -> RunResult:
+        seconds = {f"cpu_{k}_s": total / 5 for k in KINDS} | {"cpu_total_s": total}
+        return RunResult(name, "throughput", 4, 4, True, 100_000, 10.0, table=table, details=seconds, expected=100_000)
+
+    s = replace(BenchSettings(), contenders=("sharelake", "share-consumer-drain"), partitions=(4,))
+    results = [
+        run("sharelake", 30.0),
+        run("sharelake", 40.0),
+        run("sharelake", 20.0),
+        run("share-consumer-drain", 9.0, None),
+    ]
+    [cell] = cpu_json(results, s)  # the plain drain writes no table: it runs in the bench's own process
+    assert cell["contender"] == "sharelake" and cell["runs"] == 3
+    assert cell["cpu_s_per_million"]["total"] == 300.0 and cell["cpu_s_per_million"]["broker"] == 60.0
+    assert "| (a) Sharelake | 4 | 3 | 60.0 | 60.0 | 60.0 | 60.0 | 60.0 | 300.0 |" in "\n".join(cpu_section(results, s))
