@@ -205,8 +205,11 @@ def run_latency(
 
 
 def run_latency_phase(kafka: EmbeddedKafka, s: BenchSettings, run_dir: Path) -> list[LatencyRun]:
-    """Every latency contender among `s.contenders`, one after the other (Sharelake first)."""
-    runs = []
+    """Every latency contender among `s.contenders`, one after the other (Sharelake first); none when
+    `s.latency_seconds` is 0."""
+    runs: list[LatencyRun] = []
+    if s.latency_seconds <= 0:
+        return runs
     for name in (c for c in CONTENDERS if c in s.contenders):
         log.info(
             "latency: %s at %d records/s on %d partition(s) for %gs (+%gs warm-up)",

@@ -95,7 +95,7 @@ def latency_section(o: Outcome, md: list[str], charts: Path) -> None:
         f"{s.latency_partitions} partition(s) for {s.latency_seconds:g} s\n"
     )
     if not o.latency_runs:
-        md.append("Not run (neither Sharelake nor Spark's Kafka source among the contenders).\n")
+        md.append("Not run (`--latency-seconds 0`, or neither Sharelake nor Spark's Kafka source is a contender).\n")
         return
     md.append(
         "The contenders below ran one after the other in this run, in this order, each on a fresh topic of "

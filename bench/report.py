@@ -14,6 +14,7 @@ from typing import Any
 
 from bench.charts import scaling_chart, throughput_chart
 from bench.contenders import LABELS
+from bench.cpu_report import cpu_json, cpu_section
 from bench.cycle import cycle_json, cycle_section
 from bench.failover import failover_json, failover_section
 from bench.figures import (
@@ -87,6 +88,7 @@ def _throughput(o: Outcome, md: list[str], charts: Path) -> None:
         ]
         md.append(md_table(["ratio", *[f"{p} partition(s)" for p in s.partitions]], rows) + "\n")
     _scheduled(o, md)
+    md += cpu_section(o.results, s)
 
 
 def _scheduled(o: Outcome, md: list[str]) -> None:
@@ -320,6 +322,7 @@ def _jsonable(o: Outcome) -> dict[str, Any]:
             for t in o.tables
         ],
         "latency": latency_json(o),
+        "cpu": cpu_json(o.results, o.settings),
         "cycle": cycle_json(o.cycles),
         "failover": failover_json(o.failover),
         "locks": o.locks,

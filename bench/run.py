@@ -30,6 +30,7 @@ from bench.report import write_report
 from bench.settings import BenchSettings, add_arguments, from_args
 from bench.share_bound import max_record_locks
 from bench.verify import check_table, table_latency
+from devkit.proccpu import CpuAccount, child_with
 from devkit.spark_check import spark_session
 from devkit.workload import produce_backlog
 from sharelake.testing.kafka_broker import EmbeddedKafka
@@ -65,9 +66,23 @@ def run_one(name: str, ctx: RunContext) -> RunResult:
     return attempt(name, CONTENDERS[name], ctx)
 
 
+def run_counted(name: str, ctx: RunContext, broker: int | None) -> RunResult:
+    """`run_one`, with the CPU its processes and the `broker` process spent meanwhile in its details
+    (`devkit.proccpu`: `cpu_<kind>_s`; the bench's own process is not counted)."""
+    account = CpuAccount(broker=broker)
+    account.start()
+    try:
+        result = run_one(name, ctx)
+    finally:
+        split = account.stop()
+    result.details.update(split.as_details())
+    return result
+
+
 def throughput_phase(kafka: EmbeddedKafka, s: BenchSettings, topics: Topics, work: Path, locks: int) -> list[RunResult]:
-    """Every contender, run i of each in turn; the sink ceiling writes batches of the share group's window
-    (`locks` x partitions: what a share group lets be in flight), so its steady rate is the bound."""
+    """Every contender, run i of each in turn, its CPU counted; the sink ceiling writes batches of the share
+    group's window (`locks` x partitions: what a share group lets be in flight), so its steady rate is the bound."""
+    broker = child_with("kafka.Kafka", str(kafka.data_dir))
     results = []
     for p in s.partitions:
         topic = topics.get(p, s.records)
@@ -76,7 +91,7 @@ def throughput_phase(kafka: EmbeddedKafka, s: BenchSettings, topics: Topics, wor
                 ctx = RunContext(kafka.bootstrap, topic, p, s.records, s.members, work / f"tp-p{p}-{name}-{i}", s)
                 if name == "sink-ceiling":
                     ctx = replace(ctx, batch_rows=min(s.records, locks * p))
-                results.append(run_one(name, ctx))
+                results.append(run_counted(name, ctx, broker))
     return results
 
 

@@ -113,7 +113,7 @@ HELPS = {  # the options of `python -m bench run` (and `cycle`): BenchSettings' 
     "members": "share-group members of every contender",
     "contenders": "a subset, comma-separated",
     "latency_rate": "offered load, records/s",
-    "latency_seconds": "measured load duration",
+    "latency_seconds": "measured load duration, 0 to skip the latency phase",
     "latency_warmup_seconds": "load before the measured part",
     "latency_partitions": "partitions of the latency topics",
     "latency_window_seconds": "p50/p99 per window of this length over the run",
