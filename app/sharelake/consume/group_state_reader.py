@@ -6,7 +6,7 @@ from pyspark.sql import SparkSession
 
 from sharelake.config.settings import KafkaConfig
 from sharelake.consume.group_admin import GroupAdmin
-from sharelake.consume.group_client import GroupState, GroupType
+from sharelake.consume.group_type import GroupState, GroupType
 
 
 class GroupStateReader:

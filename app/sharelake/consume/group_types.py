@@ -1,7 +1,7 @@
 """The choice of the job's group type (`kafka.group_type`): the one module that imports both implementations.
 
 `group_type` gives a consumer group's type or a share group's; a share group's consumers are made by the factory
-it is given (a test's provokes faults with it). The seam's abstractions are in `sharelake.consume.group_client`;
+it is given (a test's provokes faults with it). The seam's abstractions are in `sharelake.consume.group_type`;
 `sharelake.consume.share_group` and `sharelake.consume.consumer_group` import those, never each other nor this module,
 so nothing imports back here and the graph has no cycle.
 """
@@ -12,7 +12,7 @@ from confluent_kafka import ShareConsumer
 
 from sharelake.config.settings import KafkaConfig
 from sharelake.consume.consumer_group import ConsumerGroupType
-from sharelake.consume.group_client import GroupType
+from sharelake.consume.group_type import GroupType
 from sharelake.consume.share_group import ShareConsumerFactory, ShareGroupType
 
 

@@ -1,6 +1,6 @@
 """The share group type (`kafka.group_type = "share"`, the default): per-record acknowledgements.
 
-Behind `sharelake.consume.group_client`'s seam; its consumers are made by a `ShareConsumerFactory` (confluent-kafka's
+Behind `sharelake.consume.group_type`'s seam; its consumers are made by a `ShareConsumerFactory` (confluent-kafka's
 `ShareConsumer`, or a test's that provokes faults). At start, `ShareGroupType.prepare` sets the group configs the
 job owns (`sharelake.consume.group_settings`) after checking the broker-side dead-letter topic
 (`sharelake.consume.broker_dead_letter_topic`), since an old broker would refuse the settings. Its decision window is
@@ -37,16 +37,6 @@ from sharelake.acknowledge.window import DecisionWindow
 from sharelake.config.settings import MAX_RECORD_LOCKS, KafkaConfig, PumpConfig
 from sharelake.consume.broker_dead_letter_topic import check_broker_dead_letter_topic
 from sharelake.consume.group_admin import GroupAdmin
-from sharelake.consume.group_client import (
-    NO_POSITIONS,
-    NO_SUCH_GROUP,
-    GroupClient,
-    GroupMember,
-    GroupState,
-    GroupType,
-    PartitionState,
-    TablePositions,
-)
 from sharelake.consume.group_settings import (
     AUTHORIZATION,
     BROKER_LOCK_CAP,
@@ -58,6 +48,16 @@ from sharelake.consume.group_settings import (
     read_group_settings,
     settled_group_settings,
     with_broker_defaults,
+)
+from sharelake.consume.group_type import (
+    NO_POSITIONS,
+    NO_SUCH_GROUP,
+    GroupClient,
+    GroupMember,
+    GroupState,
+    GroupType,
+    PartitionState,
+    TablePositions,
 )
 from sharelake.consume.java_admin import ADMIN_TIMEOUT_MS
 from sharelake.failures.errors import ConfigError, one_line

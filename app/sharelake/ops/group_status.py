@@ -2,7 +2,7 @@
 and each table's last Sharelake commit.
 
 Shown as text or `--json`. The group's state is the group type's (`GroupType.read_state`,
-`sharelake.consume.group_client`; the type chosen by `sharelake.consume.group_types`), read through
+`sharelake.consume.group_type`; the type chosen by `sharelake.consume.group_types`), read through
 `sharelake.consume.group_admin.GroupAdmin`: a share group's members, share-partition start offsets and lag
 from the Kafka Java Admin; a consumer group's members, committed offsets and lag to the end offsets from
 librdkafka's. The commits come from each table's Delta history (the newest commit whose userMetadata
@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 
 from sharelake.config.settings import SharelakeConfig
 from sharelake.consume.group_admin import GroupAdmin
-from sharelake.consume.group_client import NO_SUCH_GROUP, GroupMember, GroupState, PartitionState
+from sharelake.consume.group_type import NO_SUCH_GROUP, GroupMember, GroupState, PartitionState
 from sharelake.consume.group_types import group_type
 from sharelake.failures.errors import ConfigError, one_line
 from sharelake.sink.dedup.commit_log import parse_user_metadata
