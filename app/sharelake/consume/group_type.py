@@ -14,10 +14,10 @@ import graph has no cycle. The seam:
 
 Two types, each one module:
 
-- `share` (`sharelake.consume.share_group`): a share group. ACCEPT, RELEASE and REJECT are the broker's
+- `share` (`sharelake.consume.share.share_group`): a share group. ACCEPT, RELEASE and REJECT are the broker's
   per-record acknowledgements, sent with the poll's commit; RELEASE redelivers one record. Its
   state: each share partition's start offset and lag (the Java Admin).
-- `consumer` (`sharelake.consume.consumer_group`): a classic consumer group. ACCEPT and REJECT let the
+- `consumer` (`sharelake.consume.classic.consumer_group`): a classic consumer group. ACCEPT and REJECT let the
   partition's committed offset move past the record, committed to Kafka only after the Delta
   commit that holds it; RELEASE rewinds the partition to the record (it and those after it are
   read again, and the dedup recognises those already in the table). Its state: each partition's

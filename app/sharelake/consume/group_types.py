@@ -2,8 +2,8 @@
 
 `group_type` gives a consumer group's type or a share group's; a share group's consumers are made by the factory
 it is given (a test's provokes faults with it). The seam's abstractions are in `sharelake.consume.group_type`;
-`sharelake.consume.share_group` and `sharelake.consume.consumer_group` import those, never each other nor this module,
-so nothing imports back here and the graph has no cycle.
+`sharelake.consume.share.share_group` and `sharelake.consume.classic.consumer_group` import those, never each other
+nor this module, so nothing imports back here and the graph has no cycle.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 from confluent_kafka import ShareConsumer
 
 from sharelake.config.settings import KafkaConfig
-from sharelake.consume.consumer_group import ConsumerGroupType
+from sharelake.consume.classic.consumer_group import ConsumerGroupType
 from sharelake.consume.group_type import GroupType
-from sharelake.consume.share_group import ShareConsumerFactory, ShareGroupType
+from sharelake.consume.share.share_group import ShareConsumerFactory, ShareGroupType
 
 
 def group_type(k: KafkaConfig, share_consumer: ShareConsumerFactory = ShareConsumer) -> GroupType:

@@ -13,8 +13,8 @@ least one member. The pool is elastic: `resize(n)` starts new members or retires
 runs, never beyond the group type's cap (a consumer group's: its partition count). A share group needs no
 stop-the-world rebalance for either: a new member joins and polls, and a retiring member stops polling, lets the
 sink decide its last poll, commits and closes; the others never pause. A consumer group rebalances instead
-(`sharelake.consume.consumer_group`). The pool's counters are its members' (`member_stats`, retired members' included)
-and its gauges (`PoolGauges`).
+(`sharelake.consume.classic.consumer_group`). The pool's counters are its members' (`member_stats`, retired members'
+included) and its gauges (`PoolGauges`).
 """
 
 from __future__ import annotations

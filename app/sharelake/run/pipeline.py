@@ -47,7 +47,7 @@ from sharelake.consume.group_state_reader import GroupStateReader
 from sharelake.consume.group_type import GroupType, TablePositions, table_positions
 from sharelake.consume.group_types import group_type
 from sharelake.consume.member_pool import MemberPool
-from sharelake.consume.share_group import ShareConsumerFactory
+from sharelake.consume.share.share_group import ShareConsumerFactory
 from sharelake.failures.dependency_wait import waiting_out_outages
 from sharelake.failures.errors import one_line
 from sharelake.formats.base import FormatSettings

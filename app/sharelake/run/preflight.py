@@ -28,8 +28,9 @@ from pyspark.sql import SparkSession
 
 from sharelake.config.routes import Routes
 from sharelake.config.settings import SharelakeConfig
-from sharelake.consume.group_settings import AUTHORIZATION, DELIVERY_LIMIT, broker_lock_cap, read_broker_settings
+from sharelake.consume.broker_settings import AUTHORIZATION, read_broker_settings
 from sharelake.consume.group_type import GroupType
+from sharelake.consume.share.group_settings import DELIVERY_LIMIT, broker_lock_cap
 from sharelake.failures.errors import ConfigError, DependencyUnavailable, one_line
 from sharelake.sink.delta.catalog_tables import located_routes
 from sharelake.sink.delta.commit_lock import create_lock_file, lock_path, on_local_disk

@@ -2,10 +2,10 @@
 
 Behind `sharelake.consume.group_type`'s seam; its consumers are made by a `ShareConsumerFactory` (confluent-kafka's
 `ShareConsumer`, or a test's that provokes faults). At start, `ShareGroupType.prepare` sets the group configs the
-job owns (`sharelake.consume.group_settings`) after checking the broker-side dead-letter topic
-(`sharelake.consume.broker_dead_letter_topic`), since an old broker would refuse the settings. Its decision window is
-the group's record lock (`share.record.lock.duration.ms`); members beyond the partition count share the partitions. Each
-member's `ShareGroupClient` holds one `ShareConsumer` in explicit mode: every record of a poll must
+job owns (`sharelake.consume.share.group_settings`) after checking the broker-side dead-letter topic
+(`sharelake.consume.share.broker_dead_letter_topic`), since an old broker would refuse the settings. Its decision
+window is the group's record lock (`share.record.lock.duration.ms`); members beyond the partition count share the
+partitions. Each member's `ShareGroupClient` holds one `ShareConsumer` in explicit mode: every record of a poll must
 be acknowledged before the next poll; `acknowledge` applies one AckCommand (each of its records with
 the command's ACCEPT, RELEASE or REJECT), `commit` sends the poll's acknowledgements with
 `commit_sync` once all are applied. With `pump.acknowledgement_commit = "async"` they go with
@@ -35,20 +35,8 @@ from sharelake.acknowledge.lifecycle import AckCommand
 from sharelake.acknowledge.proof import Decision
 from sharelake.acknowledge.window import DecisionWindow
 from sharelake.config.settings import MAX_RECORD_LOCKS, KafkaConfig, PumpConfig
-from sharelake.consume.broker_dead_letter_topic import check_broker_dead_letter_topic
+from sharelake.consume.broker_settings import AUTHORIZATION
 from sharelake.consume.group_admin import GroupAdmin
-from sharelake.consume.group_settings import (
-    AUTHORIZATION,
-    BROKER_LOCK_CAP,
-    DELIVERY_LIMIT,
-    GROUP_LOCKS,
-    apply_group_settings,
-    broker_lock_cap,
-    desired_group_settings,
-    read_group_settings,
-    settled_group_settings,
-    with_broker_defaults,
-)
 from sharelake.consume.group_type import (
     NO_POSITIONS,
     NO_SUCH_GROUP,
@@ -60,6 +48,18 @@ from sharelake.consume.group_type import (
     TablePositions,
 )
 from sharelake.consume.java_admin import ADMIN_TIMEOUT_MS
+from sharelake.consume.share.broker_dead_letter_topic import check_broker_dead_letter_topic
+from sharelake.consume.share.group_settings import (
+    BROKER_LOCK_CAP,
+    DELIVERY_LIMIT,
+    GROUP_LOCKS,
+    apply_group_settings,
+    broker_lock_cap,
+    desired_group_settings,
+    read_group_settings,
+    settled_group_settings,
+    with_broker_defaults,
+)
 from sharelake.failures.errors import ConfigError, one_line
 
 log = logging.getLogger(__name__)
