@@ -94,6 +94,7 @@ class ShareGroupType(GroupType):
     noun = "share group"
     offset_label = "start offset"
     counts_deliveries = True
+    delivery_limit_setting = DELIVERY_LIMIT
 
     def __init__(self, factory: ShareConsumerFactory = ShareConsumer):
         self._factory = factory
@@ -102,8 +103,7 @@ class ShareGroupType(GroupType):
         self, admin: AdminClient, k: KafkaConfig, metadata: ClusterMetadata, broker: dict[str, str], apply: bool = True
     ) -> dict[str, str]:
         user = k.client.get("sasl.username", "(the client's principal)")
-        cap = broker_lock_cap(broker) if k.partition_max_record_locks == "max" else None
-        settings = desired_group_settings(k, cap)
+        settings = desired_group_settings(k, self.broker_lock_cap(k, broker))
         try:
             # the group's settings before the job changes them (read once: the DLQ check and `check` use them)
             current = read_group_settings(admin, k.group_id) if k.broker_dead_letter_topic or not apply else {}
@@ -127,6 +127,9 @@ class ShareGroupType(GroupType):
                 "kafka.partition_max_record_locks / kafka.broker_dead_letter_topic, or check the "
                 "broker's group.share.* bounds and ACLs"
             ) from None
+
+    def broker_lock_cap(self, k: KafkaConfig, broker: dict[str, str]) -> int | None:
+        return broker_lock_cap(broker) if k.partition_max_record_locks == "max" else None
 
     def client(
         self, kafka: KafkaConfig, pump: PumpConfig, member_id: int, positions: TablePositions = NO_POSITIONS
