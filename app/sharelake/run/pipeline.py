@@ -42,7 +42,7 @@ from sharelake.bridge.record_buffer import RecordBuffer
 from sharelake.config.routes import Route, Routes
 from sharelake.config.settings import SharelakeConfig
 from sharelake.consume.elastic import ElasticSizer
-from sharelake.consume.group_state_reader import GroupStateReader
+from sharelake.consume.group_state import GroupStateReader
 from sharelake.consume.group_type import GroupType, TablePositions, table_positions
 from sharelake.consume.group_types import group_type
 from sharelake.consume.member_pool import MemberPool
