@@ -8,7 +8,7 @@ import uuid
 from confluent_kafka import ShareConsumer
 
 from devkit.sample_data import produce_records
-from sharelake.consume.group_settings import apply_group_settings
+from sharelake.consume.share.group_settings import apply_group_settings
 from sharelake.testing.kafka_broker import KafkaBrokers
 
 

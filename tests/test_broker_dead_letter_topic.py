@@ -21,7 +21,7 @@ from pyspark.sql import SparkSession
 
 from devkit.sample_data import produce_json_events, produce_records
 from sharelake.config.routes import resolve_routes
-from sharelake.consume.broker_dead_letter_topic import TOPIC_ACCEPTS, ArchivedRecord
+from sharelake.consume.share.broker_dead_letter_topic import TOPIC_ACCEPTS, ArchivedRecord
 from sharelake.failures.errors import ConfigError
 from sharelake.ops.replay import REPLAY_HEADER, replay_dead_letters
 from sharelake.ops.replay_broker_topic import replay_broker_dead_letters

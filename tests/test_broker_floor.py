@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 
 from devkit.paths import KAFKA_FLOOR_JARS
 from devkit.sample_data import produce_json_events, produce_records
-from sharelake.consume.group_settings import DELIVERY_LIMIT, read_group_settings
+from sharelake.consume.share.group_settings import DELIVERY_LIMIT, read_group_settings
 from sharelake.failures.errors import ConfigError
 from sharelake.run.pipeline import run_ingest
 from sharelake.testing.kafka_broker import EmbeddedKafka

@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 from devkit.delta_log import read_commits, rows_in
 from devkit.job_logs import race_counts
 from devkit.sample_data import Produced, produce_json_events
-from sharelake.consume.group_settings import DELIVERY_LIMIT, apply_group_settings
+from sharelake.consume.share.group_settings import DELIVERY_LIMIT, apply_group_settings
 from sharelake.testing.kafka_broker import EmbeddedKafka
 from tests.job_runner import JobSpec, drain_in_process, kill_job, run_summary, start_job
 from tests.kafka_helpers import nothing_left

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 from devkit.paths import VENV_BIN
-from sharelake.consume.group_settings import read_group_settings
+from sharelake.consume.share.group_settings import read_group_settings
 from sharelake.testing.kafka_broker import EmbeddedKafka
 from tests.job_runner import ROOT
 

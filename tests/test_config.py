@@ -203,7 +203,7 @@ def test_secrets_come_from_the_environment_or_a_file_never_the_command_line(
 
 
 def test_group_settings_the_job_owns() -> None:
-    from sharelake.consume.group_settings import desired_group_settings
+    from sharelake.consume.share.group_settings import desired_group_settings
 
     base = load_config(None, REQUIRED).kafka
     assert desired_group_settings(base) == {"share.auto.offset.reset": "earliest"}

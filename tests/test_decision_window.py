@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from sharelake.acknowledge.window import DecisionWindow
 from sharelake.config.settings import KafkaConfig
-from sharelake.consume.consumer_group import ConsumerGroupType
-from sharelake.consume.share_group import ShareGroupType
+from sharelake.consume.classic.consumer_group import ConsumerGroupType
+from sharelake.consume.share.share_group import ShareGroupType
 
 
 def kafka(group_type: str, **client: object) -> KafkaConfig:

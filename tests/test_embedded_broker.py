@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from sharelake.consume.group_settings import read_group_settings
+from sharelake.consume.share.group_settings import read_group_settings
 from sharelake.testing import kafka_broker
 from sharelake.testing.kafka_broker import EmbeddedKafka
 from tests.kafka_helpers import share_receive

@@ -22,7 +22,7 @@ from devkit.paths import VENV_BIN
 from devkit.sample_data import produce_json_events
 from sharelake.config.settings import KafkaConfig
 from sharelake.consume.group_admin import GroupAdmin
-from sharelake.consume.group_client import NO_SUCH_GROUP, GroupState
+from sharelake.consume.group_type import NO_SUCH_GROUP, GroupState
 from sharelake.consume.group_types import group_type
 from sharelake.consume.java_admin import java_admin_config
 from sharelake.consume.member_pool import MemberPool

@@ -20,6 +20,7 @@ from confluent_kafka import AcknowledgeType, Message, ShareConsumer
 from pyspark.sql import SparkSession
 
 from devkit.sample_data import produce_json_events
+from sharelake.consume.share.share_group import ShareGroupType
 from sharelake.failures import faults
 from sharelake.run.pipeline import run_ingest
 from sharelake.testing.kafka_broker import EmbeddedKafka
@@ -76,7 +77,7 @@ def test_accepts_follow_the_durable_commit_and_do_not_wait_for_post_commit_work(
         "pump.max_poll_records=500",
         "batch.max_records=1000",  # several commits after the slow one
     )
-    summary = run_ingest(spark, cfg, consumer_factory=RecordingConsumer)
+    summary = run_ingest(spark, cfg, group=ShareGroupType(RecordingConsumer))
     assert_exactly_once(spark, tmp_path / "t", produced)
 
     # no lock expired although post-commit work outlasted every lock: the ACCEPTs did not wait for it

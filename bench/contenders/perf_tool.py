@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient
 
 from bench.contenders.base import RunContext, RunResult, failed, run_logged, tail
 from devkit.paths import KAFKA_JARS
-from sharelake.consume.group_settings import apply_group_settings
+from sharelake.consume.share.group_settings import apply_group_settings
 
 NAME = "perf-tool"
 MAIN = "org.apache.kafka.tools.ShareConsumerPerformance"

@@ -19,7 +19,7 @@ from confluent_kafka import AcknowledgeType, KafkaError, KafkaException, ShareCo
 from confluent_kafka.admin import AdminClient
 
 from bench.contenders.base import RunContext, RunResult, failed
-from sharelake.consume.group_settings import apply_group_settings
+from sharelake.consume.share.group_settings import apply_group_settings
 
 NAME = "share-consumer-drain"
 POLL_TIMEOUT_S = 0.2

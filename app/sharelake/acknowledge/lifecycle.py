@@ -46,7 +46,7 @@ class AckCommand:
 
 class PollBatch:
     """The records of one poll of one member's group client (a share consumer's or a classic
-    consumer's, `sharelake.consume.group_client`), with each record's state.
+    consumer's, `sharelake.consume.group_type`), with each record's state.
 
     Thread-safe: the sink decides from the foreachBatch thread while the member thread reads.
     """

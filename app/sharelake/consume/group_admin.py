@@ -10,7 +10,7 @@
   maps the settings), for what librdkafka has no admin call for: a share group's members and
   offsets (`describeShareGroups`, `listShareGroupOffsets`; confluent-kafka 2.16 has neither).
 
-A group type's `read_state` (`sharelake.consume.group_client`) takes a `GroupAdmin` and uses the client it needs, so a
+A group type's `read_state` (`sharelake.consume.group_type`) takes a `GroupAdmin` and uses the client it needs, so a
 consumer group's state needs no JVM and a share group's never opens the librdkafka client. A `GroupAdmin` is not
 thread-safe: one per reading thread. `close()` closes whichever clients were made.
 

@@ -1,6 +1,6 @@
 """One group member: a thread that exclusively owns one Kafka client of the job's group type.
 
-The client (`GroupClient`, from `sharelake.consume.group_client`'s seam: a share consumer or a classic consumer) is made
+The client (`GroupClient`, from `sharelake.consume.group_type`'s seam: a share consumer or a classic consumer) is made
 in the thread. A started member subscribes at once (it joins the group) and polls only after `start_polling`:
 records are acquired in poll(), never before. Its loop is the explicit cycle: poll -> wrap the records in a
 `PollBatch`, build their Arrow rows (here, so that the next batch's rows are ready while the sink writes the
@@ -27,7 +27,7 @@ from sharelake.acknowledge.lifecycle import AckCommand, PollBatch
 from sharelake.acknowledge.proof import Decision
 from sharelake.bridge.arrow_rows import poll_rows
 from sharelake.bridge.record_buffer import Poll, RecordBuffer
-from sharelake.consume.group_client import GroupClient
+from sharelake.consume.group_type import GroupClient
 from sharelake.observe.counters import counter
 
 log = logging.getLogger(__name__)

@@ -13,8 +13,8 @@ least one member. The pool is elastic: `resize(n)` starts new members or retires
 runs, never beyond the group type's cap (a consumer group's: its partition count). A share group needs no
 stop-the-world rebalance for either: a new member joins and polls, and a retiring member stops polling, lets the
 sink decide its last poll, commits and closes; the others never pause. A consumer group rebalances instead
-(`sharelake.consume.consumer_group`). The pool's counters are its members' (`member_stats`, retired members' included)
-and its gauges (`PoolGauges`).
+(`sharelake.consume.classic.consumer_group`). The pool's counters are its members' (`member_stats`, retired members'
+included) and its gauges (`PoolGauges`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from sharelake.bridge.record_buffer import RecordBuffer
 from sharelake.config.settings import KafkaConfig, PumpConfig
-from sharelake.consume.group_client import NO_POSITIONS, GroupType, TablePositions
+from sharelake.consume.group_type import NO_POSITIONS, GroupType, TablePositions
 from sharelake.consume.member import Member, MemberStats
 from sharelake.observe.counters import gauge, summed
 
@@ -55,7 +55,7 @@ class MemberPool:
         positions: TablePositions = NO_POSITIONS,
         lanes: list[list[str]] | None = None,
     ):
-        """`positions`: where the tables are (`group_client.table_positions`), read before the pool
+        """`positions`: where the tables are (`group_type.table_positions`), read before the pool
         is made; each member's client gets them (a consumer group starts its partitions there).
         `lanes`: the topics of each lane (default: one lane of every subscribed topic)."""
         self._lanes = lanes or [kafka.subscribed]

@@ -1,9 +1,9 @@
-"""The group's lag and members for Prometheus: read through the group type on a timer, in its own thread.
+"""The group's lag and members for Prometheus: the group's state asked for on a timer, in its own thread.
 
 Runs only when the metrics endpoint is on (`metrics.prometheus_port`), for either group type: every
-`metrics.lag_interval_s` it reads the group's state through a `StateReader` it opens in its own
-thread (the group type's view: a share group's lag through the Java Admin, a consumer group's
-committed offsets against the end offsets through librdkafka's admin), and the endpoint
+`metrics.lag_interval_s` it asks a `StateReader` it opens in its own thread (the one place a group's
+state is read, `sharelake.consume.group_state.GroupStateReader`: a share group's lag through the Java
+Admin, a consumer group's committed offsets against the end offsets through librdkafka's admin), and the endpoint
 (`sharelake.observe.metrics`) serves the last answer
 (`sharelake_group_lag{topic,partition}`, `sharelake_group_members`, and when it was read). The
 broker's lag is the group's, whichever jobs serve it. A failed read (the broker or

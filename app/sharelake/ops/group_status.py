@@ -1,13 +1,11 @@
-"""`sharelake status`'s reader: the group's state now (its members, each partition's offset and lag)
-and each table's last Sharelake commit.
+"""`sharelake status`'s table: the group's state now (its members, each partition's offset and lag) beside each
+table's last Sharelake commit.
 
-Shown as text or `--json`. The group's state is the group type's (`GroupType.read_state`,
-`sharelake.consume.group_client`; the type chosen by `sharelake.consume.group_types`), read through
-`sharelake.consume.group_admin.GroupAdmin`: a share group's members, share-partition start offsets and lag
-from the Kafka Java Admin; a consumer group's members, committed offsets and lag to the end offsets from
-librdkafka's. The commits come from each table's Delta history (the newest commit whose userMetadata
-Sharelake wrote, `sharelake.sink.dedup.commit_log`). The job's lag gauge (`sharelake.observe.group_lag`) reads the
-same group state on a timer.
+Shown as text or `--json`. The group's state is read where it always is (`sharelake.consume.group_state`, through
+the type `kafka.group_type` names in `sharelake.consume.group_types`): a share group's members, share-partition
+start offsets and lag from the Kafka Java Admin; a consumer group's members, committed offsets and lag to the end
+offsets from librdkafka's. The commits come from each table's Delta history (the newest commit whose userMetadata
+Sharelake wrote, `sharelake.sink.dedup.commit_log`).
 
 What the admin API gives per partition is an offset and a lag, not how many records are in flight
 (acquired, undecided) now; a running job's in-flight count is its own metric (polled minus decided).
@@ -19,17 +17,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaException
 from delta.tables import DeltaTable
-from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from sharelake.config.settings import SharelakeConfig
-from sharelake.consume.group_admin import GroupAdmin
-from sharelake.consume.group_client import NO_SUCH_GROUP, GroupMember, GroupState, PartitionState
+from sharelake.consume.group_state import read_group_state
+from sharelake.consume.group_type import NO_SUCH_GROUP, GroupMember, PartitionState
 from sharelake.consume.group_types import group_type
-from sharelake.failures.errors import ConfigError, one_line
 from sharelake.sink.dedup.commit_log import parse_user_metadata
 from sharelake.sink.delta.catalog_tables import located_routes
 
@@ -123,18 +118,8 @@ def read_group_status(spark: SparkSession, cfg: SharelakeConfig) -> GroupStatus:
     of each of its tables.
 
     ConfigError (one line) when the group is of the other type or the broker does not answer."""
-    k = cfg.kafka
-    group = group_type(k)
-    try:
-        with GroupAdmin(k, spark) as admin:
-            state: GroupState = group.read_state(admin, k)
-    except (Py4JJavaError, KafkaException) as e:
-        cause = e.java_exception if isinstance(e, Py4JJavaError) else e
-        raise ConfigError(
-            f"the {group.noun} {k.group_id!r} could not be read from kafka.bootstrap_servers = "
-            f"{k.bootstrap_servers} ({one_line(cause)}): check the broker answers and the kafka.client "
-            "security settings"
-        ) from None
+    group = group_type(cfg.kafka)
+    state = read_group_state(group, cfg.kafka, spark)
     routes = located_routes(spark, cfg)  # tables by catalog name
     now = time.time()
     tables = [last_sharelake_commit(spark, location.path, now) for location in routes.tables()]

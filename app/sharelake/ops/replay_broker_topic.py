@@ -1,7 +1,7 @@
 """Re-publishes the records of the share group's broker-side dead-letter topic to their source topics.
 
 The topic is
-`kafka.broker_dead_letter_topic` (KIP-1191, sharelake.consume.broker_dead_letter_topic). A consumer group
+`kafka.broker_dead_letter_topic` (KIP-1191, sharelake.consume.share.broker_dead_letter_topic). A consumer group
 of the replay's own (`<group_id>.broker-dlq-replay`) reads it from where the last replay stopped to
 its end at start, and keeps the records the broker wrote for this share group (header
 `__dlq.errors.group`), each origin once: the broker's write is not atomic with the archive, so the
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from sharelake.config.settings import SharelakeConfig
-from sharelake.consume.broker_dead_letter_topic import HEADER_PREFIX, ArchivedRecord
+from sharelake.consume.share.broker_dead_letter_topic import HEADER_PREFIX, ArchivedRecord
 from sharelake.failures.errors import ConfigError
 from sharelake.ops.replay import ReplayError, ReplayResult, Republisher
 

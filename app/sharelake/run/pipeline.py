@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import confluent_kafka
-from confluent_kafka import ShareConsumer
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -43,11 +42,10 @@ from sharelake.bridge.record_buffer import RecordBuffer
 from sharelake.config.routes import Route, Routes
 from sharelake.config.settings import SharelakeConfig
 from sharelake.consume.elastic import ElasticSizer
-from sharelake.consume.group_client import GroupType, TablePositions, table_positions
-from sharelake.consume.group_state_reader import GroupStateReader
+from sharelake.consume.group_state import GroupStateReader
+from sharelake.consume.group_type import GroupType, TablePositions, table_positions
 from sharelake.consume.group_types import group_type
 from sharelake.consume.member_pool import MemberPool
-from sharelake.consume.share_group import ShareConsumerFactory
 from sharelake.failures.dependency_wait import waiting_out_outages
 from sharelake.failures.errors import one_line
 from sharelake.formats.base import FormatSettings
@@ -245,13 +243,13 @@ class IngestRun:
         spark: SparkSession,
         cfg: SharelakeConfig,
         stop_event: threading.Event | None = None,
-        consumer_factory: ShareConsumerFactory = ShareConsumer,
+        group: GroupType | None = None,
         on_pool_started: Callable[[MemberPool], None] | None = None,
     ):
         self.spark = spark
         self.cfg = cfg
         self.stop_event = stop_event or threading.Event()
-        self._consumer_factory = consumer_factory
+        self._group = group or group_type(cfg.kafka)  # `kafka.group_type`'s, unless a caller (a test) built its own
         self._on_pool_started = on_pool_started
         self._closing = ExitStack()
         self._started = time.monotonic()
@@ -264,7 +262,7 @@ class IngestRun:
         cfg, spark = self.cfg, self.spark
         client_errors = ClientErrors()
         admin = AdminClient({**cfg.kafka.client_config(), "error_cb": client_errors})  # type: ignore[dict-item]
-        group = group_type(cfg.kafka, self._consumer_factory)
+        group = self._group
         facts, routes = waiting_out_outages(
             lambda: check_start(spark, cfg, admin, group, client_errors, apply=apply), cfg.run.dependency_wait_s
         )
@@ -470,8 +468,9 @@ def run_ingest(
     spark: SparkSession,
     cfg: SharelakeConfig,
     stop_event: threading.Event | None = None,
-    consumer_factory: ShareConsumerFactory = ShareConsumer,
+    group: GroupType | None = None,
     on_pool_started: Callable[[MemberPool], None] | None = None,
 ) -> RunSummary:
-    """One run (`IngestRun.run`); `on_pool_started` lets a caller (a test) steer the member pool while it runs."""
-    return IngestRun(spark, cfg, stop_event, consumer_factory, on_pool_started).run().summary
+    """One run (`IngestRun.run`); `group`: the group type when not the one `kafka.group_type` names (a test's, its
+    consumers provoking faults); `on_pool_started` lets a caller (a test) steer the member pool while it runs."""
+    return IngestRun(spark, cfg, stop_event, group, on_pool_started).run().summary

@@ -28,8 +28,8 @@ from pyspark.sql import SparkSession
 
 from sharelake.config.routes import Routes
 from sharelake.config.settings import SharelakeConfig
-from sharelake.consume.group_client import GroupType
-from sharelake.consume.group_settings import AUTHORIZATION, DELIVERY_LIMIT, broker_lock_cap, read_broker_settings
+from sharelake.consume.broker_settings import AUTHORIZATION, read_broker_settings
+from sharelake.consume.group_type import GroupType
 from sharelake.failures.errors import ConfigError, DependencyUnavailable, one_line
 from sharelake.sink.delta.catalog_tables import located_routes
 from sharelake.sink.delta.commit_lock import create_lock_file, lock_path, on_local_disk
@@ -162,7 +162,7 @@ class KafkaFacts:
     """What start-up learned of the broker: the group's effective settings, the broker's lock cap."""
 
     group_settings: dict[str, str]  # a share group's, with the broker's values of those a 4.2 broker keeps there
-    broker_lock_cap: int | None  # group.share.max.partition.max.record.locks, None if unreadable
+    broker_lock_cap: int | None  # the group type's (a share group's group.share.max.partition.max.record.locks)
     partitions: int  # of the subscribed topics, together
 
 
@@ -224,17 +224,19 @@ def check_kafka(
             raise ConfigError(f"{key}: no such topic on {k.bootstrap_servers}; create it or fix the name")
         partitions += len(topic.partitions)
     broker = read_broker_settings(admin, next(iter(metadata.brokers), 1))
-    cap = broker_lock_cap(broker) if k.partition_max_record_locks == "max" else None
+    cap = group.broker_lock_cap(k, broker)
     return KafkaFacts(group.prepare(admin, k, metadata, broker, apply), cap, partitions)
 
 
-def check_dead_letter_cap(cfg: SharelakeConfig, group_settings: dict[str, str]) -> None:
-    """The dead-letter delivery cap is below the group's limit, where the broker archives unseen."""
-    limit = group_settings.get(DELIVERY_LIMIT)
+def check_dead_letter_cap(cfg: SharelakeConfig, group: GroupType, group_settings: dict[str, str]) -> None:
+    """The dead-letter delivery cap is below the group's limit (the setting its type names), where the broker
+    archives unseen."""
+    setting = group.delivery_limit_setting
+    limit = None if setting is None else group_settings.get(setting)
     cap = cfg.dead_letter.max_delivery_count
     if limit is not None and limit.isdigit() and cap >= int(limit):
         raise ConfigError(
-            f"dead_letter.max_delivery_count = {cap} is not below the share group's {DELIVERY_LIMIT} ({limit}): "
+            f"dead_letter.max_delivery_count = {cap} is not below the {group.noun}'s {setting} ({limit}): "
             f"the broker would archive a failing record before it reaches the dead-letter table; set it to "
             f"{int(limit) - 1} or less"
         )
@@ -359,7 +361,7 @@ def check_start(
     broker's facts, and the routes with each table located."""
     check_not_spark_connect(spark)
     facts = check_kafka(admin, cfg, group, errors, apply)  # raises ConfigError: one line, exit code 2
-    check_dead_letter_cap(cfg, facts.group_settings)
+    check_dead_letter_cap(cfg, group, facts.group_settings)
     routes = located_routes(spark, cfg)  # tables by catalog name
     for location, key in routes.keyed_tables():
         check_table_path(spark, location, key=key)

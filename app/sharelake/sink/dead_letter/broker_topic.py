@@ -3,7 +3,7 @@ group's dead-letter topic (`dead_letter.sink = "broker_topic"`, KIP-1191, broker
 
 No table is written. The broker archives a REJECTed record and copies it to the group's
 `errors.deadletterqueue.topic.name` (`kafka.broker_dead_letter_topic`, set on the group and checked at
-start, `sharelake.consume.broker_dead_letter_topic`: the topic exists, accepts share-group dead letters, and
+start, `sharelake.consume.share.broker_dead_letter_topic`: the topic exists, accepts share-group dead letters, and
 its name has the broker's prefix), with its `__dlq.errors.*` headers and, with
 `kafka.broker_dead_letter_copy_record`, its key and value. The topic carries no error class: each
 record's class and message are one line of the job's log, written before its REJECT.

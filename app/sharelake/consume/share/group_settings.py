@@ -5,7 +5,7 @@ produced before the group first existed, so the job sets it (unless configured `
 cap per partition (`GROUP_LOCKS`) bounds the throughput on few partitions (locks x partitions per batch cycle): by
 default the job raises it to what the broker allows (`broker_lock_cap`, at most `MAX_RECORD_LOCKS`). The record
 lock duration can be set the same way, and the group's broker-side dead-letter topic (`DLQ_TOPIC`; its start-up
-check is `sharelake.consume.broker_dead_letter_topic`'s).
+check is `sharelake.consume.share.broker_dead_letter_topic`'s).
 
 An accepted alter is applied by each broker when it replays the cluster's metadata log, so
 `settled_group_settings` reads the group back until the broker serves the applied values (bounded: then the values
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 
-from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
@@ -27,19 +26,13 @@ log = logging.getLogger(__name__)
 
 BROKER_LOCK_CAP = "group.share.max.partition.max.record.locks"  # the broker's bound on the group setting
 GROUP_LOCKS = "share.partition.max.record.locks"
-# the broker's answers that mean: the job's principal lacks an ACL
-AUTHORIZATION = (
-    KafkaError.GROUP_AUTHORIZATION_FAILED,
-    KafkaError.TOPIC_AUTHORIZATION_FAILED,
-    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
-)
 DELIVERY_LIMIT = "share.delivery.count.limit"  # the group config (broker default 5)
 # group config -> the broker config that is its value on brokers without the group config (4.2)
 BROKER_DEFAULTS = {
     DELIVERY_LIMIT: "group.share.delivery.count.limit",
     GROUP_LOCKS: "group.share.partition.max.record.locks",
 }
-# the group's broker-side dead-letter topic (KIP-1191, Kafka 4.4): sharelake.consume.broker_dead_letter_topic
+# the group's broker-side dead-letter topic (KIP-1191, Kafka 4.4): sharelake.consume.share.broker_dead_letter_topic
 DLQ_TOPIC = "errors.deadletterqueue.topic.name"
 DLQ_COPY_RECORD = "errors.deadletterqueue.copy.record.enable"
 
@@ -60,16 +53,6 @@ def desired_group_settings(cfg: KafkaConfig, broker_lock_cap: int | None = None)
         settings[DLQ_TOPIC] = cfg.broker_dead_letter_topic
         settings[DLQ_COPY_RECORD] = str(cfg.broker_dead_letter_copy_record).lower()
     return settings
-
-
-def read_broker_settings(admin: AdminClient, broker_id: int, timeout_s: float = 30) -> dict[str, str]:
-    """One broker's configs; empty when they cannot be read (e.g. no DESCRIBE_CONFIGS on the cluster)."""
-    try:
-        (future,) = admin.describe_configs([ConfigResource(ResourceType.BROKER, str(broker_id))]).values()
-        entries = future.result(timeout=timeout_s)
-    except KafkaException:
-        return {}
-    return {name: entry.value for name, entry in entries.items() if entry.value is not None}
 
 
 def broker_lock_cap(broker: dict[str, str]) -> int | None:

@@ -1,6 +1,6 @@
 """The consumer group type (`kafka.group_type = "consumer"`): offsets committed after the Delta commit.
 
-Behind `sharelake.consume.group_client`'s seam, for brokers before share groups (4.2), for order per partition, and for
+Behind `sharelake.consume.group_type`'s seam, for brokers before share groups (4.2), for order per partition, and for
 teams moving a topic between the two types with one table. Each member's `ConsumerGroupClient` holds one classic
 `Consumer` (cooperative-sticky assignment, no auto-commit). A poll's decisions become offsets: ACCEPT and
 REJECT (after the dead-letter table's commit) let a partition's committed offset move past the
@@ -40,7 +40,7 @@ from sharelake.acknowledge.proof import Decision
 from sharelake.acknowledge.window import DecisionWindow
 from sharelake.config.settings import KafkaConfig, PumpConfig
 from sharelake.consume.group_admin import ADMIN_TIMEOUT_S, GroupAdmin
-from sharelake.consume.group_client import (
+from sharelake.consume.group_type import (
     NO_POSITIONS,
     NO_SUCH_GROUP,
     GroupClient,

@@ -1,11 +1,11 @@
 """The share group type (`kafka.group_type = "share"`, the default): per-record acknowledgements.
 
-Behind `sharelake.consume.group_client`'s seam; its consumers are made by a `ShareConsumerFactory` (confluent-kafka's
+Behind `sharelake.consume.group_type`'s seam; its consumers are made by a `ShareConsumerFactory` (confluent-kafka's
 `ShareConsumer`, or a test's that provokes faults). At start, `ShareGroupType.prepare` sets the group configs the
-job owns (`sharelake.consume.group_settings`) after checking the broker-side dead-letter topic
-(`sharelake.consume.broker_dead_letter_topic`), since an old broker would refuse the settings. Its decision window is
-the group's record lock (`share.record.lock.duration.ms`); members beyond the partition count share the partitions. Each
-member's `ShareGroupClient` holds one `ShareConsumer` in explicit mode: every record of a poll must
+job owns (`sharelake.consume.share.group_settings`) after checking the broker-side dead-letter topic
+(`sharelake.consume.share.broker_dead_letter_topic`), since an old broker would refuse the settings. Its decision
+window is the group's record lock (`share.record.lock.duration.ms`); members beyond the partition count share the
+partitions. Each member's `ShareGroupClient` holds one `ShareConsumer` in explicit mode: every record of a poll must
 be acknowledged before the next poll; `acknowledge` applies one AckCommand (each of its records with
 the command's ACCEPT, RELEASE or REJECT), `commit` sends the poll's acknowledgements with
 `commit_sync` once all are applied. With `pump.acknowledgement_commit = "async"` they go with
@@ -35,9 +35,9 @@ from sharelake.acknowledge.lifecycle import AckCommand
 from sharelake.acknowledge.proof import Decision
 from sharelake.acknowledge.window import DecisionWindow
 from sharelake.config.settings import MAX_RECORD_LOCKS, KafkaConfig, PumpConfig
-from sharelake.consume.broker_dead_letter_topic import check_broker_dead_letter_topic
+from sharelake.consume.broker_settings import AUTHORIZATION
 from sharelake.consume.group_admin import GroupAdmin
-from sharelake.consume.group_client import (
+from sharelake.consume.group_type import (
     NO_POSITIONS,
     NO_SUCH_GROUP,
     GroupClient,
@@ -47,8 +47,9 @@ from sharelake.consume.group_client import (
     PartitionState,
     TablePositions,
 )
-from sharelake.consume.group_settings import (
-    AUTHORIZATION,
+from sharelake.consume.java_admin import ADMIN_TIMEOUT_MS
+from sharelake.consume.share.broker_dead_letter_topic import check_broker_dead_letter_topic
+from sharelake.consume.share.group_settings import (
     BROKER_LOCK_CAP,
     DELIVERY_LIMIT,
     GROUP_LOCKS,
@@ -59,7 +60,6 @@ from sharelake.consume.group_settings import (
     settled_group_settings,
     with_broker_defaults,
 )
-from sharelake.consume.java_admin import ADMIN_TIMEOUT_MS
 from sharelake.failures.errors import ConfigError, one_line
 
 log = logging.getLogger(__name__)
@@ -94,6 +94,7 @@ class ShareGroupType(GroupType):
     noun = "share group"
     offset_label = "start offset"
     counts_deliveries = True
+    delivery_limit_setting = DELIVERY_LIMIT
 
     def __init__(self, factory: ShareConsumerFactory = ShareConsumer):
         self._factory = factory
@@ -102,8 +103,7 @@ class ShareGroupType(GroupType):
         self, admin: AdminClient, k: KafkaConfig, metadata: ClusterMetadata, broker: dict[str, str], apply: bool = True
     ) -> dict[str, str]:
         user = k.client.get("sasl.username", "(the client's principal)")
-        cap = broker_lock_cap(broker) if k.partition_max_record_locks == "max" else None
-        settings = desired_group_settings(k, cap)
+        settings = desired_group_settings(k, self.broker_lock_cap(k, broker))
         try:
             # the group's settings before the job changes them (read once: the DLQ check and `check` use them)
             current = read_group_settings(admin, k.group_id) if k.broker_dead_letter_topic or not apply else {}
@@ -127,6 +127,9 @@ class ShareGroupType(GroupType):
                 "kafka.partition_max_record_locks / kafka.broker_dead_letter_topic, or check the "
                 "broker's group.share.* bounds and ACLs"
             ) from None
+
+    def broker_lock_cap(self, k: KafkaConfig, broker: dict[str, str]) -> int | None:
+        return broker_lock_cap(broker) if k.partition_max_record_locks == "max" else None
 
     def client(
         self, kafka: KafkaConfig, pump: PumpConfig, member_id: int, positions: TablePositions = NO_POSITIONS

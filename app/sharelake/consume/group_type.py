@@ -1,23 +1,25 @@
 """The group type's seam (`kafka.group_type`): the abstract types, and the group's state as values.
 
-Only abstractions live here; each implementation is one module that imports this one, and
-`sharelake.consume.group_types.group_type` (the only module importing both) chooses between them, so the
-import graph has no cycle. The seam:
+Only abstractions live here; each implementation is one module that imports this one, and the registry
+`sharelake.consume.group_types` (the only module importing them all) lists them by name, so the import graph has no
+cycle. The seam:
 
-- `GroupType`: at start `prepare` (the group's settings and their checks; `apply=False` changes nothing), one
-  `client` per member, `member_cap` (how many members can hold records at once), the `decision_window` (how long
-  a poll may wait for its decisions), the banner's `describe`, and `read_state` (the group's members and
-  partitions, read with the admin clients of `sharelake.consume.group_admin.GroupAdmin`);
+- `GroupType`: its `name` (the config value) and what others call it by (`noun`, `offset_label`), at start
+  `prepare` (the group's settings and their checks; `apply=False` changes nothing) and the `broker_lock_cap` it
+  reads from the broker's settings, the group setting that bounds a record's deliveries
+  (`delivery_limit_setting`), one `client` per member, `member_cap` (how many members can hold records at once),
+  the `decision_window` (how long a poll may wait for its decisions), the banner's `describe`, and `read_state`
+  (the group's members and partitions, read with the admin clients of `sharelake.consume.group_admin.GroupAdmin`);
 - `GroupClient`: one member's client, used by its member thread only (the clients are not thread-safe);
 - the state as values (`GroupState`, `GroupMember`, `PartitionState`), and where the tables are
   (`TablePositions`, `table_positions`), handed to the clients.
 
 Two types, each one module:
 
-- `share` (`sharelake.consume.share_group`): a share group. ACCEPT, RELEASE and REJECT are the broker's
+- `share` (`sharelake.consume.share.share_group`): a share group. ACCEPT, RELEASE and REJECT are the broker's
   per-record acknowledgements, sent with the poll's commit; RELEASE redelivers one record. Its
   state: each share partition's start offset and lag (the Java Admin).
-- `consumer` (`sharelake.consume.consumer_group`): a classic consumer group. ACCEPT and REJECT let the
+- `consumer` (`sharelake.consume.classic.consumer_group`): a classic consumer group. ACCEPT and REJECT let the
   partition's committed offset move past the record, committed to Kafka only after the Delta
   commit that holds it; RELEASE rewinds the partition to the record (it and those after it are
   read again, and the dedup recognises those already in the table). Its state: each partition's
@@ -123,6 +125,8 @@ class GroupType(ABC):
     # whether a delivery count of 1 proves a record was never delivered before (so no table can
     # hold it yet): a share group counts every acquisition, a consumer group re-reads by offset
     counts_deliveries: bool = False
+    # the group config bounding a record's deliveries, where the broker archives it unseen; None: the type has none
+    delivery_limit_setting: str | None = None
 
     @abstractmethod
     def prepare(
@@ -131,6 +135,11 @@ class GroupType(ABC):
         """At start, before any member joins: apply the settings the job owns; the group's effective
         settings. Raises ConfigError (one line) on what would go wrong later. `apply=False`
         (`sharelake check`): the same checks, changing nothing; the group's settings as they are."""
+
+    def broker_lock_cap(self, k: KafkaConfig, broker: dict[str, str]) -> int | None:
+        """The broker's bound on the records in flight per partition, from its settings `broker`, when the type
+        has such a bound and the job asks for it; None otherwise (the banner's `describe` is given it)."""
+        return None
 
     @abstractmethod
     def client(

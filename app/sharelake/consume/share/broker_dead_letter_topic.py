@@ -18,7 +18,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic, ResourceType
 
 from sharelake.config.settings import KafkaConfig
-from sharelake.consume.group_settings import DLQ_TOPIC
+from sharelake.consume.share.group_settings import DLQ_TOPIC
 from sharelake.failures.errors import ConfigError, one_line
 
 TOPIC_ACCEPTS = "errors.deadletterqueue.group.enable"  # topic config: share groups may write dead letters here
