@@ -695,7 +695,6 @@ def _check_one_topic(cfg: SharelakeConfig) -> None:
     _one_table("delta", cfg.delta.table_path, cfg.delta.table_name)
     if cfg.topics:
         raise ValueError("[topics.<name>] sections route kafka.topics; with kafka.topic use delta.table_path")
-    check_envelope(cfg.payload, cfg.write)
 
 
 def _check_routed(cfg: SharelakeConfig) -> None:
@@ -742,16 +741,6 @@ def _check_shared_table(cfg: SharelakeConfig, table: TableLocation, names: list[
         raise ValueError(
             f"topics {', '.join(names)} share a table but not its [topics.<name>.write] keys: one write "
             "mode per table; give every topic sharing it the same write section"
-        )
-    check_envelope(payloads[0], *table_write(cfg, names))
-
-
-def check_envelope(payload: FormatSettings, write: WriteConfig, section: str = "write") -> None:
-    """Debezium events are upserted by key, never appended."""
-    if payload.envelope == "debezium" and write.mode != "upsert":
-        raise ValueError(
-            f'payload.envelope = "debezium" upserts change events by key: set {section}.mode = "upsert" and '
-            f"{section}.keys (the table's key columns)"
         )
 
 
