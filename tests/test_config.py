@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
 from sharelake.config.loader import load_config
 from sharelake.config.routes import resolve_routes
+from sharelake.config.settings import TABLE_SINKS, DeadLetterConfig
 from sharelake.failures.errors import ConfigError
+from sharelake.sink.dead_letter.factory import SINKS
 from sharelake.table.location import TableLocation
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -321,3 +324,10 @@ def test_dead_letters_to_the_broker_topic_route_to_no_table() -> None:
     assert routes.tables() == [TableLocation.at("/a")]
     table = resolve_routes(load_config(None, REQUIRED))
     assert table.tables() == [TableLocation.at("/tmp/x"), TableLocation.at("/tmp/x_dead_letter")]
+
+
+def test_the_config_routes_a_dead_letter_table_to_the_sinks_that_write_one() -> None:
+    """The `dead_letter.sink` values are the sink types' names, and the config gives a dead-letter table (its
+    routes, its rules) to exactly the sink types that declare they write one (the config cannot ask them)."""
+    assert set(get_args(DeadLetterConfig.model_fields["sink"].annotation)) == set(SINKS)
+    assert {name for name, sink in SINKS.items() if sink.writes_table} == TABLE_SINKS

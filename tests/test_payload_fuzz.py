@@ -71,7 +71,7 @@ from sharelake.formats.protobuf import spark_type as protobuf_spark_type
 from sharelake.formats.protobuf_decode import DecodePlan, Writer, decode_values
 from sharelake.formats.protobuf_schemas import writer_schema
 from sharelake.formats.raw import RawSettings
-from sharelake.formats.registry import WARM_UP_ID
+from sharelake.formats.schema_registry_client import WARM_UP_ID
 from sharelake.formats.shape import Shape
 from sharelake.formats.text import TextSettings
 from sharelake.formats.wire import MAX_DEPTH, header, message_headers, schema_ids

@@ -32,9 +32,9 @@ from sharelake.formats.json import JsonSettings
 from sharelake.sink.batch.delta_sink import DeltaSink
 from sharelake.sink.batch.stats import SinkStats
 from sharelake.sink.dead_letter.sinks import DeltaDeadLetters, dead_letter_table
+from sharelake.sink.write.append import Append
 from sharelake.sink.write.destinations import Destination, main_table
-from sharelake.sink.write.mode import Append
-from sharelake.sink.write.modes import write_mode
+from sharelake.sink.write.mode_registry import write_mode
 from sharelake.sink.write.upsert import Upsert
 from sharelake.table.layout import TableLayout
 from sharelake.table.location import TableLocation
@@ -213,6 +213,23 @@ def test_each_route_gets_the_mode_its_write_keys_ask_for(spark: SparkSession) ->
     assert (stats.upsert_superseded, stats.upsert_split_keys) == (2, 2)
     with pytest.raises(ValueError, match="not a counter"):
         stats.add({"upsert_renamed": 1})
+
+
+def test_a_mode_refuses_an_envelope_it_does_not_take_when_it_is_built(spark: SparkSession) -> None:
+    """Debezium's change events are applied by key: a route appending them is refused at start with the
+    upsert's line (the config's models cannot ask the modes); the banner's note is the mode's."""
+    required = ["kafka.bootstrap_servers=h:1", "kafka.topic=t", "kafka.group_id=g", "delta.table_path=/tmp/x"]
+    events = [*required, "payload.format=json", "payload.schema=id long", "payload.envelope=debezium"]
+    appending = resolve_routes(load_config(None, events)).main[0]
+    with pytest.raises(ConfigError) as refused:
+        write_mode(appending)
+    assert str(refused.value) == (
+        'payload.envelope = "debezium" upserts change events by key: set write.mode = "upsert" and write.keys '
+        "(the table's key columns)"
+    )
+    upserting = resolve_routes(load_config(None, [*events, "write.mode=upsert", 'write.keys=["id"]'])).main[0]
+    assert write_mode(upserting).note() == ", upserted by id"
+    assert write_mode(resolve_routes(load_config(None, required)).main[0]).note() == ""
 
 
 def event(op: str, before: dict[str, Any] | None, after: dict[str, Any] | None, wrapped: bool = False) -> bytes:

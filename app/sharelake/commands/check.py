@@ -40,10 +40,7 @@ def run(args: argparse.Namespace) -> int:
         run.close()
     facts, group = opened.facts, opened.group
     tables = [r.location.name or r.location.path for r in opened.routes.main]
-    dead = opened.routes.dead_letter
-    dead_letters = (
-        f"the broker's topic {cfg.kafka.broker_dead_letter_topic}" if dead is None else dead.name or dead.path
-    )
+    dead_letters = opened.dead_letters.named()
     print(
         f"sharelake: check passed: {cfg.kafka.bootstrap_servers} ({', '.join(cfg.kafka.subscribed)}: "
         f"{facts.partitions} partitions), {group.noun} {cfg.kafka.group_id}, "

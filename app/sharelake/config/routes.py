@@ -99,7 +99,7 @@ def resolve_routes(cfg: SharelakeConfig, locate: Locate | None = None) -> Routes
     dead = given if given is not None else main[0].location.dead_letter()  # <main table's path or name>_dead_letter
     dead_key = "dead_letter.table_path" if dead.name is None else "dead_letter.table_name"
     located_main = tuple(replace(r, location=located(r.location, r.key)) for r in main)  # first: their errors first
-    located_dead = located(dead, dead_key) if cfg.dead_letter.sink == "table" else None
+    located_dead = located(dead, dead_key) if cfg.dead_letter.writes_table else None
     return Routes(located_main, located_dead, dead_key)
 
 

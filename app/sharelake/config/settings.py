@@ -444,6 +444,11 @@ class DeltaConfig(LayoutKeys):
         return value
 
 
+# the `dead_letter.sink` values whose dead letters go to the dead-letter table (their sink types say the same,
+# `writes_table`: `sharelake.sink.dead_letter.factory.SINKS`); the config cannot ask the sink's code
+TABLE_SINKS = frozenset({"table"})
+
+
 class DeadLetterConfig(_Section):
     """`[dead_letter]`: where the records that cannot land go before they are REJECTed: by default the
     Delta dead-letter table, raw, with their error class."""
@@ -470,6 +475,11 @@ class DeadLetterConfig(_Section):
         "tried again. Must stay below the group's `share.delivery.count.limit` (default 5; checked at start), "
         "where the broker would archive the record without anyone seeing it.",
     )
+
+    @property
+    def writes_table(self) -> bool:
+        """Whether the dead letters go to the dead-letter table (`table_path` / `table_name`, or the default)."""
+        return self.sink in TABLE_SINKS
 
 
 class MaintenanceConfig(_Section):
@@ -647,7 +657,7 @@ class SharelakeConfig(_Section):
 
     @model_validator(mode="after")
     def _dead_letter_sink(self) -> SharelakeConfig:
-        """`dead_letter.sink = "broker_topic"` has a broker topic to go to, and no table."""
+        """`dead_letter.sink = "broker_topic"` has a share group, and a broker topic to go to."""
         if self.dead_letter.sink != "broker_topic":
             return self
         if self.kafka.group_type != "share":
@@ -660,9 +670,15 @@ class SharelakeConfig(_Section):
                 'dead_letter.sink = "broker_topic" needs kafka.broker_dead_letter_topic: the topic the broker '
                 "copies each REJECTed record to (brokers 4.4+)"
             )
-        if self.dead_letter.table_path is not None or self.dead_letter.table_name is not None:
+        return self
+
+    @model_validator(mode="after")
+    def _dead_letter_table(self) -> SharelakeConfig:
+        """A `dead_letter.sink` that writes no table is named none."""
+        dead = self.dead_letter
+        if not dead.writes_table and (dead.table_path is not None or dead.table_name is not None):
             raise ValueError(
-                'dead_letter.sink = "broker_topic" writes no dead-letter table: drop dead_letter.table_path '
+                f'dead_letter.sink = "{dead.sink}" writes no dead-letter table: drop dead_letter.table_path '
                 '(or table_name), or use dead_letter.sink = "table"'
             )
         return self
@@ -695,7 +711,6 @@ def _check_one_topic(cfg: SharelakeConfig) -> None:
     _one_table("delta", cfg.delta.table_path, cfg.delta.table_name)
     if cfg.topics:
         raise ValueError("[topics.<name>] sections route kafka.topics; with kafka.topic use delta.table_path")
-    check_envelope(cfg.payload, cfg.write)
 
 
 def _check_routed(cfg: SharelakeConfig) -> None:
@@ -712,7 +727,7 @@ def _check_routed(cfg: SharelakeConfig) -> None:
     if cfg.delta.table_path is not None or cfg.delta.table_name is not None:
         raise ValueError("delta.table_path is for kafka.topic; routed topics name theirs in [topics.<name>]")
     no_table = cfg.dead_letter.table_path is None and cfg.dead_letter.table_name is None
-    if no_table and cfg.dead_letter.sink == "table":
+    if no_table and cfg.dead_letter.writes_table:
         raise ValueError(
             "kafka.topics needs dead_letter.table_path (or dead_letter.table_name): the one dead-letter "
             "table all topics share"
@@ -742,16 +757,6 @@ def _check_shared_table(cfg: SharelakeConfig, table: TableLocation, names: list[
         raise ValueError(
             f"topics {', '.join(names)} share a table but not its [topics.<name>.write] keys: one write "
             "mode per table; give every topic sharing it the same write section"
-        )
-    check_envelope(payloads[0], *table_write(cfg, names))
-
-
-def check_envelope(payload: FormatSettings, write: WriteConfig, section: str = "write") -> None:
-    """Debezium events are upserted by key, never appended."""
-    if payload.envelope == "debezium" and write.mode != "upsert":
-        raise ValueError(
-            f'payload.envelope = "debezium" upserts change events by key: set {section}.mode = "upsert" and '
-            f"{section}.keys (the table's key columns)"
         )
 
 

@@ -22,7 +22,7 @@ from sharelake.formats.json_schema import JsonSchemaFormat
 from sharelake.formats.keys import KeyedFormat, key_reader
 from sharelake.formats.protobuf import ProtobufFormat
 from sharelake.formats.raw import RawFormat
-from sharelake.formats.registry import SchemaRegistry
+from sharelake.formats.schema_registry_client import SchemaRegistry
 from sharelake.formats.text import TextFormat
 
 # every payload format, one line each

@@ -66,7 +66,7 @@ from sharelake.formats.base import (
     FormatSettings,
     PayloadFormat,
 )
-from sharelake.formats.registry import WARM_UP_ID, SchemaRegistry, WarmUpRegistry
+from sharelake.formats.schema_registry_client import WARM_UP_ID, SchemaRegistry, WarmUpRegistry
 from sharelake.formats.shape import PROMOTIONS, clash_message, clashing, field_types, table_schema
 from sharelake.formats.wire import NOT_WIRE_FORMAT, body_column, header, schema_id_column, schema_ids
 from sharelake.table.location import TableLocation

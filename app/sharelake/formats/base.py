@@ -229,7 +229,7 @@ class BatchRead(ABC):
     @abstractmethod
     def main_rows(self, parsed: DataFrame, carry: Sequence[str] = ()) -> DataFrame:
         """The main table's columns of parsed rows: metadata, then the value as the format reads it;
-        then `carry`, columns of `parsed` a write mode needs after them (`sharelake.sink.write.mode`)."""
+        then `carry`, columns of `parsed` a write mode needs after them (`sharelake.sink.write.write_mode`)."""
 
     def bad_row(self, row: str) -> Column:
         """Over `parse`'s columns: (`row`, ERROR_CLASS, ERROR_MESSAGE) for a bad record, null for a good one.

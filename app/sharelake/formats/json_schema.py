@@ -58,7 +58,7 @@ from sharelake.formats.base import (
     FormatSettings,
     PayloadFormat,
 )
-from sharelake.formats.registry import WARM_UP_ID, WarmUpRegistry
+from sharelake.formats.schema_registry_client import WARM_UP_ID, WarmUpRegistry
 from sharelake.formats.shape import Shape, ShapedFormat
 from sharelake.formats.wire import NOT_WIRE_FORMAT, body_column, header, schema_id_column, schema_ids
 

@@ -38,7 +38,7 @@ from sharelake.formats.avro import (
     warm_up_registry,
 )
 from sharelake.formats.base import BAD, BadRecord, BatchRead, PayloadFormat
-from sharelake.formats.registry import SchemaRegistry, WarmUpRegistry
+from sharelake.formats.schema_registry_client import SchemaRegistry, WarmUpRegistry
 from sharelake.formats.shape import field_types, table_schema
 from sharelake.table.location import TableLocation
 

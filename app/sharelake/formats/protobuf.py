@@ -53,7 +53,7 @@ from sharelake.formats.base import (
 )
 from sharelake.formats.protobuf_decode import DecodePlan, Writer, decode_values
 from sharelake.formats.protobuf_schemas import SchemaProblem, message_at, schema_files, writer_schema
-from sharelake.formats.registry import WARM_UP_ID, WarmUpRegistry
+from sharelake.formats.schema_registry_client import WARM_UP_ID, WarmUpRegistry
 from sharelake.formats.shape import Shape, ShapedFormat
 from sharelake.formats.wire import NOT_WIRE_FORMAT, Headers, header, message_headers, message_path
 

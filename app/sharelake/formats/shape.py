@@ -27,7 +27,7 @@ from pyspark.sql.types import DataType, DoubleType, LongType, StructField, Struc
 
 from sharelake.failures.errors import one_line
 from sharelake.formats.base import METADATA_COLUMNS, FormatSettings, PayloadFormat
-from sharelake.formats.registry import SchemaRegistry
+from sharelake.formats.schema_registry_client import SchemaRegistry
 from sharelake.table.location import TableLocation
 
 log = logging.getLogger(__name__)

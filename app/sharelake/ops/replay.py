@@ -23,6 +23,7 @@ from tenacity import Retrying, stop_after_attempt, wait_exponential_jitter
 
 from sharelake.config.settings import SharelakeConfig
 from sharelake.failures.errors import ConfigError
+from sharelake.sink.dead_letter.factory import dead_letter_sink
 from sharelake.sink.delta.catalog_tables import located_routes
 from sharelake.sink.delta.commit_lock import commit_lock
 from sharelake.table.location import TableLocation
@@ -47,11 +48,9 @@ def replay_dead_letters(
     spark: SparkSession, cfg: SharelakeConfig, where: str | None = None, to_topic: str | None = None
 ) -> ReplayResult:
     routes = located_routes(spark, cfg)
-    if routes.dead_letter is None:
-        raise ConfigError(
-            'dead_letter.sink = "broker_topic": the dead letters are in kafka.broker_dead_letter_topic, not a table; '
-            "replay them with --from-broker-topic"
-        )
+    if routes.dead_letter is None:  # a sink that writes no table: it says where its dead letters are
+        sink = dead_letter_sink(cfg)
+        raise ConfigError(f'dead_letter.sink = "{sink.name}": the dead letters are {sink.kept}')
     path = routes.dead_letter.path
     if not DeltaTable.isDeltaTable(spark, path):
         raise ConfigError(

@@ -60,6 +60,7 @@ from sharelake.sink.dead_letter.sinks import DeadLetterSink
 from sharelake.sink.dedup.dedup_table import DedupTable
 from sharelake.sink.delta.writer_lease import WriterLease, hold_writer_leases, lease_checks
 from sharelake.sink.write.destinations import Destination, open_destinations
+from sharelake.sink.write.write_mode import WriteMode
 
 log = logging.getLogger(__name__)
 
@@ -96,11 +97,12 @@ class RunSummary:
         return " ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in flat.items())
 
 
-def route_note(route: Route) -> str:
-    """One destination for the banner: topics -> table, payload (a registry's URL never holds credentials)."""
-    upsert = f", upserted by {', '.join(route.write.keys)}" if route.write.mode == "upsert" else ""
+def route_note(route: Route, mode: WriteMode) -> str:
+    """One destination for the banner: topics -> table, its write mode's note, payload (a registry's URL never
+    holds credentials)."""
     return (
-        f"{', '.join(route.topics)} -> table {route.location.describe()}{upsert}, payload {payload_note(route.payload)}"
+        f"{', '.join(route.topics)} -> table {route.location.describe()}{mode.note()}, "
+        f"payload {payload_note(route.payload)}"
     )
 
 
@@ -135,7 +137,7 @@ def log_banner(cfg: SharelakeConfig, o: Opened, pool: MemberPool) -> None:
         ("topic " if len(cfg.kafka.subscribed) == 1 else "topics ") + ", ".join(cfg.kafka.subscribed),
         facts.partitions,
         group.describe(cfg.kafka, facts.group_settings, facts.broker_lock_cap),
-        "\n  ".join(route_note(r) for r in o.routes.main),
+        "\n  ".join(route_note(r, d.mode) for r, d in zip(o.routes.main, o.destinations, strict=True)),
         o.dead_letters.describe(),
         cfg.run.mode,
         sized,

@@ -10,7 +10,7 @@ error that stopped it), and the sink decides them in one place. Its steps:
    no value, too large, delivery cap), then the payload format's own (`PayloadFormat.read`);
 2. the rest stamped (`sharelake.table.columns.stamped`) and claimed (their offsets), one Spark job:
    the frame is parsed once by the format, the rows that cannot land are filtered out and collected
-   (`DataFrame.observe`), the rest committed by the destination's write mode (`sharelake.sink.write.mode`),
+   (`DataFrame.observe`), the rest committed by the destination's write mode (`sharelake.sink.write.write_mode`),
    which also says what it adds to its own counters (`ModeWrite.counts`). When the table's
    last write left rows out (a stream carrying poison tends to keep carrying it), the same job
    collects their error class and message too (`BatchRead.bad_row`); otherwise only which rows
@@ -45,7 +45,7 @@ from sharelake.sink.batch.stats import SinkStats, timed
 from sharelake.sink.dedup.dedup_table import Appended
 from sharelake.sink.delta.writer import ClaimHeld
 from sharelake.sink.write.destinations import Destination
-from sharelake.sink.write.mode import Batch
+from sharelake.sink.write.write_mode import Batch
 from sharelake.table.columns import stamped
 from sharelake.table.offset_ranges import BatchOffsets, partition_groups
 

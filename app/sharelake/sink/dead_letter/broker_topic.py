@@ -17,16 +17,22 @@ could be found again, so `contains_many` is always false and a redelivered recor
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+from pyspark.sql import SparkSession
 
 from sharelake.acknowledge.proof import BrokerCustody
+from sharelake.config.routes import Routes
+from sharelake.config.settings import SharelakeConfig
 from sharelake.formats.base import BadRecord
 from sharelake.sink.dedup.dedup_table import DedupTable
+from sharelake.sink.delta.writer_lease import LeaseCheck
+from sharelake.table.location import TableLocation
 from sharelake.table.offset_ranges import PartitionKey
 
 log = logging.getLogger(__name__)
@@ -35,9 +41,24 @@ log = logging.getLogger(__name__)
 class BrokerTopicDeadLetters:
     """Every bad record logged with its class, then REJECTed into the broker's dead-letter topic."""
 
+    name: ClassVar[str] = "broker_topic"
+    writes_table: ClassVar[bool] = False
+    kept: ClassVar[str] = "in kafka.broker_dead_letter_topic, not a table; replay them with --from-broker-topic"
+
     def __init__(self, topic: str):
         self.topic = topic
         self._custody = BrokerCustody._mint(topic)
+
+    @classmethod
+    def open(
+        cls, spark: SparkSession, cfg: SharelakeConfig, routes: Routes, checks: Mapping[TableLocation, LeaseCheck]
+    ) -> BrokerTopicDeadLetters:
+        """The share group's broker-side dead-letter topic (checked at start with the group's settings)."""
+        assert cfg.kafka.broker_dead_letter_topic is not None, "the config's validator: the sink names its topic"
+        return cls(cfg.kafka.broker_dead_letter_topic)
+
+    def named(self) -> str:
+        return f"the broker's topic {self.topic}"
 
     def describe(self) -> str:
         return f"to the broker's topic {self.topic} (REJECTed; each record's error class in this log)"

@@ -11,19 +11,25 @@ INVARIANT 1 holds for REJECT as for ACCEPT: `park` returns only once the records
 it keeps them, with a proof that says so. The tables a sink writes (`tables`) are its opener's to
 load and close, like the main tables.
 
+A sink type declares what the rest of the job would otherwise ask of it by its `dead_letter.sink` value:
+`name` (that value), `writes_table` (whether its dead letters go to the dead-letter table the routes
+name: no table, no lease, no replay from one), `kept` (where its dead letters are, and how they are
+replayed), `open` (the sink a config asks for, built and loaded) and `named` (`sharelake check`'s words
+for it).
+
 `DeltaDeadLetters` appends them to the shared dead-letter table (`sharelake.sink.dead_letter.rows` has its
 row layout) through a `DedupTable`, so a record is parked once however often it comes back, and
 proves each park with the commit's `CommitProof`. The other kind, the broker's own dead-letter
-topic, is `sharelake.sink.dead_letter.broker_topic`; `sharelake.sink.dead_letter.factory` builds the one the
-config asks for.
+topic, is `sharelake.sink.dead_letter.broker_topic`; `sharelake.sink.dead_letter.factory` lists the
+sink types by name and opens the one the config asks for.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -31,6 +37,8 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from sharelake.acknowledge.proof import CommitProof, Proof
+from sharelake.config.routes import Routes
+from sharelake.config.settings import SharelakeConfig
 from sharelake.formats.base import BadRecord
 from sharelake.sink.dead_letter.rows import STAMP_COLUMN, STATS_COLUMNS, dead_letter_rows
 from sharelake.sink.dedup.dedup_table import DedupTable, OpenedTable, open_table
@@ -45,6 +53,20 @@ FIRST_SEEN_MAX = 100_000  # records remembered from failed attempts, for the dea
 class DeadLetterSink(Protocol):
     """Takes the records that cannot land, durably, before they are REJECTed. What it writes to is
     opened and closed by the run (`sharelake.run.pipeline.IngestRun`), not by the sink."""
+
+    name: ClassVar[str]  # its `dead_letter.sink` value
+    writes_table: ClassVar[bool]  # its dead letters go to the dead-letter table the routes name
+    kept: ClassVar[str]  # where its dead letters are, and how `replay-dead-letters` replays them
+
+    @classmethod
+    def open(
+        cls, spark: SparkSession, cfg: SharelakeConfig, routes: Routes, checks: Mapping[TableLocation, LeaseCheck]
+    ) -> DeadLetterSink:
+        """The sink of `cfg`, ready to park (its tables' caches loaded); `checks`: the writer lease check of
+        each table that has one, run before every commit."""
+
+    def named(self) -> str:
+        """Where the dead letters go, in a few words (`sharelake check`'s line)."""
 
     def describe(self) -> str:
         """Where the dead letters go, for the start's banner."""
@@ -101,12 +123,36 @@ def dead_letter_table(
 class DeltaDeadLetters:
     """The dead-letter table: one Delta commit per batch for every table's bad records."""
 
+    name: ClassVar[str] = "table"
+    writes_table: ClassVar[bool] = True
+    kept: ClassVar[str] = "in the dead-letter table the routes name"
+
     def __init__(self, table: DedupTable, frames: FrameBuilder):
         """`frames`: the builder of the frames written to `table` (on its writer's session)."""
         self.table = table
         self._frames = frames
         self._first_seen: dict[tuple[str, int, int], datetime] = {}
         self._seen_lock = threading.Lock()  # `seen` (the sink's thread) beside `park` (its dead-letter thread)
+
+    @classmethod
+    def open(
+        cls, spark: SparkSession, cfg: SharelakeConfig, routes: Routes, checks: Mapping[TableLocation, LeaseCheck]
+    ) -> DeltaDeadLetters:
+        """The Delta dead-letter table of `routes`, its dedup cache loaded from its recent commits."""
+        assert routes.dead_letter is not None, "resolve_routes: a sink that writes a table has its table"
+        opened = dead_letter_table(
+            spark,
+            routes.dead_letter,
+            checkpoint_every=cfg.delta.checkpoint_interval,
+            lookback_commits=cfg.delta.dedup_lookback_commits,
+            log_retention=cfg.delta.log_retention,
+            before_commit=checks.get(routes.dead_letter),
+        )
+        opened.table.load()
+        return cls(opened.table, opened.frames)
+
+    def named(self) -> str:
+        return self.table.location.name or self.table.location.path
 
     def describe(self) -> str:
         return self.table.location.describe()

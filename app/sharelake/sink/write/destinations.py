@@ -31,8 +31,9 @@ from sharelake.sink.dedup.dedup_table import DedupTable, OpenedTable, open_table
 from sharelake.sink.delta.checkpointer import Checkpointer
 from sharelake.sink.delta.frames import FrameBuilder
 from sharelake.sink.delta.writer_lease import LeaseCheck
-from sharelake.sink.write.mode import Append, WriteMode
-from sharelake.sink.write.modes import write_mode
+from sharelake.sink.write.append import Append
+from sharelake.sink.write.mode_registry import write_mode
+from sharelake.sink.write.write_mode import WriteMode
 from sharelake.table.layout import TableLayout
 from sharelake.table.location import TableLocation
 
@@ -105,7 +106,8 @@ def open_destinations(
     routes: Routes,
     lease_checks: Mapping[TableLocation, LeaseCheck] | None = None,
 ) -> list[Destination]:
-    """Every destination of `routes` (formats started: ConfigError on a bad schema or registry settings; a
+    """Every destination of `routes` (its write mode built first: ConfigError when a mode does not take its
+    route's payload envelope; formats started: ConfigError on a bad schema or registry settings; a
     registry that is down waited for up to `run.dependency_wait_s`), each table with its dedup cache
     loaded from the table's recent commits. `lease_checks`: the
     writer lease check of each table that has one (`sharelake.sink.delta.writer_lease.lease_checks`), run by
@@ -115,11 +117,11 @@ def open_destinations(
     lookback = cfg.delta.dedup_lookback_commits
     every = cfg.delta.checkpoint_interval
     destinations = []
-    for route in routes.main:
+    modes = [write_mode(route) for route in routes.main]  # a mode refusing its route's envelope: before any table
+    for route, mode in zip(routes.main, modes, strict=True):
         check_layout(spark, route)
         fmt = payload_format(route.payload)
         waiting_out_outages(lambda: fmt.start(spark, route.location), cfg.run.dependency_wait_s)  # noqa: B023
-        mode = write_mode(route)
         mode.check(spark, route.location, fmt)
         prefix = counter_prefix(route.topics[0]) if routed else ""
         main = main_table(

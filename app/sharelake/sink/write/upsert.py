@@ -1,9 +1,11 @@
 """`write.mode = "upsert"`: one row per key, the version of the record with the highest (partition, offset).
 
-A `WriteMode` (`sharelake.sink.write.mode`) of its own: its keys from `[write]` (or a routed topic's
+A `WriteMode` (`sharelake.sink.write.write_mode`) of its own: its keys from `[write]` (or a routed topic's
 `[topics.<name>.write]`, `Upsert.of_route`); its reserved column, `__deleted` (a table without it
 was written by appends, one with it is refused by the other modes, `Upsert.refusal`); its commits
-MERGEs by key (`merges_by_key`); its counters (`upsert_superseded`, `upsert_split_keys`).
+MERGEs by key (`merges_by_key`); its counters (`upsert_superseded`, `upsert_split_keys`); the
+envelopes it takes (`envelopes`: Debezium's change events too, which only a mode merging by key can
+apply) and its banner note (`note`: the keys it upserts by).
 `docs/upserts.md` is the user's account. A batch's write:
 
 1. the rows the parse kept, as the main table's columns; with `delete_on_tombstone`, a record without
@@ -48,7 +50,7 @@ from sharelake.failures.errors import ConfigError
 from sharelake.formats.base import METADATA_COLUMNS, BadRecord, PayloadFormat, pc
 from sharelake.formats.debezium import AFTER, EVENT_FIELDS, OP, event_row, no_row_of
 from sharelake.sink.dedup.dedup_table import DedupTable
-from sharelake.sink.write.mode import Batch, ModeWrite, WriteMode
+from sharelake.sink.write.write_mode import Batch, ModeWrite, WriteMode
 from sharelake.table.location import TableLocation
 
 log = logging.getLogger(__name__)
@@ -71,6 +73,7 @@ class Upsert(WriteMode):
     counters = ("upsert_superseded", "upsert_split_keys")
     error_classes = ("missing_key", "unsupported_op")
     splits_batches = True  # a MERGE's cost grows with the batch and the table
+    envelopes = ("none", "debezium")  # a change event is applied by its key
 
     def __init__(
         self,
@@ -95,6 +98,16 @@ class Upsert(WriteMode):
         settings = route.write
         debezium = route.payload.envelope == "debezium"
         return cls(tuple(settings.keys), settings.delete_on_tombstone, route.write_key, debezium, others)
+
+    @classmethod
+    def envelope_refusal(cls, envelope: str, section: str) -> str:
+        return (
+            f'payload.envelope = "{envelope}" upserts change events by key: set {section}.mode = "{cls.name}" and '
+            f"{section}.keys (the table's key columns)"
+        )
+
+    def note(self) -> str:
+        return f", upserted by {', '.join(self.keys)}"
 
     @classmethod
     def refusal(cls, location: TableLocation, column: str, mode: str) -> str:

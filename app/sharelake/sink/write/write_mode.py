@@ -1,4 +1,4 @@
-"""The write-mode seam (`write.mode`: how a main table takes its records), and its default, the append.
+"""The write-mode seam (`write.mode`: how a main table takes its records).
 
 A `WriteMode` commits the rows the parse kept of one micro-batch to its table (`write`: at most one
 commit), and declares what the rest of the sink needs to know of it, so that no code outside the
@@ -13,12 +13,15 @@ mode's own module asks which mode it is:
 - `counters`: the sink's counters (`sharelake.sink.batch.stats.SinkStats`) its writes add to: a write
   returns what it adds to each (`ModeWrite.counts`);
 - `error_classes`: the dead-letter classes of the rows it leaves out; `splits_batches`: whether its
-  batches' cost grows enough to need splitting within the record lock (`sharelake.sink.batch.budget`).
+  batches' cost grows enough to need splitting within the record lock (`sharelake.sink.batch.budget`);
+- `envelopes`: the payload envelopes (`payload.envelope`) whose values it takes; a route whose envelope
+  its mode does not take is refused at start with the line of a mode that does (`envelope_refusal`);
+- `note`: what the start's banner says of a table written in this mode (nothing, for the default).
 
 `write` returns what the commit holds and the rows the mode itself left out, with their class
-(`ModeWrite`); the table writer decides the records from it as from any write. `Append` (here,
-the default): every record is a row, one append per batch (`DedupTable.append`). The modes by name,
-and the one place a route's mode is built: `sharelake.sink.write.modes`.
+(`ModeWrite`); the table writer decides the records from it as from any write. The default, the
+append, is `sharelake.sink.write.append`; the modes by name, and the one place a route's mode is
+built: `sharelake.sink.write.mode_registry`.
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ class WriteMode(ABC):
     error_classes: ClassVar[tuple[str, ...]] = ()  # the dead-letter classes of the rows it leaves out
     # whether its batches' cost grows enough to need splitting within the record lock (sharelake.sink.batch.budget)
     splits_batches: ClassVar[bool] = False
+    envelopes: ClassVar[tuple[str, ...]] = ("none",)  # the payload envelopes whose values it takes
 
     def __init__(self, others: Sequence[type[WriteMode]] = ()):
         self.others = tuple(others)  # the other modes: a table holding their reserved columns is refused
@@ -93,6 +97,16 @@ class WriteMode(ABC):
             f"{location} was written with write.mode = {cls.name!r} (it has a {column} column), but write.mode = "
             f"{mode!r}: set write.mode = {cls.name!r}, or write to a new table"
         )
+
+    @classmethod
+    def envelope_refusal(cls, envelope: str, section: str) -> str:
+        """The line that sends a route whose payload has `envelope` (one this mode takes, another mode not)
+        to this mode; `section`: the route's write section."""
+        return f'payload.envelope = "{envelope}" needs {section}.mode = "{cls.name}"'
+
+    def note(self) -> str:
+        """What the start's banner adds to a destination written in this mode (after its table)."""
+        return ""
 
     def check(self, spark: SparkSession, location: TableLocation, fmt: PayloadFormat) -> None:
         """At start: ConfigError (one line) when the table cannot be written in this mode: it was made
@@ -113,15 +127,3 @@ class WriteMode(ABC):
     @abstractmethod
     def write(self, table: DedupTable, batch: Batch) -> ModeWrite:
         """Commit `batch.kept` to `table` (may raise `ClaimHeld`, having committed nothing)."""
-
-
-class Append(WriteMode):
-    name = "append"
-
-    @classmethod
-    def of_route(cls, route: Route, others: Sequence[type[WriteMode]]) -> Self:
-        return cls(others)
-
-    def write(self, table: DedupTable, batch: Batch) -> ModeWrite:
-        rows = batch.read.main_rows(batch.kept)
-        return ModeWrite(table.append(rows, batch.claim, batch.batch_id, batch.stamp, merge_schema=batch.merge_schema))
