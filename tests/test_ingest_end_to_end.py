@@ -29,6 +29,13 @@ def test_ingest_lands_every_record_once_and_accepts_them(
     assert summary.accepted == 10_000 and summary.released == 0 and summary.rejected == 0
     assert summary.ack_errors == 0 and summary.poll_errors == 0  # the broker took every acknowledgement
     assert summary.rows_written == 10_000
+    # each Delta commit's steps are timed: the claim's snapshot, the Spark job writing the files, Delta's commit,
+    # the commit file read back (the fixed cost of a commit, broken down in the bench report)
+    steps = summary.commit_step_s
+    checked = {"start", "files", "log"} if summary.delta_commits > 1 else set()
+    assert set(steps) == {"create", "read_back", *checked}, (steps, summary.delta_commits)
+    assert all(seconds > 0 for seconds in steps.values()), steps
+    assert "commit_read_back_s=" in summary.line() and "commit_create_s=" in summary.line()
     # every Delta commit carries the offset ranges it holds
     meta = [r.userMetadata for r in spark.sql(f"DESCRIBE HISTORY delta.`{tmp_path / 'table'}`").collect()]
     assert meta and all('"ranges"' in (m or "") for m in meta)

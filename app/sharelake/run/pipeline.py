@@ -87,9 +87,10 @@ class RunSummary:
     def line(self) -> str:
         flat: dict[str, Any] = {}
         for name, value in self._values.items():
-            if isinstance(value, dict):  # seconds per sink step: `<step>_s`; else `<name>.<key>`
-                if name.endswith("_s"):
-                    flat |= {f"{key}_s": v for key, v in value.items()}
+            if isinstance(value, dict):  # seconds per sink step: `<step>_s`; per `<x>step_s` step: `<x><step>_s`
+                if name.endswith("_s"):  # else `<name>.<key>`
+                    lead = name.removesuffix("step_s") if name.endswith("step_s") else ""
+                    flat |= {f"{lead}{key}_s": v for key, v in value.items()}
                 else:  # only the keys that counted something (dead letters per error class)
                     flat |= {f"{name}.{key}": v for key, v in value.items() if v}
             else:

@@ -39,6 +39,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -101,6 +102,17 @@ class TableStats:
         default=0.0,
     )
     duplicates_repaired: int = counter("duplicate rows an older Sharelake version left, deleted at start")
+    commit_step_s: dict[str, float] = counter(
+        "seconds Sharelake's appends spent in each step of their commit, summed (`commit_<step>_s` in the run's "
+        "last line): `start` (the snapshot, the claim checked), `files` (the Spark job writing the data files), "
+        "`log` (Delta's commit with its post-commit work, the checksum and a due checkpoint, which the caller "
+        "does not wait for), `read_back` (the commit file read back before its proof); `create`: the table's "
+        "first commit, a plain append that creates it",
+        name="{prefix}commit_step_s",
+        prometheus="{prefix}delta_commit_step_seconds",
+        label="step",
+        default=Counter,
+    )
     last_version: int = gauge("the table version of our last commit", name="{prefix}last_version", default=-1)
     last_commit_timestamp: float = gauge(
         "when our last commit was durable, seconds since the epoch (before the first: the job's start)",

@@ -64,9 +64,12 @@ from __future__ import annotations
 import json
 import logging
 import random
+import threading
 import time
-from collections.abc import Callable
+from collections import defaultdict
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -138,16 +141,26 @@ class ClaimHeld(Exception):
 
 
 class ConflictCount(Protocol):
-    """Where a writer counts the commits another writer's concurrent commit sent back, and the
-    seconds from each append's first refused commit until its commit is durable (`TableStats`)."""
+    """Where a writer counts the commits another writer's concurrent commit sent back, the seconds
+    from each append's first refused commit until its commit is durable, and the seconds its appends
+    spent in each step of their commit (`COMMIT_STEPS`) (`TableStats`)."""
 
     commit_conflicts: int
     commit_conflict_s: float
+    commit_step_s: dict[str, float]
 
 
 class _NoCount:
-    commit_conflicts = 0
-    commit_conflict_s = 0.0
+    def __init__(self) -> None:
+        self.commit_conflicts = 0
+        self.commit_conflict_s = 0.0
+        self.commit_step_s: dict[str, float] = defaultdict(float)
+
+
+# an append's commit, step by step: the snapshot and the claim checked, the Spark job writing the files,
+# Delta's commit (with its post-commit work, which the caller does not wait for), the commit file read back;
+# the table's first commit, a plain append that creates it, is one step of its own
+COMMIT_STEPS = ("start", "files", "log", "read_back", "create")
 
 
 @dataclass
@@ -229,6 +242,7 @@ class DeltaWriter:
         self._known_shape: str | None = None  # a frame schema the table is known to fit
         # commits another writer's concurrent commit sent back to check again are counted here
         self._stats: ConflictCount = stats if stats is not None else _NoCount()
+        self._counting = threading.Lock()
         # raises when this job may not commit to the table now (sharelake.sink.delta.writer_lease, on S3)
         self._before_commit = before_commit
         # held by each commit: on a local disk the drivers of every job commit one at a time
@@ -292,8 +306,19 @@ class DeltaWriter:
         if refusal.first_at is not None:  # what other writers' commits cost it: re-checks, commit attempts
             self._stats.commit_conflict_s += time.monotonic() - refusal.first_at
         faults.hit(f"after_{self.name}_commit")
-        self.read_back(version, user_metadata)
+        with self._step("read_back"):
+            self.read_back(version, user_metadata)
         return CommitProof._mint(self.table_path, version)
+
+    @contextmanager
+    def _step(self, step: str) -> Iterator[None]:
+        """Counts the time spent in `step` of an append's commit (`COMMIT_STEPS`)."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            with self._counting:  # the committer threads and the caller's
+                self._stats.commit_step_s[step] += time.perf_counter() - started
 
     def read_back(self, version: int, user_metadata: str) -> None:
         """Before a commit's proof is minted: `CommitReplacedError` unless the commit file of `version`
@@ -307,7 +332,7 @@ class DeltaWriter:
     def _save(self, writer: Any, description: str) -> None:
         """The table's first commit: a plain append that creates it (committer thread)."""
         self.session.sparkContext.setLocalProperty("spark.job.description", description)
-        with self._commit_lock():
+        with self._commit_lock(), self._step("create"):
             writer.save(self.table_path)
         self._created = True
         self.after_commit()
@@ -322,8 +347,10 @@ class DeltaWriter:
         """
         self.session.sparkContext.setLocalProperty("spark.job.description", description)
         jvm = self._jvm
-        txn = self._transaction(claim)
-        actions = txn.writeFiles(rows._jdf)
+        with self._step("start"):
+            txn = self._transaction(claim)
+        with self._step("files"):
+            actions = txn.writeFiles(rows._jdf)
         faults.hit(f"{self.name}_files_written")  # written, not committed: nothing references them yet
         operation = jvm.org.apache.spark.sql.delta.DeltaOperations.Write(
             jvm.org.apache.spark.sql.SaveMode.Append,
@@ -335,7 +362,7 @@ class DeltaWriter:
             if self._before_commit is not None:
                 self._before_commit()  # again: writing the files took a while
             try:
-                with self._commit_lock():
+                with self._commit_lock(), self._step("log"):
                     txn.commit(actions, operation)
                 break
             except CONFLICTS:
