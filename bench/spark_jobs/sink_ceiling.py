@@ -12,14 +12,18 @@ Sharelake warms its write path before it polls, so the ceiling does too). Only t
 `FrameBuilder.frame`, the JSON format's parse (`sharelake.formats.json`), the BAD count observed in the write job,
 `main_rows`, `DeltaWriter.append` with the commit metadata), without the dedup caches, the driver
 checks or dead letters (the workload has no bad records: a batch that counts any fails the job).
-It prints `bench-finished: <epoch seconds>` once the writer is closed.
+It prints `bench-finished: <epoch seconds>` once the writer is closed, then `commit-steps: <json>`:
+the table's commits, the seconds the appends took until durable, and the seconds spent in each step
+of their commits (`DeltaWriter`'s `COMMIT_STEPS`), summed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 import uuid
+from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -46,6 +50,15 @@ from sharelake.table.offset_ranges import BatchOffsets
 
 TOPIC = "sink-ceiling"
 ROW = "_row"  # as sharelake.sink.batch.table_writer.ROW: the row's index in the batch, carried through Spark
+
+
+class CommitSteps:
+    """The seconds the table's appends spent in each step of their commits (`DeltaWriter`'s `stats`)."""
+
+    def __init__(self) -> None:
+        self.commit_conflicts = 0
+        self.commit_conflict_s = 0.0
+        self.commit_step_s: dict[str, float] = defaultdict(float)
 
 
 def record_batches(records: int, partitions: int, batch_rows: int) -> list[pa.Table]:
@@ -87,23 +100,30 @@ def main() -> None:
     with table_writer(spark, fmt, warm_up) as (writer, frames):
         append(writer, fmt, frames, batches[0], 0)
     print(f"bench-started: {time.time():.3f}", flush=True)
-    with table_writer(spark, fmt, table) as (writer, frames):
+    steps = CommitSteps()
+    appends_s = 0.0
+    with table_writer(spark, fmt, table, steps) as (writer, frames):
         for batch_id, records in enumerate(batches):
+            started = time.perf_counter()
             append(writer, fmt, frames, records, batch_id)
+            appends_s += time.perf_counter() - started
     print(f"bench-finished: {time.time():.3f}", flush=True)
+    summary = {"commits": len(batches), "appends_s": round(appends_s, 3)}
+    summary.update({step: round(s, 3) for step, s in steps.commit_step_s.items()})
+    print(f"commit-steps: {json.dumps(summary)}", flush=True)
     spark.stop()
 
 
 @contextmanager
 def table_writer(
-    spark: SparkSession, fmt: JsonFormat, table: TableLocation
+    spark: SparkSession, fmt: JsonFormat, table: TableLocation, steps: CommitSteps | None = None
 ) -> Iterator[tuple[DeltaWriter, FrameBuilder]]:
     """The table's Delta writer and frames on a session of its own (as Sharelake's: a writer reads its
-    commits' versions from its session), closed at the end."""
+    commits' versions from its session), closed at the end; its commits' steps counted in `steps`."""
     session = writer_session(spark, 100, stats_columns=fmt.stats_columns())
     frames = FrameBuilder(session)
     checkpointer = Checkpointer(session, table, "delta", checkpoint_every=100)
-    writer = DeltaWriter(session, table, "delta", checkpointer, commit_lock(table))
+    writer = DeltaWriter(session, table, "delta", checkpointer, commit_lock(table), stats=steps)
     try:
         yield writer, frames
     finally:
