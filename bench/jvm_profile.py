@@ -1,10 +1,10 @@
 """The parts of a JVM's time in an async-profiler collapsed-stack profile (`-o collapsed`, with `-t`).
 
-Each stack goes to the first part in `PARTS` whose pattern any of its frames holds (ordered from the
-most specific: a Parquet write inside a task is the Parquet writer's, not the task's), else to
-`other`; the thread (the stack's root frame with `-t`) names the executor's task threads apart
-from the driver's. Run as `python -m bench.jvm_profile PROFILE.collapsed` it prints the parts'
-shares of the samples.
+Each stack goes to the first part in `PARTS` whose pattern any of its frames holds, else to `other`.
+The parts are ordered from the most specific: a Parquet write inside a task is the Parquet writer's,
+the rest of a task's stack the task's, not the scheduler's; with `-t` the stack's root frame is its
+thread, which names the JIT's, the GC's and the process reaper's. Run as
+`python -m bench.jvm_profile PROFILE.collapsed` it prints the parts' shares of the samples.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from pathlib import Path
 
 # (part, a regex any frame of the stack may match), first match wins
 PARTS: tuple[tuple[str, str], ...] = (
+    # Hadoop's local file system forks `readlink`/`chmod` (no native library): a process per call
+    ("hadoop local fs: shell forks", r"hadoop\.util\.Shell|^\[?process reaper"),
     ("gc", r"^\[?(GC|G1|ParallelGC|ConcurrentGC|VM Thread)|G1[A-Z]\w+::|CollectedHeap::"),
     ("jit", r"^\[?(C1|C2) CompilerThre|CompileBroker::|Compile::"),
     ("delta: checksum, post-commit", r"delta\.[\w.]*(Checksum|postCommit|PostCommit|Checkpoint)"),
@@ -39,11 +41,11 @@ PARTS: tuple[tuple[str, str], ...] = (
         r"catalyst\.(analysis|optimizer|rules|trees)|SparkPlanner|AdaptiveSparkPlan|CodeGenerator|codegen"
         r"|QueryExecution\.(analyzed|optimizedPlan|sparkPlan|executedPlan|assertAnalyzed)",
     ),
+    ("task: executor run, (de)serialization", r"executor\.Executor|TaskRunner|serializer\.|ClosureCleaner"),
     (
         "scheduler: DAG, task launch, RPC",
         r"scheduler\.|TaskSetManager|LocalEndpoint|rpc\.|netty|Dispatcher|BlockManager|broadcast\.",
     ),
-    ("task: executor run, (de)serialization", r"executor\.Executor|TaskRunner|serializer\.|ClosureCleaner"),
     ("py4j", r"py4j"),
     ("event log, listeners", r"EventLoggingListener|LiveListenerBus|AsyncEventQueue|JsonProtocol"),
 )

@@ -9,6 +9,8 @@ def test_the_most_specific_part_wins() -> None:
     parquet = task + ";org/apache/parquet/hadoop/InternalParquetRecordWriter.write"
     assert part_of(parquet.split(";")) == "parquet: writer and statistics"
     assert part_of(["[main tid=1]", "java/lang/Object.wait"]) == "other"
+    chmod = parquet + ";org/apache/hadoop/fs/RawLocalFileSystem.setPermission;org/apache/hadoop/util/Shell.runCommand"
+    assert part_of(chmod.split(";")) == "hadoop local fs: shell forks"
 
 
 def test_samples_are_summed_by_part() -> None:
