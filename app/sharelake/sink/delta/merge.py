@@ -25,7 +25,7 @@ from sharelake.acknowledge.proof import CommitProof
 from sharelake.failures import faults
 from sharelake.sink.delta.checkpointer import Checkpointer
 from sharelake.sink.delta.commit_lock import CommitLock
-from sharelake.sink.delta.writer import COMMIT_ATTEMPTS, CONFLICTS, USER_METADATA_CONF, ConflictCount, DeltaWriter
+from sharelake.sink.delta.writer import COMMIT_ATTEMPTS, CONFLICTS, USER_METADATA_CONF, CommitCounts, DeltaWriter
 from sharelake.table.layout import GENERATION_EXPRESSION
 from sharelake.table.location import TableLocation
 
@@ -43,7 +43,7 @@ class DeltaMerge:
         writer: DeltaWriter,
         checkpointer: Checkpointer,
         commit_lock: CommitLock,
-        stats: ConflictCount,
+        stats: CommitCounts,
         before_commit: Callable[[], None] | None = None,
     ):
         """The table's writer session, writer, checkpointer, commit lock and counters, as its writer

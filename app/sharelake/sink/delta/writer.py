@@ -140,7 +140,7 @@ class ClaimHeld(Exception):
         self.held = held
 
 
-class ConflictCount(Protocol):
+class CommitCounts(Protocol):
     """Where a writer counts the commits another writer's concurrent commit sent back, the seconds
     from each append's first refused commit until its commit is durable, and the seconds its appends
     spent in each step of their commit (`COMMIT_STEPS`) (`TableStats`)."""
@@ -219,7 +219,7 @@ class DeltaWriter:
         *,
         before_commit: Callable[[], None] | None = None,
         register_as: str | None = None,
-        stats: ConflictCount | None = None,
+        stats: CommitCounts | None = None,
         layout: TableLayout | None = None,
     ):
         """`session`: the table's writer session (`writer_session`), which nobody else commits through;
@@ -241,7 +241,7 @@ class DeltaWriter:
         self._created = False  # the table has its first commit
         self._known_shape: str | None = None  # a frame schema the table is known to fit
         # commits another writer's concurrent commit sent back to check again are counted here
-        self._stats: ConflictCount = stats if stats is not None else _NoCount()
+        self._stats: CommitCounts = stats if stats is not None else _NoCount()
         self._counting = threading.Lock()
         # raises when this job may not commit to the table now (sharelake.sink.delta.writer_lease, on S3)
         self._before_commit = before_commit
