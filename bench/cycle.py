@@ -235,7 +235,7 @@ ROWS = (
     ("sink.drain", "sink: drain (waiting for polls)"),
     ("sink.plan", "sink: plan (other writers' commits, dedup, copies)"),
     ("sink.arrow", "sink: Arrow (candidates, driver checks, stamp, offsets)"),
-    ("sink.frame", "sink: the frame (the rows shipped as broadcasts)"),
+    ("sink.frame", "sink: the frame (the rows as Arrow batches in its tasks)"),
     ("sink.classify", "sink: verdict pass (before: in the driver)"),
     ("sink.wait", "sink: waiting for a committer (post-commit work)"),
     ("sink.write", "sink: the append until the commit is durable"),

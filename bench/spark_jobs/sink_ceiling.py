@@ -129,7 +129,6 @@ def table_writer(
     finally:
         writer.close()
         checkpointer.close()
-        frames.release()
 
 
 def append(writer: DeltaWriter, fmt: JsonFormat, frames: FrameBuilder, records: pa.Table, batch_id: int) -> None:

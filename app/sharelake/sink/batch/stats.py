@@ -24,7 +24,7 @@ PHASES = (
     "plan",  # folding other writers' new commits into the dedup caches; sorting the rows
     "arrow",  # the candidates' rows, the shared driver checks, the write stamp, the claimed offsets
     "read",  # the payload format's driver checks (Avro: headers, schema ids, the registry)
-    "frame",  # the rows as a data frame (FrameBuilder.frame: broadcasts read by mapInArrow)
+    "frame",  # the rows as a data frame (FrameBuilder.frame: Arrow batches inside the tasks)
     "wait",  # waiting for a committer: the last two commits' post-commit work (a checkpoint) still running
     "write",  # the Spark job and the Delta commit, until the commit is durable
     "fold",  # folding our commit (and any gap before it) into the cache; a repair if another writer won

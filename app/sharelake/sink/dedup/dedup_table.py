@@ -31,7 +31,7 @@ at start, one DELETE keyed on offset and the duplicate commit's stamp.
 
 `open_table` builds the table with its writers, on a session of their own, and hands the table's
 `FrameBuilder` and `Checkpointer` (`OpenedTable`) to whoever makes its frames or waits for room
-before an append; the table's `close` ends them with its writer.
+before an append; the table's `close` ends its checkpointer with its writer.
 """
 
 from __future__ import annotations
@@ -133,15 +133,12 @@ class DedupTable:
         stats: TableStats,
         *,
         checkpointer: Checkpointer,
-        frames: FrameBuilder,
         upserted: bool = False,
     ):
-        """`checkpointer` (its writer's) and `frames` (the builder of the frames written to the
-        table): what `close` ends besides the writer."""
+        """`checkpointer` (its writer's): what `close` ends besides the writer."""
         self._writer = writer
         self._merger = merger
         self._checkpointer = checkpointer
-        self._frames = frames
         self.upserted = upserted  # its commits are MERGEs by key (`merge`), not appends
         self.location = location
         self.table_path = location.path
@@ -175,10 +172,9 @@ class DedupTable:
         return self._cache.repairs()
 
     def close(self) -> None:
-        """The last commit's post-commit work and any checkpoint end; the frames' broadcasts are destroyed."""
+        """The last commit's post-commit work and any checkpoint end."""
         self._writer.close()
         self._checkpointer.close()
-        self._frames.release()
 
     def proof_of_presence(self) -> CommitProof:
         """For records the cache already holds: the table version the cache has read up to."""
@@ -365,7 +361,6 @@ def open_table(
         stamp_column,
         stats,
         checkpointer=checkpointer,
-        frames=frames,
         upserted=upserted,
     )
     return OpenedTable(table, frames, checkpointer)

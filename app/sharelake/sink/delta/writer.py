@@ -182,8 +182,8 @@ def writer_session(
     session = spark.newSession()
     conf = {
         "spark.sql.session.timeZone": spark.conf.get("spark.sql.session.timeZone", "UTC") or "UTC",
-        # Arrow tables become RDD-backed frames in parallel tasks: below this threshold PySpark makes
-        # a LocalRelation, whose projections (the JSON parse) the optimizer evaluates in the driver
+        # Arrow tables become RDD-backed frames in parallel tasks (`frames`): below this threshold PySpark
+        # makes a LocalRelation, whose projections (the JSON parse) the optimizer evaluates in the driver
         "spark.sql.execution.arrow.localRelationThreshold": "0",
         "spark.sql.execution.arrow.maxRecordsPerBatch": "10000000",  # `frame` chunks the table itself
         "spark.databricks.delta.history.metricsEnabled": "true",  # numOutputRows: partial commits

@@ -141,7 +141,7 @@ class Upsert(WriteMode):
         if source.num_rows == 0:
             return ModeWrite(None, bad, counts)
         source = source.drop_columns([_VERSIONS, _SPLIT])
-        frame = batch.frames.frame(source, release=False)  # beside the batch's rows, which a diagnosis may read
+        frame = batch.frames.frame(source)
         appended = table.merge(
             frame,
             self._on(source),
