@@ -1,4 +1,4 @@
-"""Warms the write path at start, before the job joins the share group.
+"""Warms the write path at start, before the members poll (they have joined the share group by then).
 
 It runs after the start-up checks and before any member polls (and in the training run of the
 driver's class archive), with a `DeltaSink` of its own (and a `DeltaDeadLetters` on a temporary
@@ -101,7 +101,7 @@ def warm_up(
             sink(spark.range(0), -1)  # batch -1: its jobs are told apart from the real batch 0
             sink.finish()
         seconds = time.monotonic() - started
-        log.info("write path warmed up in %.1fs (Spark, Delta, the payload parse), before joining the group", seconds)
+        log.info("write path warmed up in %.1fs (Spark, Delta, the payload parse), before the members poll", seconds)
         return seconds
     except Exception as e:  # noqa: BLE001 - best effort: the first real batch warms the path instead
         log.warning("warm-up failed, the first batch will be slower: %s", str(e).splitlines()[0] if str(e) else e)
