@@ -2,9 +2,12 @@
 
 Run on its own, not a phase of `bench.run`: `.cache/venv/bin/python -m bench sustained [--smoke]
 [--rates 5000,10000,...] [--seconds 60] ...`; it writes bench/results/<date>-sustained.md and .json.
-On one embedded broker each contender (Sharelake first, then Spark's Kafka source) runs once per
-offered rate, lowest first, each step on a fresh topic: `bench.latency.run_latency` (warm-up, then
-`--seconds` of measured load, wait until every record landed, SIGTERM). Once the step's job has
+On one embedded broker a priming step runs first and is not measured (`--prime-seconds` of the
+first contender at the lowest rate: the first job after the broker's start was the slowest, whatever
+it ran; results/2026-11-29-issue50-frames.md); then each contender (Sharelake first, then Spark's
+Kafka source) runs once per offered rate, lowest first, each step on a fresh topic:
+`bench.latency.run_latency` (warm-up, then `--seconds` of measured load, wait until every record
+landed, SIGTERM). Once the step's job has
 stopped, a SparkSession in a child process computes its latency (`bench.verify.table_latency`): it
 ends with that process, so no Spark JVM runs beside the next step's job. A step passes when the run
 succeeded, every record produced landed, the producer kept its schedule (else the machine, not the
@@ -61,6 +64,7 @@ class SustainedSettings:
     partitions: int = 4
     p99_limit_s: float = 2.0
     window_seconds: float = 10.0  # p99 per window of produce time: shows a job falling behind
+    prime_seconds: float = 5.0  # the priming step's warm-up and load, not measured (0: none)
     contenders: tuple[str, ...] = (sharelake_contender.NAME, spark_kafka_source.NAME)
     before_sets: tuple[str, ...] = ()  # contender sharelake-before's overrides, when it is named
     before_root: Path | None = None  # and the checkout it runs from
@@ -86,6 +90,7 @@ class SustainedSettings:
             "partitions of every topic": str(self.partitions),
             "p99 limit (s)": f"{self.p99_limit_s:g}",
             "window for the falls-behind check (s)": f"{self.window_seconds:g}",
+            "priming step, not measured (s of warm-up and of load)": f"{self.prime_seconds:g}",
             "producer lag limit (s)": f"{PRODUCER_LAG_LIMIT_S:g}",
             "contenders, in order": ", ".join(self.contenders),
             "sharelake-before": f"{', '.join(self.before_sets) or 'no overrides'}, "
@@ -104,6 +109,7 @@ SMOKE: dict[str, Any] = {
     "partitions": 2,
     "window_seconds": 2.0,
     "run_timeout_s": 300.0,
+    "prime_seconds": 1.0,
 }
 
 
@@ -220,6 +226,22 @@ def keep_up_reasons(step: Step) -> list[str]:
     return reasons
 
 
+def prime(kafka: EmbeddedKafka, s: SustainedSettings, work: Path) -> None:
+    """The priming step: the first contender at the lowest rate for `prime_seconds` of warm-up and of load,
+    on a topic of its own, not measured. The first job after the broker's start ran slower than the
+    next whatever it ran (a longer warm-up, a first window's p99 up to three times the next job's): this
+    step takes that, not the first measured contender."""
+    if s.prime_seconds <= 0 or not s.contenders:
+        return
+    contender, rate = s.contenders[0], s.rates[0]
+    log.info("sustained: priming with %s at %d records/s (not measured)", contender, rate)
+    short = replace(s, seconds=s.prime_seconds, warmup_seconds=s.prime_seconds)
+    topic = f"sustained-priming-p{s.partitions}"
+    run = run_latency(kafka, short.bench_settings(rate), work / "priming", contender, topic=topic)
+    if not run.result.ok:
+        log.warning("sustained: the priming step failed (%s); the measured steps run anyway", run.result.error)
+
+
 def run_steps(kafka: EmbeddedKafka, s: SustainedSettings, contender: str, work: Path) -> list[Step]:
     """One contender at each rate, lowest first, until the first step it does not keep up with (a p99
     over the limit does not stop it: the rate it keeps up with is the second figure)."""
@@ -303,7 +325,8 @@ def report_markdown(o: SustainedOutcome) -> str:
     kept_value, kept_sign, kept_target = ratio(kept.get(BASE), kept.get(PEER))
     md = [f"# Sustained rate: Sharelake and Spark's Kafka source ({s.size}), {o.started}\n"]
     md.append(
-        "Each contender ran at each offered rate in turn, lowest first, on a fresh topic of "
+        f"After an unmeasured priming step ({s.prime_seconds:g} s of warm-up and of load), each contender ran at "
+        "each offered rate in turn, lowest first, on a fresh topic of "
         f"{s.partitions} partition(s) of one embedded broker (`bench.latency.run_latency`): a warm-up of "
         f"{s.warmup_seconds:g} s (and until the job's first Delta commit), then {s.seconds:g} s of measured load "
         "at a fixed schedule; once every record was in the table the job got SIGTERM. Latency of a row = the "
@@ -406,6 +429,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         "p99_limit_s": "a step's p99 limit", "window_seconds": "falls-behind check windows",
         "contenders": "a subset, comma-separated (sharelake-before too: the path before a change)",
         "before_sets": "sharelake-before's overrides, comma-separated section.key=value",
+        "prime_seconds": "the unmeasured priming step's warm-up and load, before the first contender (0: none)",
     })  # fmt: skip
     add_before_root(p)
     add_places(p)
@@ -418,6 +442,8 @@ def settings(args: argparse.Namespace) -> SustainedSettings:
         raise SystemExit(f"bench sustained: unknown contender(s) {', '.join(sorted(unknown))}")
     if not s.rates or min(s.rates) < 1 or s.seconds <= 0 or s.partitions < 1 or s.window_seconds <= 0:
         raise SystemExit("bench sustained: need rates >= 1, --seconds > 0, --partitions >= 1, --window-seconds > 0")
+    if s.prime_seconds < 0:
+        raise SystemExit("bench sustained: need --prime-seconds >= 0")
     return replace(s, rates=tuple(sorted(set(s.rates))), contenders=tuple(c for c in CONTENDERS if c in s.contenders))
 
 
@@ -429,6 +455,7 @@ def run(args: argparse.Namespace) -> int:
     began = time.monotonic()
     with work_folder(s.work_dir, f"{at.file}-{suffix}", s.keep_work) as work:
         with EmbeddedKafka(work / "broker", heap="1g") as kafka:
+            prime(kafka, s, work / "runs")
             for contender in s.contenders:
                 out.steps += run_steps(kafka, s, contender, work / "runs")
         out.load_after = load_average()
