@@ -8,34 +8,32 @@ checks could not rebuild before the builder re-based them.
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
 
 import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
-from sharelake.bridge.arrow_rows import RECORD_SCHEMA
+from sharelake.bridge.arrow_rows import RECORD_SCHEMA, poll_rows
+from sharelake.bridge.synthetic_record import SyntheticRecord
 from sharelake.sink.delta.frames import MAX_TASK_BYTES, ROWS_PER_TASK, FrameBuilder
 from sharelake.sink.delta.writer import writer_session
 
 
 def records(n: int, value_bytes: int = 16) -> pa.Table:
-    """`n` records of RECORD_SCHEMA, every third without headers, every fifth without a value."""
-    return pa.Table.from_pylist(
+    """`n` records as rows of RECORD_SCHEMA (`poll_rows`), every third without headers, every fifth without a value."""
+    return poll_rows(
         [
-            {
-                "topic": "t",
-                "partition": i % 3,
-                "offset": i,
-                "key": f"k{i}".encode(),
-                "value": None if i % 5 == 0 else (f"{i:08d}".encode() * value_bytes)[:value_bytes],
-                "headers": None if i % 3 == 0 else [{"key": "h", "value": f"{i}".encode()}],
-                "kafka_timestamp": datetime(2026, 11, 29, tzinfo=UTC),
-                "delivery_count": 1,
-            }
+            SyntheticRecord(
+                "t",
+                i % 3,
+                i,
+                key=f"k{i}".encode(),
+                value=None if i % 5 == 0 else (f"{i:08d}".encode() * value_bytes)[:value_bytes],
+                headers=None if i % 3 == 0 else [("h", f"{i}".encode())],
+                timestamp_ms=1795910400000,
+            )
             for i in range(n)
-        ],
-        schema=RECORD_SCHEMA,
+        ]
     )
 
 
