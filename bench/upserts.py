@@ -1,6 +1,6 @@
 """Upserts against appends and against Spark's hand-written MERGE.
 
-    python -m bench upserts [--records N] [--partitions P] [--rounds R]
+    python -m bench upserts [--records N] [--partitions P] [--rounds R] [--keyed-by user|id] [--before-root DIR]
 
 Run on its own (not a phase of `bench.run`). One broker, one topic holding the workload's JSON
 backlog keyed by `user` (`devkit.workload.user_key`: 9,973 users, so each user's records share a
@@ -9,9 +9,15 @@ contender drains the whole topic into a fresh table:
 
 - `sharelake-append`: Sharelake's default, every record a row;
 - `sharelake-upsert`: `write.mode = "upsert"`, `write.keys = ["user"]`;
+- `sharelake-upsert-before`, with `--before-root`: the same from another checkout (the commit before
+  a change);
 - `spark-merge`: Spark's Kafka source with Trigger.AvailableNow in micro-batches of `MERGE_BATCH`
   records and the `foreachBatch` MERGE users write (`bench/spark_jobs/kafka_source_merge.py`: the
   newest record per user, then a MERGE replacing a row only with a newer one).
+
+`--keyed-by id` upserts by the record's `id` instead: every record a key of its own, so each batch
+brings only keys the table lacks (an insert-only stream, as an outbox or an event table keyed by
+event id); each upserted table must then hold every record once.
 
 Each run gives records/s over the job's own window (its start line to its last commit: Sharelake's
 `run ended:` start, Spark's `bench-started`) and over the whole process (launch to last commit),
@@ -36,7 +42,7 @@ from bench.contenders.spark_kafka_source import submit_command
 from bench.figures import finite_median, fmt_rate, runs_data, save_report, table_report
 from bench.harness import backlog, stamp, work_folder
 from bench.machine import machine_facts
-from bench.settings import add_drain_arguments, drain_settings
+from bench.settings import add_before_root, add_drain_arguments, drain_settings
 from bench.verify import check_table
 from devkit.delta_log import read_commits
 from devkit.job_logs import parse_job_log
@@ -49,11 +55,12 @@ log = logging.getLogger(__name__)
 
 USERS = 9973  # devkit.workload's users: record i belongs to user i % USERS
 MERGE_JOB = PROJECT_ROOT / "bench" / "spark_jobs" / "kafka_source_merge.py"
-UPSERT = ("write.mode=upsert", 'write.keys=["user"]')
 # Spark's micro-batches: about Sharelake's on this backlog (40,000 records a commit on 4 partitions),
 # so that its MERGEs run on a table that exists, as a stream's do (in one batch, there is no MERGE)
 MERGE_BATCH = 40_000
 CONTENDERS = ("sharelake-append", "sharelake-upsert", "spark-merge")
+BEFORE = "sharelake-upsert-before"
+KEYS = ("user", "id")  # what the upserts are keyed by: 9,973 users, or every record its own id
 
 
 @dataclass
@@ -68,19 +75,21 @@ class UpsertRun:
     checked: str = ""
 
 
-def run_one(ctx: RunContext, contender: str) -> UpsertRun:
+def run_one(ctx: RunContext, contender: str, key: str, before_root: Path | None) -> UpsertRun:
     run = UpsertRun(contender, int(ctx.run_dir.name.rsplit("-", 1)[1]))
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
     table = ctx.run_dir / "table"
     launched = time.time()
     if contender == "spark-merge":
         per_batch = ["--max-offsets-per-trigger", str(MERGE_BATCH)]
-        cmd, env = submit_command(ctx, MERGE_JOB, table, "--key", "user", *per_batch)
+        cmd, env = submit_command(ctx, MERGE_JOB, table, "--key", key, *per_batch)
         logfile = ctx.run_dir / "spark-merge.log"
         code = run_logged(cmd, logfile, ctx.settings.run_timeout_s, env=env)
         started = started_at(logfile)
     else:
-        job = start_sharelake(ctx, "until-drained", extra_sets=UPSERT if contender == "sharelake-upsert" else ())
+        upsert = ("write.mode=upsert", f'write.keys=["{key}"]') if contender != "sharelake-append" else ()
+        root = before_root if contender == BEFORE and before_root is not None else PROJECT_ROOT
+        job = start_sharelake(ctx, "until-drained", extra_sets=upsert, root=root)
         code = job.wait(ctx.settings.run_timeout_s)
         logfile = job.log
         started = parse_job_log(logfile).started
@@ -109,6 +118,8 @@ def check_upserted(spark: SparkSession, table: Path, records: int) -> str:
 
 def configure(p: argparse.ArgumentParser) -> None:
     add_drain_arguments(p)
+    p.add_argument("--keyed-by", choices=KEYS, default="user", help="the upserts' key column (default user)")
+    add_before_root(p)
 
 
 settings = drain_settings
@@ -120,17 +131,19 @@ def run(args: argparse.Namespace) -> int:
     at = stamp()
     facts = machine_facts()
     runs: list[UpsertRun] = []
+    key, before_root = args.keyed_by, args.before_root
+    contenders = CONTENDERS if before_root is None else (*CONTENDERS[:2], BEFORE, *CONTENDERS[2:])
     with work_folder(s.work_dir, f"{at.file}-upserts", s.keep_work) as work:
         with backlog(work, "upserts", partitions, records, key_of=user_key) as kafka:
             for i in range(s.runs):
-                for name in CONTENDERS:
+                for name in contenders:
                     ctx = RunContext(kafka.bootstrap, "upserts", partitions, records, 0, work / f"{name}-{i}", s)
-                    runs.append(run_one(ctx, name))
+                    runs.append(run_one(ctx, name, key, before_root))
                     log.info("%s round %d: %s", name, i, asdict(runs[-1]))
         with spark_session() as spark:
             for upserted in (r for r in runs if r.ok):
                 table = work / f"{upserted.contender}-{upserted.round}" / "table"
-                if upserted.contender == "sharelake-append":
+                if upserted.contender == "sharelake-append" or key == "id":
                     checked = check_table(spark, table)
                     ok = checked.rows == records and checked.duplicates == 0
                     upserted.checked = "" if ok else f"{checked.rows} rows, {checked.duplicates} duplicates"
@@ -139,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
                 upserted.ok = not upserted.checked
     base = [r.window_rate for r in runs if r.contender == "sharelake-append" and r.ok]
     rows = []
-    for name in CONTENDERS:
+    for name in contenders:
         mine = [r for r in runs if r.contender == name and r.ok]
         window = finite_median([r.window_rate for r in mine])
         rows.append(
@@ -158,7 +171,8 @@ def run(args: argparse.Namespace) -> int:
     head = ["contender", "records/s (job window, median)", "/ sharelake-append", "records/s (process)", "commits"]
     head.append("tables")
     title = (
-        f"Upserts: {records:,} JSON records keyed by {min(USERS, records):,} users on "
+        f"Upserts: {records:,} JSON records keyed by "
+        f"{f'{min(USERS, records):,} users' if key == 'user' else 'id (every record a new key)'} on "
         f"{partitions} partitions, {s.runs} rounds"
     )
     save_report(s.results_dir, f"{at.file}-upserts", table_report(title, (head, rows), facts), runs_data(runs))

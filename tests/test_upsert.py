@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import queue
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from sharelake.table.layout import TableLayout
 from sharelake.table.location import TableLocation
 from tests.table_checks import dead_letters_by_key
 from tests.test_lifecycle import state_of
+from tests.waiting import wait_for
 
 TOPIC = "accounts"
 SCHEMA = "id long, owner string, balance long"
@@ -277,7 +279,8 @@ def test_debezium_json_events_insert_update_and_delete(spark: SparkSession, tmp_
 def test_a_batch_whose_merge_would_outlast_half_the_lock_takes_fewer_polls(spark: SparkSession, tmp_path: Path) -> None:
     """With a 1 s record lock no MERGE fits in half of it: once two rounds have shown their cost,
     a round takes one poll of the three waiting, and the next rounds the rest, each landed in a
-    MERGE of its own (one micro-batch lands them all, round after round)."""
+    commit of its own (one micro-batch lands them all, round after round): a MERGE, or, once a MERGE
+    found every key new, an append of keys the table lacks."""
     where = TableLocation.at(tmp_path / "accounts")
     sink = UpsertSink(spark, where, lock_s=1.0)
     try:
@@ -290,8 +293,9 @@ def test_a_batch_whose_merge_would_outlast_half_the_lock_takes_fewer_polls(spark
     finally:
         sink.close()
     assert all(state_of(p, 0) is RecordState.ACCEPTED for p in waiting)
-    merges = [c for c in read_commits(Path(where.path))[before:] if c.operation == "MERGE"]
-    assert [c.version for c in merges] == list(range(before, before + 3))  # one poll (one record) a MERGE
+    landed = read_commits(Path(where.path))[before:]
+    assert [c.version for c in landed] == list(range(before, before + 3))  # one poll (one record) a commit
+    assert [c.operation for c in landed] == ["MERGE", "WRITE", "WRITE"]
     assert rows_of(spark, where).count() == 5
 
 
@@ -335,3 +339,70 @@ def test_an_upserted_table_clustered_by_its_key(spark: SparkSession, tmp_path: P
     assert_df_equality(rows_of(spark, where), expected, ignore_nullable=True)
     detail = spark.sql(f"DESCRIBE DETAIL delta.`{where.path}`").first()
     assert detail is not None and list(detail["clusteringColumns"]) == ["id"]
+
+
+def test_keys_the_table_lacks_are_appended_and_keys_it_holds_merged(spark: SparkSession, tmp_path: Path) -> None:
+    where = TableLocation.at(tmp_path / "accounts")
+    sink = UpsertSink(spark, where)
+    try:
+        sink.run([record(0, 0, 1, account(1, 10)), record(0, 1, 2, account(2, 20))])  # creates the table
+        sink.run([record(0, 2, 3, account(3, 30)), record(0, 3, 3, account(3, 31)), record(0, 4, 4, None)])  # all new
+        sink.run([record(0, 5, 1, account(1, 15)), record(0, 6, 5, account(5, 50))])  # key 1 held: merged
+        sink.run([record(0, 7, 6, account(6, 60))])  # new, after a MERGE of held keys: merged, inserting all
+        sink.run([record(0, 8, 7, account(7, 70))])  # so the next new keys are appended again
+        sink.run([record(1, 0, 3, account(3, 300)), record(0, 9, 8, account(8, 80))])  # 3 held (newer): merged
+    finally:
+        sink.close()
+
+    expected = spark.createDataFrame(
+        [
+            (1, 15, False, 5),
+            (2, 20, False, 1),
+            (3, 300, False, 0),
+            (4, None, True, 4),
+            (5, 50, False, 6),
+            (6, 60, False, 7),
+            (7, 70, False, 8),
+            (8, 80, False, 9),
+        ],
+        "id long, balance long, __deleted boolean, offset long",
+    )
+    assert_df_equality(rows_of(spark, where), expected, ignore_nullable=True)
+    operations = [c.operation for c in read_commits(Path(where.path))]
+    assert operations == ["WRITE", "WRITE", "MERGE", "MERGE", "WRITE", "MERGE"], operations
+    assert sink.table.stats.key_appends == 2
+
+
+def test_a_key_another_writer_commits_before_the_append_of_it_is_merged(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    where = TableLocation.at(tmp_path / "accounts")
+    go = tmp_path / "go"
+    first, second = UpsertSink(spark, where), UpsertSink(spark, where)  # two jobs' sinks on one table
+    try:
+        first.run([record(0, 0, 1, account(1, 10))])  # creates the table
+        # the first job's append of keys 3 and 4, checked new on its snapshot, waits with its files written ...
+        monkeypatch.setenv("SHARELAKE_FAULTS", f"wait@delta_files_written#1={go}")
+        appending = threading.Thread(
+            target=first.run, args=([record(0, 5, 3, account(3, 35)), record(0, 6, 4, account(4, 40))],)
+        )
+        appending.start()
+        wait_for(go.with_name("go.waiting").exists, 120, "the first job's append never wrote its files")
+        second.run([record(0, 9, 3, account(3, 39))])  # ... while the second job commits a newer record of key 3
+        go.touch()
+        appending.join(120)
+        assert not appending.is_alive()
+    finally:
+        go.touch()
+        first.close()
+        second.close()
+
+    # the append was sent back by the second job's commit, found key 3 held on the newer snapshot and merged:
+    # one row per key, key 3 at its newest record
+    expected = spark.createDataFrame(
+        [(1, 10, False, 0), (3, 39, False, 9), (4, 40, False, 6)],
+        "id long, balance long, __deleted boolean, offset long",
+    )
+    assert_df_equality(rows_of(spark, where), expected, ignore_nullable=True)
+    assert [c.operation for c in read_commits(Path(where.path))] == ["WRITE", "WRITE", "MERGE"]
+    assert first.table.stats.commit_conflicts == 1 and first.table.stats.key_appends == 0

@@ -59,6 +59,7 @@ class CommitSteps:
         self.commit_conflicts = 0
         self.commit_conflict_s = 0.0
         self.commit_step_s: dict[str, float] = defaultdict(float)
+        self.key_appends = 0
 
 
 def record_batches(records: int, partitions: int, batch_rows: int) -> list[pa.Table]:

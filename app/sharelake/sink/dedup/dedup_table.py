@@ -58,7 +58,7 @@ from sharelake.sink.delta.checkpointer import Checkpointer
 from sharelake.sink.delta.commit_lock import commit_lock
 from sharelake.sink.delta.frames import FrameBuilder
 from sharelake.sink.delta.merge import DeltaMerge
-from sharelake.sink.delta.writer import Claim, ClaimHeld, DeltaWriter, writer_session
+from sharelake.sink.delta.writer import Claim, ClaimHeld, DeltaWriter, KeyProbe, writer_session
 from sharelake.table.layout import TableLayout
 from sharelake.table.location import TableLocation
 from sharelake.table.offset_ranges import BatchOffsets, OffsetRanges, PartitionKey
@@ -102,9 +102,13 @@ class TableStats:
         default=0.0,
     )
     duplicates_repaired: int = counter("duplicate rows an older Sharelake version left, deleted at start")
+    key_appends: int = counter(
+        "an upserted table's commits that appended keys the table did not hold, in a checked append, not a MERGE"
+    )
     commit_step_s: dict[str, float] = counter(
         "seconds Sharelake's appends spent in each step of their commit, summed (`commit_<step>_s` in the run's "
-        "last line): `start` (the snapshot, the claim checked), `files` (the Spark job writing the data files), "
+        "last line): `start` (the snapshot, the claim checked, an upsert's keys looked for), `files` (the Spark "
+        "job writing the data files), "
         "`log` (Delta's commit with its post-commit work, the checksum and a due checkpoint, which the caller "
         "does not wait for), `read_back` (the commit file read back before its proof); `create`: the table's "
         "first commit, a plain append that creates it",
@@ -209,8 +213,10 @@ class DedupTable:
         batch_id: int,
         stamp: datetime,
         merge_schema: bool = False,
+        new_keys: KeyProbe | None = None,
     ) -> Appended | None:
-        """An upsert's commit: MERGE `source` into the table (`DeltaMerge.merge`), claiming `claim`.
+        """An upsert's commit: MERGE `source` into the table (`DeltaMerge.merge`), claiming `claim`;
+        or, when the table holds none of `new_keys`, an append of `source` checked as `append`'s.
 
         As `append`, but a MERGE runs Delta's own transaction, where no claim can be checked: the
         claim is checked first, on the cache refreshed to the latest commit (`ClaimHeld` when a
@@ -225,7 +231,20 @@ class DedupTable:
             raise ClaimHeld(self.table_path, self._cache.version, held)
         write_id = uuid.uuid4().hex
         metadata = user_metadata_json(write_id, batch_id, claim, micros(stamp))
-        proof = self._merger.merge(source, on, when_newer, metadata, batch_id, merge_schema=merge_schema)
+        try:
+            proof = self._merger.merge(
+                source,
+                on,
+                when_newer,
+                metadata,
+                batch_id,
+                merge_schema=merge_schema,
+                claim=Claim(claim, self._cache),
+                new_keys=new_keys,
+            )
+        except ClaimHeld as taken:  # checked again in an append's transaction
+            self.stats.concurrent_claims += taken.held.count()
+            raise
         return Appended(proof, write_id, claim, micros(stamp)) if proof is not None else None
 
     def settle(self, appended: Appended, written: BatchOffsets) -> CommitProof:

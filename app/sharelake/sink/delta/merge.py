@@ -7,7 +7,8 @@ MERGE and DELETE run their own transactions; a MERGE another writer's commit sen
 on the newer snapshot (a conditional MERGE repeated changes nothing it already changed). A MERGE's
 commit is a commit of the table like an append's: its proof is minted here once it is durable and
 read back (`DeltaWriter.read_back`: the commit file holds this MERGE's metadata), and the writer's
-after-commit work (catalog entry, checkpoint) follows it.
+after-commit work (catalog entry, checkpoint) follows it. An upsert of keys the table lacks is
+the writer's append instead, checked in its transaction (`merge`'s `new_keys`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,16 @@ from sharelake.acknowledge.proof import CommitProof
 from sharelake.failures import faults
 from sharelake.sink.delta.checkpointer import Checkpointer
 from sharelake.sink.delta.commit_lock import CommitLock
-from sharelake.sink.delta.writer import COMMIT_ATTEMPTS, CONFLICTS, USER_METADATA_CONF, CommitCounts, DeltaWriter
+from sharelake.sink.delta.writer import (
+    COMMIT_ATTEMPTS,
+    CONFLICTS,
+    USER_METADATA_CONF,
+    Claim,
+    CommitCounts,
+    DeltaWriter,
+    KeyProbe,
+    KeysHeld,
+)
 from sharelake.table.layout import GENERATION_EXPRESSION
 from sharelake.table.location import TableLocation
 
@@ -57,6 +67,8 @@ class DeltaMerge:
         self._commit_lock = commit_lock
         self._stats = stats
         self._before_commit = before_commit
+        # the table's last upsert found none of its keys in the table: the next one tries an append
+        self._keys_new = True
 
     def merge(
         self,
@@ -66,9 +78,18 @@ class DeltaMerge:
         user_metadata: str,
         batch_id: int,
         merge_schema: bool = False,
+        claim: Claim | None = None,
+        new_keys: KeyProbe | None = None,
     ) -> CommitProof | None:
         """MERGE `source` (aliased `s`) into the table (`t`): a row matched `on` is replaced when
         `when_newer` holds, an unmatched one inserted; one commit, its proof once it is durable.
+
+        Keys the table does not hold yet need no MERGE: while the table's last upsert found none of
+        its keys in the table (as at start), `source` is appended (`DeltaWriter.append`, with
+        `claim`) in a transaction that finds none of `new_keys` in its snapshot's rows, the check
+        and the commit atomic together as an append's claim; if the snapshot holds one of them
+        (`KeysHeld`: nothing was written) the MERGE follows, and so do the next upserts' until
+        one MERGE inserts every key it got.
 
         Synchronous (in the caller's thread, after every earlier commit's post-commit work): Delta's
         MERGE runs its own transaction, which conflicts with any commit that added or removed files
@@ -80,6 +101,14 @@ class DeltaMerge:
         self._checkpointer.wait_idle()
         if not self._writer.exists():
             return self._writer.append(source, user_metadata, batch_id, merge_schema)
+        if new_keys is not None and self._keys_new:
+            try:
+                proof = self._writer.append(source, user_metadata, batch_id, merge_schema, claim, new_keys)
+            except KeysHeld:
+                self._keys_new = False
+            else:
+                self._stats.key_appends += 1
+                return proof
         if self._before_commit is not None:
             self._before_commit()
         faults.hit(f"before_{self._name}_commit")
@@ -97,9 +126,12 @@ class DeltaMerge:
                 target = DeltaTable.forPath(self._session, self._table_path).alias("t")
                 try:
                     with self._commit_lock():
-                        target.merge(source.alias("s"), on).whenMatchedUpdateAll(
-                            when_newer
-                        ).whenNotMatchedInsertAll().execute()
+                        merged = (
+                            target.merge(source.alias("s"), on)
+                            .whenMatchedUpdateAll(when_newer)
+                            .whenNotMatchedInsertAll()
+                            .execute()
+                        )
                     break
                 except CONFLICTS:
                     if attempt == COMMIT_ATTEMPTS:
@@ -111,6 +143,9 @@ class DeltaMerge:
                     time.sleep(random.uniform(0.0, 0.05 * attempt))
         finally:
             self._session.conf.unset(USER_METADATA_CONF)
+        if new_keys is not None:  # Delta's metrics of the MERGE: a row, made in the driver
+            inserted = merged.first()
+            self._keys_new = inserted is not None and inserted["num_inserted_rows"] == new_keys.count
         version = self._writer.last_commit()
         if version is None or version == before:
             return None

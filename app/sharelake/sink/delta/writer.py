@@ -18,8 +18,10 @@ table in the catalog with CREATE TABLE.) It owns:
   commit landed after that snapshot: the check and the commit are atomic together. On such a
   conflict a new transaction checks again on the newer snapshot and commits the same files (no data
   written twice); if the winner holds claimed offsets, the append raises `ClaimHeld` and the caller
-  re-plans (the files written stay unreferenced until VACUUM). A plain append is blind and never
-  conflicts with another append: two writers could each land a record once.
+  re-plans (the files written stay unreferenced until VACUUM). An upsert's append of keys the table
+  lacks is checked the same way for its keys (`KeyProbe`, on the snapshot's rows): `KeysHeld`. A
+  plain append is blind and never conflicts with another append: two writers could each land a
+  record once.
 - **the table's SparkSession** (`writer_session`: `newSession()`, same SparkContext, its own SQL
   conf), which the table's frame builder, checkpointer and MERGEs are given too. Delta records the
   version of a session's last commit in `spark.databricks.delta.lastCommitVersionInSession`, right
@@ -140,14 +142,33 @@ class ClaimHeld(Exception):
         self.held = held
 
 
+class KeyProbe(Protocol):
+    """An upsert's keys (`count` of them), asked of the table's rows at the append's snapshot
+    (`sharelake.sink.write.key_probe`)."""
+
+    @property
+    def count(self) -> int: ...
+
+    def held(self, table: DataFrame) -> bool: ...
+
+
+class KeysHeld(Exception):
+    """The table holds some of the keys an upsert meant to append: they must be merged."""
+
+    def __init__(self, table_path: str, version: int):
+        super().__init__(f"{table_path}: version {version} holds some of the upsert's keys")
+
+
 class CommitCounts(Protocol):
     """Where a writer counts the commits another writer's concurrent commit sent back, the seconds
-    from each append's first refused commit until its commit is durable, and the seconds its appends
-    spent in each step of their commit (`COMMIT_STEPS`) (`TableStats`)."""
+    from each append's first refused commit until its commit is durable, the seconds its appends
+    spent in each step of their commit (`COMMIT_STEPS`), and the upserts' commits that were appends
+    of new keys (`TableStats`)."""
 
     commit_conflicts: int
     commit_conflict_s: float
     commit_step_s: dict[str, float]
+    key_appends: int
 
 
 class _NoCount:
@@ -155,6 +176,7 @@ class _NoCount:
         self.commit_conflicts = 0
         self.commit_conflict_s = 0.0
         self.commit_step_s: dict[str, float] = defaultdict(float)
+        self.key_appends = 0
 
 
 # an append's commit, step by step: the snapshot and the claim checked, the Spark job writing the files,
@@ -259,13 +281,16 @@ class DeltaWriter:
         batch_id: int,
         merge_schema: bool = False,
         claim: Claim | None = None,
+        new_keys: KeyProbe | None = None,
     ) -> CommitProof | None:
         """Append `rows` as one commit; its proof as soon as the commit is durable.
 
         `claim` is checked before the data files are written, on the snapshot the transaction
         starts on (and again on the newer one after each conflict): `ClaimHeld` ends the append
-        uncommitted. Delta's post-commit work may still be running when this returns (see the
-        module docstring). None when Delta recorded no commit (an empty append to an existing table).
+        uncommitted. So are `new_keys` (an upsert's keys, which it appends only to a table that
+        holds none of them): `KeysHeld`. Delta's post-commit work may still be running when this
+        returns (see the module docstring). None when Delta recorded no commit (an empty append to
+        an existing table).
         """
         self._checkpointer.wait_for_room()
         if self._before_commit is not None:
@@ -282,7 +307,7 @@ class DeltaWriter:
         description = f"sharelake {self.name} append, batch = {batch_id}"
         refusal = _Refusal()
         if created:
-            future = self._committer.submit(self._commit, rows, user_metadata, claim, description, refusal)
+            future = self._committer.submit(self._commit, rows, user_metadata, (claim, new_keys), description, refusal)
         else:  # the table's first commit creates it: a plain append (two creators conflict in Delta)
             writer = rows.write.format("delta").mode("append").option("userMetadata", user_metadata)
             if merge_schema:
@@ -338,7 +363,12 @@ class DeltaWriter:
         self.after_commit()
 
     def _commit(
-        self, rows: DataFrame, user_metadata: str, claim: Claim | None, description: str, refusal: _Refusal
+        self,
+        rows: DataFrame,
+        user_metadata: str,
+        checks: tuple[Claim | None, KeyProbe | None],
+        description: str,
+        refusal: _Refusal,
     ) -> None:
         """One append as Delta's transaction: check, write the files, commit them (committer thread).
 
@@ -348,7 +378,7 @@ class DeltaWriter:
         self.session.sparkContext.setLocalProperty("spark.job.description", description)
         jvm = self._jvm
         with self._step("start"):
-            txn = self._transaction(claim)
+            txn = self._transaction(*checks)
         with self._step("files"):
             actions = txn.writeFiles(rows._jdf)
         faults.hit(f"{self.name}_files_written")  # written, not committed: nothing references them yet
@@ -377,11 +407,12 @@ class DeltaWriter:
                 )
                 time.sleep(random.uniform(0.0, 0.05 * attempt))  # two writers retrying in step would collide again
                 faults.hit(f"before_{self.name}_recommit")
-                txn = self._transaction(claim)
+                txn = self._transaction(*checks)
         self.after_commit()
 
-    def _transaction(self, claim: Claim | None) -> Any:
-        """A transaction on the latest snapshot, its claim checked, with a read of the table registered.
+    def _transaction(self, claim: Claim | None, new_keys: KeyProbe | None = None) -> Any:
+        """A transaction on the latest snapshot, its claim checked and its new keys looked for in the
+        snapshot's rows, with a read of the table registered.
 
         The read makes its commit fail on any data another writer commits after the snapshot
         (Delta checks a non-blind transaction against every file added meanwhile; it reads no file,
@@ -398,6 +429,11 @@ class DeltaWriter:
             held = claim.index.held(claim.offsets)
             if held.count():
                 raise ClaimHeld(self.table_path, version, held)
+        if new_keys is not None:
+            version = int(txn.snapshot().version())
+            rows = self.session.read.format("delta").option("versionAsOf", version).load(self.table_path)
+            if new_keys.held(rows):
+                raise KeysHeld(self.table_path, version)
         read_all = jvm.org.apache.spark.sql.catalyst.expressions.Literal.TrueLiteral()
         txn.trackReadPredicates(jvm.scala.jdk.javaapi.CollectionConverters.asScala([read_all]).toSeq(), False, False)
         return txn

@@ -20,8 +20,10 @@ apply) and its banner note (`note`: the keys it upserts by).
 4. one conditional MERGE (`DedupTable.merge`): a row matched on the keys is replaced only by a
    newer record, an unmatched key is inserted (a tombstone too: the flagged row remembers the
    delete, so a late older record cannot bring the key back). The target is pruned to the
-   batch's key range (each key column's min and max), which skips files when the table is
-   clustered or sorted by key.
+   batch's key range (each key column's min and max, `sharelake.sink.write.key_probe`), which
+   skips files when the table is clustered or sorted by key. Or, when the table holds none of the
+   batch's keys (`NewKeys`, asked in the append's transaction: `DeltaMerge.merge`), the same rows
+   appended: what the MERGE would have inserted.
 
 Why it is exactly once: the table's row of a key is always its record with the highest
 (partition, offset) applied so far, whatever order the records come in, and applying a record
@@ -36,8 +38,6 @@ import functools
 import logging
 import operator
 from collections.abc import Sequence
-from datetime import date, datetime
-from decimal import Decimal
 from typing import Any, Self
 
 import pyarrow as pa
@@ -50,6 +50,7 @@ from sharelake.failures.errors import ConfigError
 from sharelake.formats.base import METADATA_COLUMNS, BadRecord, PayloadFormat, pc
 from sharelake.formats.debezium import AFTER, EVENT_FIELDS, OP, event_row, no_row_of
 from sharelake.sink.dedup.dedup_table import DedupTable
+from sharelake.sink.write.key_probe import NewKeys, key_ranges, within
 from sharelake.sink.write.write_mode import Batch, ModeWrite, WriteMode
 from sharelake.table.location import TableLocation
 
@@ -62,7 +63,6 @@ _OP = "_op"  # a Debezium event's op
 _NEWEST = "_newest"
 _VERSIONS = "_versions"  # records of the key in the batch
 _SPLIT = "_split"  # the key's records came from more than one partition
-ORDERED = (int, float, str, date, datetime, Decimal)  # key values a MERGE can prune the target's range by
 
 
 class Upsert(WriteMode):
@@ -142,14 +142,17 @@ class Upsert(WriteMode):
             return ModeWrite(None, bad, counts)
         source = source.drop_columns([_VERSIONS, _SPLIT])
         frame = batch.frames.frame(source)
+        ranges = key_ranges(source, self.keys)
+        keys = NewKeys(batch.frames.frame(source.select(list(self.keys))), self.keys, ranges, source.num_rows)
         appended = table.merge(
             frame,
-            self._on(source),
+            self._on(ranges),
             self._newer,
             batch.claim,
             batch.batch_id,
             batch.stamp,
             merge_schema=batch.merge_schema,
+            new_keys=keys,
         )
         return ModeWrite(appended, bad, counts)
 
@@ -244,14 +247,10 @@ class Upsert(WriteMode):
             return BadRecord(row, error_class, f"Debezium op {op!r} carries no row (c, r, u and d do)")
         return BadRecord(row, error_class, f"key column(s) null or absent: {', '.join(self.keys)}")
 
-    def _on(self, source: pa.Table) -> Column:
+    def _on(self, ranges: dict[str, tuple[Any, Any]]) -> Column:
         """The keys matched, and the target pruned to each key column's range in the batch."""
         on = functools.reduce(operator.and_, (F.col(f"t.`{k}`") == F.col(f"s.`{k}`") for k in self.keys))
-        for k in self.keys:
-            low, high = (v.as_py() for v in pc.min_max(source.column(k)).values())
-            if isinstance(low, ORDERED) and isinstance(high, ORDERED) and type(low) is type(high):
-                on = on & F.col(f"t.`{k}`").between(F.lit(low), F.lit(high))
-        return on
+        return on & within(ranges, "t.")
 
 
 def tombstone_key(name: str, schema: StructType, whole: bool) -> Column:
