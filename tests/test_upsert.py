@@ -353,6 +353,14 @@ def test_keys_the_table_lacks_are_appended_and_keys_it_holds_merged(spark: Spark
         sink.run([record(1, 0, 3, account(3, 300)), record(0, 9, 8, account(8, 80))])  # 3 held (newer): merged
     finally:
         sink.close()
+    appended = sink.table.stats.key_appends
+    # a later run starts where the table's latest commit says: a MERGE that found a key, so it merges first
+    restarted = UpsertSink(spark, where)
+    try:
+        restarted.run([record(0, 10, 9, account(9, 90))])
+        restarted.run([record(0, 11, 10, account(10, 100))])
+    finally:
+        restarted.close()
 
     expected = spark.createDataFrame(
         [
@@ -364,13 +372,15 @@ def test_keys_the_table_lacks_are_appended_and_keys_it_holds_merged(spark: Spark
             (6, 60, False, 7),
             (7, 70, False, 8),
             (8, 80, False, 9),
+            (9, 90, False, 10),
+            (10, 100, False, 11),
         ],
         "id long, balance long, __deleted boolean, offset long",
     )
     assert_df_equality(rows_of(spark, where), expected, ignore_nullable=True)
     operations = [c.operation for c in read_commits(Path(where.path))]
-    assert operations == ["WRITE", "WRITE", "MERGE", "MERGE", "WRITE", "MERGE"], operations
-    assert sink.table.stats.key_appends == 2
+    assert operations == ["WRITE", "WRITE", "MERGE", "MERGE", "WRITE", "MERGE", "MERGE", "WRITE"], operations
+    assert (appended, restarted.table.stats.key_appends) == (2, 1)
 
 
 def test_a_key_another_writer_commits_before_the_append_of_it_is_merged(

@@ -68,7 +68,8 @@ class DeltaMerge:
         self._stats = stats
         self._before_commit = before_commit
         # the table's last upsert found none of its keys in the table: the next one tries an append
-        self._keys_new = True
+        # (None until the first: then read from the table's latest commit, `_keys_new_before`)
+        self._keys_new: bool | None = None
 
     def merge(
         self,
@@ -85,7 +86,7 @@ class DeltaMerge:
         `when_newer` holds, an unmatched one inserted; one commit, its proof once it is durable.
 
         Keys the table does not hold yet need no MERGE: while the table's last upsert found none of
-        its keys in the table (as at start), `source` is appended (`DeltaWriter.append`, with
+        its keys in the table (at start: its latest commit), `source` is appended (`DeltaWriter.append`, with
         `claim`) in a transaction that finds none of `new_keys` in its snapshot's rows, the check
         and the commit atomic together as an append's claim; if the snapshot holds one of them
         (`KeysHeld`: nothing was written) the MERGE follows, and so do the next upserts' until
@@ -101,6 +102,8 @@ class DeltaMerge:
         self._checkpointer.wait_idle()
         if not self._writer.exists():
             return self._writer.append(source, user_metadata, batch_id, merge_schema)
+        if self._keys_new is None:
+            self._keys_new = self._keys_new_before()
         if new_keys is not None and self._keys_new:
             try:
                 proof = self._writer.append(source, user_metadata, batch_id, merge_schema, claim, new_keys)
@@ -153,6 +156,16 @@ class DeltaMerge:
         faults.hit(f"after_{self._name}_commit")
         self._writer.read_back(version, user_metadata)
         return CommitProof._mint(self._table_path, version)
+
+    def _keys_new_before(self) -> bool:
+        """Whether the table's latest commit (an earlier run's, say) found none of its keys in the table:
+        any commit but a MERGE, or a MERGE that inserted every row of its source. Delta's history of
+        one commit is read from its commit file, without a Spark job."""
+        latest = DeltaTable.forPath(self._session, self._table_path).history(1).first()
+        if latest is None or latest["operation"] != "MERGE":
+            return True
+        metrics = latest["operationMetrics"] or {}
+        return bool(metrics.get("numTargetRowsInserted") == metrics.get("numSourceRows"))
 
     def _with_table_columns(self, frame: DataFrame) -> DataFrame:
         """`frame` with the table's columns it lacks, as typed nulls: a MERGE's `UPDATE SET *` and
