@@ -70,6 +70,7 @@ class DeltaMerge:
         # the table's last upsert found none of its keys in the table: the next one tries an append
         # (None until the first: then read from the table's latest commit, `_keys_new_before`)
         self._keys_new: bool | None = None
+        self._created_with: KeyProbe | None = None  # the keys of the commit that created the table, until the next
 
     def merge(
         self,
@@ -86,7 +87,8 @@ class DeltaMerge:
         `when_newer` holds, an unmatched one inserted; one commit, its proof once it is durable.
 
         Keys the table does not hold yet need no MERGE: while the table's last upsert found none of
-        its keys in the table (at start: its latest commit), `source` is appended (`DeltaWriter.append`, with
+        its keys in the table (at start: its latest commit, or after creating it: the keys it was
+        created with), `source` is appended (`DeltaWriter.append`, with
         `claim`) in a transaction that finds none of `new_keys` in its snapshot's rows, the check
         and the commit atomic together as an append's claim; if the snapshot holds one of them
         (`KeysHeld`: nothing was written) the MERGE follows, and so do the next upserts' until
@@ -101,9 +103,13 @@ class DeltaMerge:
         faults.hit(f"before_{self._name}_merge")  # an upserted table's write, the table's first append included
         self._checkpointer.wait_idle()
         if not self._writer.exists():
+            self._created_with = new_keys
             return self._writer.append(source, user_metadata, batch_id, merge_schema)
-        if self._keys_new is None:
+        if self._created_with is not None and new_keys is not None:  # the table holds the created keys
+            self._keys_new = not new_keys.among(self._created_with)
+        elif self._keys_new is None:
             self._keys_new = self._keys_new_before()
+        self._created_with = None
         if new_keys is not None and self._keys_new:
             try:
                 proof = self._writer.append(source, user_metadata, batch_id, merge_schema, claim, new_keys)

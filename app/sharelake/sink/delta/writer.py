@@ -73,7 +73,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from delta import exceptions as delta_errors
 from pyspark.sql import DataFrame, SparkSession
@@ -143,13 +143,15 @@ class ClaimHeld(Exception):
 
 
 class KeyProbe(Protocol):
-    """An upsert's keys (`count` of them), asked of the table's rows at the append's snapshot
-    (`sharelake.sink.write.key_probe`)."""
+    """An upsert's keys (`count` of them), asked of the table's rows at the append's snapshot, or
+    compared with another upsert's (`sharelake.sink.write.key_probe`)."""
 
     @property
     def count(self) -> int: ...
 
     def held(self, table: DataFrame) -> bool: ...
+
+    def among(self, earlier: Self) -> bool: ...
 
 
 class KeysHeld(Exception):

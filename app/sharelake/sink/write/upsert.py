@@ -143,7 +143,8 @@ class Upsert(WriteMode):
         source = source.drop_columns([_VERSIONS, _SPLIT])
         frame = batch.frames.frame(source)
         ranges = key_ranges(source, self.keys)
-        keys = NewKeys(batch.frames.frame(source.select(list(self.keys))), self.keys, ranges, source.num_rows)
+        values = source.select(list(self.keys))
+        keys = NewKeys(values, batch.frames.frame(values), self.keys, ranges)
         appended = table.merge(
             frame,
             self._on(ranges),
