@@ -87,12 +87,12 @@ class DeltaMerge:
         `when_newer` holds, an unmatched one inserted; one commit, its proof once it is durable.
 
         Keys the table does not hold yet need no MERGE: while the table's last upsert found none of
-        its keys in the table (at start: its latest commit, or after creating it: the keys it was
-        created with), `source` is appended (`DeltaWriter.append`, with
-        `claim`) in a transaction that finds none of `new_keys` in its snapshot's rows, the check
-        and the commit atomic together as an append's claim; if the snapshot holds one of them
-        (`KeysHeld`: nothing was written) the MERGE follows, and so do the next upserts' until
-        one MERGE inserts every key it got.
+        its keys in the table (at start: its latest commit says; after creating it: the keys it was
+        created with), `source` is appended (`DeltaWriter.append`, with `claim`) in a transaction
+        that finds none of `new_keys` in its snapshot's rows, the check and the commit atomic
+        together as an append's claim; if the snapshot holds one of them (`KeysHeld`: nothing was
+        written) the MERGE follows, and so do the next upserts' until one MERGE inserts every key
+        it got.
 
         Synchronous (in the caller's thread, after every earlier commit's post-commit work): Delta's
         MERGE runs its own transaction, which conflicts with any commit that added or removed files
