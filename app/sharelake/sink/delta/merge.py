@@ -17,6 +17,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -110,14 +111,28 @@ class DeltaMerge:
         elif self._keys_new is None:
             self._keys_new = self._keys_new_before()
         self._created_with = None
-        if new_keys is not None and self._keys_new:
+        if new_keys is not None and self._keys_new and claim is not None:
+            checked = replace(claim, keys=new_keys)  # the append's claim, with the keys the table must lack
             try:
-                proof = self._writer.append(source, user_metadata, batch_id, merge_schema, claim, new_keys)
+                proof = self._writer.append(source, user_metadata, batch_id, merge_schema, checked)
             except KeysHeld:
                 self._keys_new = False
             else:
                 self._stats.key_appends += 1
                 return proof
+        return self._merged(source, on, when_newer, user_metadata, batch_id, merge_schema, new_keys)
+
+    def _merged(
+        self,
+        source: DataFrame,
+        on: Column,
+        when_newer: Column,
+        user_metadata: str,
+        batch_id: int,
+        merge_schema: bool,
+        new_keys: KeyProbe | None,
+    ) -> CommitProof | None:
+        """`merge`'s MERGE, retried on another writer's commit; whether it inserted every key noted."""
         if self._before_commit is not None:
             self._before_commit()
         faults.hit(f"before_{self._name}_commit")

@@ -122,26 +122,6 @@ class ClaimIndex(Protocol):
     def held(self, offsets: BatchOffsets) -> BatchOffsets: ...
 
 
-@dataclass(frozen=True)
-class Claim:
-    """The offsets an append claims, and the index that says which commits already hold offsets.
-
-    Checked in the append's transaction on the snapshot it starts on (and again on the newer one
-    after each conflict): `index` is read up to that version, and an offset it holds ends the append.
-    """
-
-    offsets: BatchOffsets
-    index: ClaimIndex
-
-
-class ClaimHeld(Exception):
-    """Another writer committed some of the offsets an append claims after they were planned."""
-
-    def __init__(self, table_path: str, version: int, held: BatchOffsets):
-        super().__init__(f"{table_path}: a commit up to version {version} holds {held.count()} claimed offsets")
-        self.held = held
-
-
 class KeyProbe(Protocol):
     """An upsert's keys (`count` of them), asked of the table's rows at the append's snapshot, or
     compared with another upsert's (`sharelake.sink.write.key_probe`)."""
@@ -152,6 +132,29 @@ class KeyProbe(Protocol):
     def held(self, table: DataFrame) -> bool: ...
 
     def among(self, earlier: Self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The offsets an append claims, and the index that says which commits already hold offsets;
+    for an upsert's append, the keys the table must not hold.
+
+    Checked in the append's transaction on the snapshot it starts on (and again on the newer one
+    after each conflict): `index` is read up to that version, and an offset it holds ends the append;
+    so does a row of that snapshot with one of `keys`.
+    """
+
+    offsets: BatchOffsets
+    index: ClaimIndex
+    keys: KeyProbe | None = None
+
+
+class ClaimHeld(Exception):
+    """Another writer committed some of the offsets an append claims after they were planned."""
+
+    def __init__(self, table_path: str, version: int, held: BatchOffsets):
+        super().__init__(f"{table_path}: a commit up to version {version} holds {held.count()} claimed offsets")
+        self.held = held
 
 
 class KeysHeld(Exception):
@@ -283,16 +286,13 @@ class DeltaWriter:
         batch_id: int,
         merge_schema: bool = False,
         claim: Claim | None = None,
-        new_keys: KeyProbe | None = None,
     ) -> CommitProof | None:
         """Append `rows` as one commit; its proof as soon as the commit is durable.
 
-        `claim` is checked before the data files are written, on the snapshot the transaction
-        starts on (and again on the newer one after each conflict): `ClaimHeld` ends the append
-        uncommitted. So are `new_keys` (an upsert's keys, which it appends only to a table that
-        holds none of them): `KeysHeld`. Delta's post-commit work may still be running when this
-        returns (see the module docstring). None when Delta recorded no commit (an empty append to
-        an existing table).
+        `claim` is checked before the data files are written, on the snapshot the transaction starts
+        on (and again on the newer one after each conflict): `ClaimHeld` (or `KeysHeld`: one of its
+        keys) ends the append uncommitted. Delta's post-commit work may still be running when this
+        returns (module docstring). None when Delta recorded no commit (an empty append to a table).
         """
         self._checkpointer.wait_for_room()
         if self._before_commit is not None:
@@ -309,7 +309,7 @@ class DeltaWriter:
         description = f"sharelake {self.name} append, batch = {batch_id}"
         refusal = _Refusal()
         if created:
-            future = self._committer.submit(self._commit, rows, user_metadata, (claim, new_keys), description, refusal)
+            future = self._committer.submit(self._commit, rows, user_metadata, claim, description, refusal)
         else:  # the table's first commit creates it: a plain append (two creators conflict in Delta)
             writer = rows.write.format("delta").mode("append").option("userMetadata", user_metadata)
             if merge_schema:
@@ -365,12 +365,7 @@ class DeltaWriter:
         self.after_commit()
 
     def _commit(
-        self,
-        rows: DataFrame,
-        user_metadata: str,
-        checks: tuple[Claim | None, KeyProbe | None],
-        description: str,
-        refusal: _Refusal,
+        self, rows: DataFrame, user_metadata: str, claim: Claim | None, description: str, refusal: _Refusal
     ) -> None:
         """One append as Delta's transaction: check, write the files, commit them (committer thread).
 
@@ -380,7 +375,7 @@ class DeltaWriter:
         self.session.sparkContext.setLocalProperty("spark.job.description", description)
         jvm = self._jvm
         with self._step("start"):
-            txn = self._transaction(*checks)
+            txn = self._transaction(claim)
         with self._step("files"):
             actions = txn.writeFiles(rows._jdf)
         faults.hit(f"{self.name}_files_written")  # written, not committed: nothing references them yet
@@ -409,12 +404,11 @@ class DeltaWriter:
                 )
                 time.sleep(random.uniform(0.0, 0.05 * attempt))  # two writers retrying in step would collide again
                 faults.hit(f"before_{self.name}_recommit")
-                txn = self._transaction(*checks)
+                txn = self._transaction(claim)
         self.after_commit()
 
-    def _transaction(self, claim: Claim | None, new_keys: KeyProbe | None = None) -> Any:
-        """A transaction on the latest snapshot, its claim checked and its new keys looked for in the
-        snapshot's rows, with a read of the table registered.
+    def _transaction(self, claim: Claim | None) -> Any:
+        """A transaction on the latest snapshot, its claim checked, with a read of the table registered.
 
         The read makes its commit fail on any data another writer commits after the snapshot
         (Delta checks a non-blind transaction against every file added meanwhile; it reads no file,
@@ -431,10 +425,8 @@ class DeltaWriter:
             held = claim.index.held(claim.offsets)
             if held.count():
                 raise ClaimHeld(self.table_path, version, held)
-        if new_keys is not None:
-            version = int(txn.snapshot().version())
-            rows = self.session.read.format("delta").option("versionAsOf", version).load(self.table_path)
-            if new_keys.held(rows):
+            snapshot = self.session.read.format("delta").option("versionAsOf", version)
+            if claim.keys is not None and claim.keys.held(snapshot.load(self.table_path)):
                 raise KeysHeld(self.table_path, version)
         read_all = jvm.org.apache.spark.sql.catalyst.expressions.Literal.TrueLiteral()
         txn.trackReadPredicates(jvm.scala.jdk.javaapi.CollectionConverters.asScala([read_all]).toSeq(), False, False)
