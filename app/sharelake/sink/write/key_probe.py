@@ -1,8 +1,9 @@
 """Whether a table holds any of an upsert batch's keys: what lets a batch of keys it lacks be appended.
 
 `NewKeys` holds the batch's keys (one row per key: the batch's newest records' key columns, in
-Arrow and as a frame) and each key column's range in the batch. `held` answers on the table's rows at the
-snapshot an append's transaction starts on (`DeltaWriter.append`'s `new_keys`): the rows pruned to
+Arrow and as a frame) and each key column's range in the batch. `held` answers on the table's rows
+at the snapshot an append's transaction starts on (the keys of the append's `Claim`,
+`sharelake.sink.delta.writer`): the rows pruned to
 each key column's range (which skips whole files by their statistics when the keys grow, as ids
 and timestamps do, or the table is clustered by key), joined left-semi with the batch's keys
 (broadcast), and stopped at the first match. The keys match as the MERGE's `t.k = s.k` does.
