@@ -180,8 +180,8 @@ class DeltaMerge:
 
     def _keys_new_before(self) -> bool:
         """Whether the table's latest commit (an earlier run's, say) found none of its keys in the table:
-        any commit but a MERGE, or a MERGE that inserted every row of its source. Delta's history of
-        one commit is read from its commit file, without a Spark job."""
+        any commit but a MERGE, or a MERGE that inserted every row of its source. Read once a run,
+        from Delta's history of one commit (one small Spark job)."""
         latest = DeltaTable.forPath(self._session, self._table_path).history(1).first()
         if latest is None or latest["operation"] != "MERGE":
             return True
