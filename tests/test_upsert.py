@@ -422,7 +422,7 @@ def test_a_key_another_writer_commits_before_the_append_of_it_is_merged(
 
 def test_two_batches_keys_are_compared_in_the_driver(spark: SparkSession) -> None:
     def keys(table: pa.Table) -> NewKeys:
-        return NewKeys(table, spark.createDataFrame(table), tuple(table.column_names), {})
+        return NewKeys(table, spark.createDataFrame, {})
 
     created = keys(pa.table({"id": [1, 2], "region": ["eu", "us"]}))
     assert keys(pa.table({"id": [2, 3], "region": ["us", "us"]})).among(created)

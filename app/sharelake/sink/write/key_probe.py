@@ -1,17 +1,18 @@
 """Whether a table holds any of an upsert batch's keys: what lets a batch of keys it lacks be appended.
 
 `NewKeys` holds the batch's keys (one row per key: the batch's newest records' key columns, in
-Arrow and as a frame) and each key column's range in the batch. `held` answers on the table's rows
-at the snapshot an append's transaction starts on (the keys of the append's `Claim`,
-`sharelake.sink.delta.writer`): the rows pruned to
-each key column's range (which skips whole files by their statistics when the keys grow, as ids
-and timestamps do, or the table is clustered by key), joined left-semi with the batch's keys
-(broadcast), and stopped at the first match. The keys match as the MERGE's `t.k = s.k` does.
+Arrow, made a frame only when `held` is asked) and each key column's range in the batch. `held`
+answers on the table's rows at the snapshot an append's transaction starts on (the keys of the
+append's `Claim`, `sharelake.sink.delta.writer`): the rows pruned to each key column's range
+(which skips whole files by their statistics when the keys grow, as ids and timestamps do, or the
+table is clustered by key), joined left-semi with the batch's keys (broadcast), and stopped at the
+first match. The keys match as the MERGE's `t.k = s.k` does.
 `among` compares two batches' keys in the driver (Arrow's semi join), with no Spark job.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
@@ -46,26 +47,30 @@ def within(ranges: dict[str, tuple[Any, Any]], prefix: str = "") -> Column:
 
 @dataclass(frozen=True)
 class NewKeys:
-    """An upsert batch's keys: `values` one row per key, `keys` the same as a frame, `ranges` each key column's."""
+    """An upsert batch's keys: `values` one row per key (its columns the key columns), `frame_of` what
+    makes them a frame (the table's `FrameBuilder.frame`), `ranges` each key column's."""
 
     values: pa.Table
-    keys: DataFrame
-    names: tuple[str, ...]
+    frame_of: Callable[[pa.Table], DataFrame]
     ranges: dict[str, tuple[Any, Any]]
 
     @property
     def count(self) -> int:
         return int(self.values.num_rows)
 
+    @property
+    def names(self) -> list[str]:
+        return list(self.values.column_names)
+
     def held(self, table: DataFrame) -> bool:
         """Whether a row of `table` has one of the keys."""
         rows = table.select(*(F.col(f"`{k}`") for k in self.names)).where(within(self.ranges))
-        return not rows.join(F.broadcast(self.keys), list(self.names), "left_semi").isEmpty()
+        return not rows.join(F.broadcast(self.frame_of(self.values)), self.names, "left_semi").isEmpty()
 
     def among(self, earlier: NewKeys) -> bool:
         """Whether one of the keys is among `earlier`'s (another batch's); yes for keys Arrow cannot join
         (a struct): the answer only chooses between a MERGE and a checked append, never what lands."""
         try:
-            return bool(self.values.join(earlier.values, list(self.names), join_type="left semi").num_rows)
+            return bool(self.values.join(earlier.values, self.names, join_type="left semi").num_rows)
         except pa.ArrowException:
             return True

@@ -143,8 +143,7 @@ class Upsert(WriteMode):
         source = source.drop_columns([_VERSIONS, _SPLIT])
         frame = batch.frames.frame(source)
         ranges = key_ranges(source, self.keys)
-        values = source.select(list(self.keys))
-        keys = NewKeys(values, batch.frames.frame(values), self.keys, ranges)
+        keys = NewKeys(source.select(list(self.keys)), batch.frames.frame, ranges)
         appended = table.merge(
             frame,
             self._on(ranges),
