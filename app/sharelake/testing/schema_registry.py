@@ -192,11 +192,18 @@ class EmbeddedSchemaRegistry:
             proc.wait(timeout=30)
         self._drop_cds_dump()  # a killed JVM writes none, or only part of one
 
-    def pause(self) -> None:
+    def pause(self, timeout_s: float = 30.0) -> None:
         """Freeze the JVM (SIGSTOP): connections still open (the kernel accepts them) but no request
-        is ever answered, so clients time out, as they would on a hung registry."""
+        is ever answered, so clients time out, as they would on a hung registry.
+
+        Returns once the kernel reports the whole process stopped. The signal stops a JVM's
+        threads one by one, each as it next runs: on a busy machine a request sent right after
+        the signal could still be answered by a thread not stopped yet."""
+        if self._paused:
+            return
         self._signal(signal.SIGSTOP)
         self._paused = True
+        self._await_stopped(time.monotonic() + timeout_s)
 
     def resume(self) -> None:
         """Thaw a paused JVM (SIGCONT): requests that waited meanwhile are served now."""
@@ -257,6 +264,20 @@ class EmbeddedSchemaRegistry:
         if self._proc is None or self._proc.poll() is not None:
             raise RuntimeError("the schema registry is not running")
         os.kill(self._proc.pid, sig)
+
+    def _await_stopped(self, deadline: float) -> None:
+        """Wait for the child's stop report (waitpid's WUNTRACED), sent when its last thread stopped."""
+        assert self._proc is not None
+        while True:
+            pid, status = os.waitpid(self._proc.pid, os.WUNTRACED | os.WNOHANG)
+            if pid and os.WIFSTOPPED(status):
+                return
+            if pid:  # it exited instead: the status is reaped here, so Popen learns it from us
+                self._proc.returncode = os.waitstatus_to_exitcode(status)
+                raise RuntimeError(f"the schema registry exited while pausing ({self._proc.returncode})")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the schema registry did not stop on SIGSTOP\n{self.tail_logs()}")
+            time.sleep(0.005)
 
     def _wait_ready(self, deadline: float, timeout_s: float, jar: Path) -> None:
         probe = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never an http_proxy from the env
