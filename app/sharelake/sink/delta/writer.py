@@ -96,6 +96,7 @@ LAST_COMMIT_CONF = "spark.databricks.delta.lastCommitVersionInSession"
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 OPTIMIZE_WRITE = "spark.databricks.delta.optimizeWrite.enabled"  # a shuffle by partition before the files
 TABLE_DEFAULTS = "spark.databricks.delta.properties.defaults."
+MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 BACKSTOP_FACTOR = 10  # Delta's in-commit checkpoint interval for new tables, in our checkpoint intervals
 DELTA_DELETED_FILE_RETENTION_S = 7 * 86400  # delta.deletedFileRetentionDuration by default
 # how often `append` looks for its commit's version while save() runs: each look is a py4j call (at
@@ -213,6 +214,10 @@ def writer_session(
         # makes a LocalRelation, whose projections (the JSON parse) the optimizer evaluates in the driver
         "spark.sql.execution.arrow.localRelationThreshold": "0",
         "spark.sql.execution.arrow.maxRecordsPerBatch": "10000000",  # `frame` chunks the table itself
+        # a MERGE's source is such a frame (`DeltaMerge`): Arrow data the driver holds, the same rows
+        # however often it is read, so Delta's copy of a source that is no Delta scan (one job more
+        # per MERGE, so that its two passes read the same rows) buys nothing here
+        MATERIALIZE_SOURCE: "none",
         "spark.databricks.delta.history.metricsEnabled": "true",  # numOutputRows: partial commits
         TABLE_DEFAULTS + "checkpointInterval": str(BACKSTOP_FACTOR * checkpoint_every),
     }
