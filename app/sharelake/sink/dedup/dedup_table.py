@@ -46,7 +46,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import numpy.typing as npt
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from tenacity import Retrying, stop_after_attempt, wait_exponential_jitter
 
 from sharelake.acknowledge.proof import CommitProof
@@ -57,7 +57,7 @@ from sharelake.sink.dedup.commit_log import DeltaCommitLog, SharelakeCommit, rep
 from sharelake.sink.delta.checkpointer import Checkpointer
 from sharelake.sink.delta.commit_lock import commit_lock
 from sharelake.sink.delta.frames import FrameBuilder
-from sharelake.sink.delta.merge import DeltaMerge
+from sharelake.sink.delta.merge import DeltaMerge, MergeRows
 from sharelake.sink.delta.writer import Claim, ClaimHeld, DeltaWriter, KeyProbe, writer_session
 from sharelake.table.layout import TableLayout
 from sharelake.table.location import TableLocation
@@ -205,18 +205,10 @@ class DedupTable:
         return Appended(proof, write_id, claim, micros(stamp)) if proof is not None else None
 
     def merge(
-        self,
-        source: DataFrame,
-        on: Column,
-        when_newer: Column,
-        claim: BatchOffsets,
-        batch_id: int,
-        stamp: datetime,
-        merge_schema: bool = False,
-        new_keys: KeyProbe | None = None,
+        self, rows: MergeRows, claim: BatchOffsets, batch_id: int, stamp: datetime, new_keys: KeyProbe | None = None
     ) -> Appended | None:
-        """An upsert's commit: MERGE `source` into the table (`DeltaMerge.merge`), claiming `claim`;
-        or, when the table holds none of `new_keys`, an append of `source` checked as `append`'s.
+        """An upsert's commit: MERGE `rows` into the table (`DeltaMerge.merge`), claiming `claim`;
+        or, when the table holds none of `new_keys`, an append of their source checked as `append`'s.
 
         As `append`, but a MERGE runs Delta's own transaction, where no claim can be checked: the
         claim is checked first, on the cache refreshed to the latest commit (`ClaimHeld` when a
@@ -232,16 +224,7 @@ class DedupTable:
         write_id = uuid.uuid4().hex
         metadata = user_metadata_json(write_id, batch_id, claim, micros(stamp))
         try:
-            proof = self._merger.merge(
-                source,
-                on,
-                when_newer,
-                metadata,
-                batch_id,
-                merge_schema=merge_schema,
-                claim=Claim(claim, self._cache),
-                new_keys=new_keys,
-            )
+            proof = self._merger.merge(rows, metadata, batch_id, claim=Claim(claim, self._cache), new_keys=new_keys)
         except ClaimHeld as taken:  # checked again in an append's transaction
             self.stats.concurrent_claims += taken.held.count()
             raise

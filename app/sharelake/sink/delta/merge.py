@@ -17,7 +17,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -41,6 +41,18 @@ from sharelake.table.layout import GENERATION_EXPRESSION
 from sharelake.table.location import TableLocation
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MergeRows:
+    """What a MERGE applies: `source` (aliased `s`) into the table (`t`), a row matched `on`
+    replaced when `when_newer` holds, an unmatched one inserted; `merge_schema`: the columns
+    `source` adds are added to the table."""
+
+    source: DataFrame
+    on: Column
+    when_newer: Column
+    merge_schema: bool = False
 
 
 class DeltaMerge:
@@ -75,21 +87,17 @@ class DeltaMerge:
 
     def merge(
         self,
-        source: DataFrame,
-        on: Column,
-        when_newer: Column,
+        rows: MergeRows,
         user_metadata: str,
         batch_id: int,
-        merge_schema: bool = False,
         claim: Claim | None = None,
         new_keys: KeyProbe | None = None,
     ) -> CommitProof | None:
-        """MERGE `source` (aliased `s`) into the table (`t`): a row matched `on` is replaced when
-        `when_newer` holds, an unmatched one inserted; one commit, its proof once it is durable.
+        """MERGE `rows` into the table: one commit, its proof once it is durable.
 
         Keys the table does not hold yet need no MERGE: while the table's last upsert found none of
         its keys in the table (at start: its latest commit says; after creating it: the keys it was
-        created with), `source` is appended (`DeltaWriter.append`, with `claim`) in a transaction
+        created with), `rows.source` is appended (`DeltaWriter.append`, with `claim`) in a transaction
         that finds none of `new_keys` in its snapshot's rows, the check and the commit atomic
         together as an append's claim; if the snapshot holds one of them (`KeysHeld`: nothing was
         written) the MERGE follows, and so do the next upserts' until one MERGE inserts every key
@@ -99,13 +107,13 @@ class DeltaMerge:
         MERGE runs its own transaction, which conflicts with any commit that added or removed files
         it read after it began; it then runs again on the newer snapshot (a conditional MERGE
         repeated changes nothing it already changed). The table's first commit is a plain append
-        of `source` (two creators conflict in Delta). None when Delta recorded no commit.
+        of `rows.source` (two creators conflict in Delta). None when Delta recorded no commit.
         """
         faults.hit(f"before_{self._name}_merge")  # an upserted table's write, the table's first append included
         self._checkpointer.wait_idle()
         if not self._writer.exists():
             self._created_with = new_keys
-            return self._writer.append(source, user_metadata, batch_id, merge_schema)
+            return self._writer.append(rows.source, user_metadata, batch_id, rows.merge_schema)
         if self._created_with is not None and new_keys is not None:  # the table holds the created keys
             self._keys_new = not new_keys.among(self._created_with)
         elif self._keys_new is None:
@@ -114,30 +122,23 @@ class DeltaMerge:
         if new_keys is not None and self._keys_new and claim is not None:
             checked = replace(claim, keys=new_keys)  # the append's claim, with the keys the table must lack
             try:
-                proof = self._writer.append(source, user_metadata, batch_id, merge_schema, checked)
+                proof = self._writer.append(rows.source, user_metadata, batch_id, rows.merge_schema, checked)
             except KeysHeld:
                 self._keys_new = False
             else:
                 self._stats.key_appends += 1
                 return proof
-        return self._merged(source, on, when_newer, user_metadata, batch_id, merge_schema, new_keys)
+        return self._merged(rows, user_metadata, batch_id, new_keys)
 
     def _merged(
-        self,
-        source: DataFrame,
-        on: Column,
-        when_newer: Column,
-        user_metadata: str,
-        batch_id: int,
-        merge_schema: bool,
-        new_keys: KeyProbe | None,
+        self, rows: MergeRows, user_metadata: str, batch_id: int, new_keys: KeyProbe | None
     ) -> CommitProof | None:
         """`merge`'s MERGE, retried on another writer's commit; whether it inserted every key noted."""
         if self._before_commit is not None:
             self._before_commit()
         faults.hit(f"before_{self._name}_commit")
-        self._writer.prepare_schema(source.schema, merge_schema)
-        source = self._with_table_columns(source)
+        self._writer.prepare_schema(rows.source.schema, rows.merge_schema)
+        source = self._with_table_columns(rows.source)
         before = self._writer.last_commit()
         self._session.sparkContext.setLocalProperty(
             "spark.job.description", f"sharelake {self._name} merge, batch = {batch_id}"
@@ -151,8 +152,8 @@ class DeltaMerge:
                 try:
                     with self._commit_lock():
                         merged = (
-                            target.merge(source.alias("s"), on)
-                            .whenMatchedUpdateAll(when_newer)
+                            target.merge(source.alias("s"), rows.on)
+                            .whenMatchedUpdateAll(rows.when_newer)
                             .whenNotMatchedInsertAll()
                             .execute()
                         )

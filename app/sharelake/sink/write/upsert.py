@@ -50,6 +50,7 @@ from sharelake.failures.errors import ConfigError
 from sharelake.formats.base import METADATA_COLUMNS, BadRecord, PayloadFormat, pc
 from sharelake.formats.debezium import AFTER, EVENT_FIELDS, OP, event_row, no_row_of
 from sharelake.sink.dedup.dedup_table import DedupTable
+from sharelake.sink.delta.merge import MergeRows
 from sharelake.sink.write.key_probe import NewKeys, key_ranges, within
 from sharelake.sink.write.write_mode import Batch, ModeWrite, WriteMode
 from sharelake.table.location import TableLocation
@@ -144,16 +145,8 @@ class Upsert(WriteMode):
         frame = batch.frames.frame(source)
         ranges = key_ranges(source, self.keys)
         keys = NewKeys(source.select(list(self.keys)), batch.frames.frame, ranges)
-        appended = table.merge(
-            frame,
-            self._on(ranges),
-            self._newer,
-            batch.claim,
-            batch.batch_id,
-            batch.stamp,
-            merge_schema=batch.merge_schema,
-            new_keys=keys,
-        )
+        to_merge = MergeRows(frame, self._on(ranges), self._newer, batch.merge_schema)
+        appended = table.merge(to_merge, batch.claim, batch.batch_id, batch.stamp, new_keys=keys)
         return ModeWrite(appended, bad, counts)
 
     def _rows(self, batch: Batch) -> tuple[DataFrame, Column, list[str]]:
