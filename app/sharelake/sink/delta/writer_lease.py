@@ -52,7 +52,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import SparkSession
-from tenacity import Retrying, retry_if_exception, stop_after_attempt
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random
 
 from sharelake.failures import faults
 from sharelake.failures.errors import ConfigError, TableInUseError, one_line
@@ -69,6 +69,8 @@ LEASE_SUFFIX = ".sharelake-writer-lease.json"  # `<parent>/.<table>` + this: bes
 OLD_LEASE_FILE = "_sharelake/writer-lease.json"  # where older versions kept it, inside the table's folder
 SETTLE_S = 2.0  # a lease written is read back this long after: the later of two racing writes is then there
 WATCH_POLL_S = 1.0  # how often a job waiting on someone else's lease reads it
+READ_AGAIN_S = 2.0  # a read the holder's rewrite refused is made again for this long, after a short random pause
+READ_AGAIN_PAUSE_S = 0.05  # the longest such pause: reads in step with a rewriter's schedule then drift off it
 UNSAFE_SCHEMES = ("s3a", "s3", "s3n")
 
 
@@ -127,8 +129,14 @@ class WriterLease:
     def _read(self, path: Any = None) -> dict[str, Any] | None:
         """The lease as it stands (at `path`: the one an older version kept). Its holder may rewrite it
         while we read it (a renewal): S3A then refuses the rest of the read (HTTP 412, the object's
-        ETag changed), and it is read again."""
-        reading = Retrying(retry=retry_if_exception(_changed_while_read), stop=stop_after_attempt(5), reraise=True)
+        ETag changed), and it is read again: for a while, not a number of times, since a busy machine
+        slows each read and so widens its overlap with the next rewrite."""
+        reading = Retrying(
+            retry=retry_if_exception(_changed_while_read),
+            wait=wait_random(0, READ_AGAIN_PAUSE_S),
+            stop=stop_after_delay(READ_AGAIN_S),
+            reraise=True,
+        )
         return reading(self._read_once, path)
 
     def _read_once(self, path: Any = None) -> dict[str, Any] | None:
